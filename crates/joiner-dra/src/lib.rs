@@ -1,0 +1,1 @@
+//! DRA: CEL environment and structured allocator.

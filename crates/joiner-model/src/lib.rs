@@ -1,0 +1,17 @@
+//! Joiner's object model.
+//!
+//! What every other part of Joiner agrees on: exact quantities and prices, the names of objects
+//! and where they came from, the Karpenter and Joiner custom resources (with the conversions
+//! Karpenter applies to old API versions), workload expansion, and the Helm-style settings.
+//! Nothing here does I/O: callers hand in text or parsed values and get typed objects back.
+
+pub mod object;
+pub mod price;
+pub mod quantity;
+
+pub use object::{InputError, ObjectRef, Source};
+pub use price::Price;
+pub use quantity::{Format, Quantity, QuantityError};
+pub mod api;
+pub mod resources;
+pub use resources::{ResourceList, pod_requests};
