@@ -1,0 +1,87 @@
+//! The plan: what `joiner plan` prints and what the controller acts on.
+//!
+//! Field names are part of Joiner's interface (`-o json`, `-o yaml`); keys may be added, never
+//! renamed.
+
+use std::collections::BTreeMap;
+
+use joiner_model::{Price, ResourceList};
+use serde::Serialize;
+
+/// A decision over one cluster snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    /// New nodes to launch.
+    pub node_claims: Vec<PlannedNodeClaim>,
+    /// Every pending pod that was placed, on an existing node or a planned NodeClaim.
+    pub bindings: Vec<Binding>,
+    pub unschedulable: Vec<Unschedulable>,
+    pub total_price_per_hour: Price,
+}
+
+impl Plan {
+    pub fn new() -> Plan {
+        Plan {
+            api_version: "joiner.dev/v1alpha1",
+            kind: "Plan",
+            node_claims: Vec::new(),
+            bindings: Vec::new(),
+            unschedulable: Vec::new(),
+            total_price_per_hour: Price::ZERO,
+        }
+    }
+}
+
+impl Default for Plan {
+    fn default() -> Self {
+        Plan::new()
+    }
+}
+
+/// A node to launch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedNodeClaim {
+    /// `<nodepool>-<n>`, n counting from 0 per NodePool.
+    pub name: String,
+    pub node_pool: String,
+    pub instance_type: String,
+    /// `on-demand`, `spot` or `reserved`.
+    pub capacity_type: String,
+    pub zone: String,
+    pub price_per_hour: Price,
+    /// `<namespace>/<pod>` of every pending pod placed here.
+    pub pods: Vec<String>,
+    pub resources: ClaimResources,
+    /// Labels the node will carry (NodePool template, instance type, zone, capacity type).
+    pub labels: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Other instance types of equal fit, cheapest first, that a launch may fall back to.
+    pub instance_type_options: Vec<String>,
+}
+
+/// What a planned node's pods (and DaemonSet pods) request against what it offers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimResources {
+    pub requested: ResourceList,
+    pub allocatable: ResourceList,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Binding {
+    pub pod: String,
+    pub node: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Unschedulable {
+    pub pod: String,
+    pub reason: String,
+}

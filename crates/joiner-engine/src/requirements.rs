@@ -1,0 +1,437 @@
+//! The node requirement algebra.
+//!
+//! NodePool requirements, pod `nodeSelector`s and node-affinity terms all say which label values
+//! a node may have. A planned NodeClaim has no labels yet, only the requirements of its NodePool
+//! and of the pods placed on it, so the planner needs to intersect requirements, ask whether the
+//! result can still be met, and check concrete label sets (instance types, existing nodes)
+//! against them.
+//!
+//! Each key's requirement is kept as "the label may be absent" plus "if present, its value is in
+//! this set (or outside this set) and within these integer bounds". That one shape represents
+//! every operator and is closed under intersection.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// A label set, sorted for deterministic output.
+pub type Labels = BTreeMap<String, String>;
+
+/// The operators of node selector requirements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+    Gt,
+    Lt,
+}
+
+impl Operator {
+    pub fn parse(s: &str) -> Option<Operator> {
+        Some(match s {
+            "In" => Operator::In,
+            "NotIn" => Operator::NotIn,
+            "Exists" => Operator::Exists,
+            "DoesNotExist" => Operator::DoesNotExist,
+            "Gt" => Operator::Gt,
+            "Lt" => Operator::Lt,
+            _ => return None,
+        })
+    }
+}
+
+/// Why a requirement expression is malformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequirementError {
+    #[error("unknown operator {0:?} (In, NotIn, Exists, DoesNotExist, Gt, Lt)")]
+    Operator(String),
+    #[error("operator {0} needs at least one value")]
+    MissingValues(&'static str),
+    #[error("operator {0} takes no values")]
+    UnexpectedValues(&'static str),
+    #[error("operator {0} needs exactly one integer value, got {1:?}")]
+    Integer(&'static str, Vec<String>),
+}
+
+/// Values a present label may take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Values {
+    /// Only these values.
+    Only(BTreeSet<String>),
+    /// Any value except these.
+    AllExcept(BTreeSet<String>),
+}
+
+/// What one label key must satisfy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requirement {
+    values: Values,
+    /// Exclusive integer lower bound (`Gt`).
+    greater_than: Option<i64>,
+    /// Exclusive integer upper bound (`Lt`).
+    less_than: Option<i64>,
+    /// Whether a node without the label satisfies this requirement.
+    absent_ok: bool,
+    /// Karpenter's `minValues`: how many distinct values of this key the candidate instance
+    /// types must still offer.
+    pub min_values: Option<usize>,
+}
+
+impl Requirement {
+    /// Builds a requirement from one selector expression.
+    pub fn new(operator: &str, values: &[String]) -> Result<Requirement, RequirementError> {
+        let op = Operator::parse(operator).ok_or_else(|| RequirementError::Operator(operator.into()))?;
+        let set = || values.iter().cloned().collect::<BTreeSet<_>>();
+        let integer = |name: &'static str| match values {
+            [v] => v
+                .parse::<i64>()
+                .map_err(|_| RequirementError::Integer(name, values.to_vec())),
+            _ => Err(RequirementError::Integer(name, values.to_vec())),
+        };
+        let no_values = |name: &'static str| {
+            if values.is_empty() {
+                Ok(())
+            } else {
+                Err(RequirementError::UnexpectedValues(name))
+            }
+        };
+        let base = |values, absent_ok| Requirement {
+            values,
+            greater_than: None,
+            less_than: None,
+            absent_ok,
+            min_values: None,
+        };
+        Ok(match op {
+            Operator::In => {
+                if values.is_empty() {
+                    return Err(RequirementError::MissingValues("In"));
+                }
+                base(Values::Only(set()), false)
+            }
+            Operator::NotIn => base(Values::AllExcept(set()), true),
+            Operator::Exists => {
+                no_values("Exists")?;
+                base(Values::AllExcept(BTreeSet::new()), false)
+            }
+            Operator::DoesNotExist => {
+                no_values("DoesNotExist")?;
+                base(Values::Only(BTreeSet::new()), true)
+            }
+            Operator::Gt => Requirement {
+                greater_than: Some(integer("Gt")?),
+                ..base(Values::AllExcept(BTreeSet::new()), false)
+            },
+            Operator::Lt => Requirement {
+                less_than: Some(integer("Lt")?),
+                ..base(Values::AllExcept(BTreeSet::new()), false)
+            },
+        })
+    }
+
+    /// `key In [value]`.
+    pub fn equals(value: &str) -> Requirement {
+        Requirement {
+            values: Values::Only(BTreeSet::from([value.to_string()])),
+            greater_than: None,
+            less_than: None,
+            absent_ok: false,
+            min_values: None,
+        }
+    }
+
+    fn within_bounds(&self, value: &str) -> bool {
+        if self.greater_than.is_none() && self.less_than.is_none() {
+            return true;
+        }
+        let Ok(n) = value.parse::<i64>() else { return false };
+        self.greater_than.is_none_or(|g| n > g) && self.less_than.is_none_or(|l| n < l)
+    }
+
+    /// Whether a node whose label for this key is `value` (or absent) satisfies this.
+    pub fn matches(&self, value: Option<&str>) -> bool {
+        match value {
+            None => self.absent_ok,
+            Some(v) => {
+                let listed = match &self.values {
+                    Values::Only(set) => set.contains(v),
+                    Values::AllExcept(set) => !set.contains(v),
+                };
+                listed && self.within_bounds(v)
+            }
+        }
+    }
+
+    /// Whether the label must be present.
+    pub fn requires_presence(&self) -> bool {
+        !self.absent_ok
+    }
+
+    /// Both requirements at once.
+    pub fn intersect(&self, other: &Requirement) -> Requirement {
+        let values = match (&self.values, &other.values) {
+            (Values::Only(a), Values::Only(b)) => Values::Only(a.intersection(b).cloned().collect()),
+            (Values::Only(a), Values::AllExcept(b)) | (Values::AllExcept(b), Values::Only(a)) => {
+                Values::Only(a.difference(b).cloned().collect())
+            }
+            (Values::AllExcept(a), Values::AllExcept(b)) => Values::AllExcept(a.union(b).cloned().collect()),
+        };
+        Requirement {
+            values,
+            greater_than: max_opt(self.greater_than, other.greater_than),
+            less_than: min_opt(self.less_than, other.less_than),
+            absent_ok: self.absent_ok && other.absent_ok,
+            min_values: max_opt(self.min_values, other.min_values),
+        }
+    }
+
+    /// Whether any node (with or without the label) can satisfy this.
+    pub fn is_satisfiable(&self) -> bool {
+        if self.absent_ok {
+            return true;
+        }
+        match &self.values {
+            Values::Only(set) => set.iter().any(|v| self.within_bounds(v)),
+            Values::AllExcept(excluded) => {
+                let (lo, hi) = match (self.greater_than, self.less_than) {
+                    (None, None) => return true,
+                    (g, l) => (g.unwrap_or(i64::MIN), l.unwrap_or(i64::MAX)),
+                };
+                // Integers strictly between lo and hi, minus those excluded.
+                let span = (hi as i128) - (lo as i128) - 1;
+                let excluded_in_range = excluded
+                    .iter()
+                    .filter_map(|v| v.parse::<i64>().ok())
+                    .filter(|n| *n > lo && *n < hi)
+                    .count() as i128;
+                span - excluded_in_range > 0
+            }
+        }
+    }
+
+    /// The single value a new node's label takes when this requirement pins one, or the
+    /// smallest allowed value when it lists several (deterministic).
+    pub fn any_value(&self) -> Option<&str> {
+        match &self.values {
+            Values::Only(set) => set.iter().find(|v| self.within_bounds(v)).map(String::as_str),
+            Values::AllExcept(_) => None,
+        }
+    }
+
+    /// The finite set of allowed values, when there is one.
+    pub fn allowed_values(&self) -> Option<impl Iterator<Item = &str>> {
+        match &self.values {
+            Values::Only(set) => Some(set.iter().filter(|v| self.within_bounds(v)).map(String::as_str)),
+            Values::AllExcept(_) => None,
+        }
+    }
+}
+
+fn max_opt<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn min_opt<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl fmt::Display for Requirement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let join = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(",");
+        let mut parts = Vec::new();
+        match &self.values {
+            Values::Only(s) if s.is_empty() && self.absent_ok => parts.push("DoesNotExist".to_string()),
+            Values::Only(s) => parts.push(format!("In [{}]", join(s))),
+            Values::AllExcept(s) if s.is_empty() && !self.absent_ok => {
+                if self.greater_than.is_none() && self.less_than.is_none() {
+                    parts.push("Exists".to_string())
+                }
+            }
+            Values::AllExcept(s) if s.is_empty() => {}
+            Values::AllExcept(s) => parts.push(format!("NotIn [{}]", join(s))),
+        }
+        if let Some(g) = self.greater_than {
+            parts.push(format!("Gt {g}"));
+        }
+        if let Some(l) = self.less_than {
+            parts.push(format!("Lt {l}"));
+        }
+        f.write_str(&parts.join(" "))
+    }
+}
+
+/// Requirements on several keys, all of which must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requirements(BTreeMap<String, Requirement>);
+
+/// The first key on which two requirement sets cannot both hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    pub key: String,
+    pub left: String,
+    pub right: String,
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} conflicts with {} {}", self.key, self.left, self.key, self.right)
+    }
+}
+
+impl Requirements {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every label of `labels` as `key In [value]`.
+    pub fn from_labels(labels: &Labels) -> Self {
+        Requirements(labels.iter().map(|(k, v)| (k.clone(), Requirement::equals(v))).collect())
+    }
+
+    /// Adds a requirement, intersecting with any already on that key.
+    pub fn add(&mut self, key: &str, req: Requirement) {
+        match self.0.get_mut(key) {
+            Some(existing) => *existing = existing.intersect(&req),
+            None => {
+                self.0.insert(key.to_string(), req);
+            }
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Requirement> {
+        self.0.get(key)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Requirement)> {
+        self.0.iter()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether a node with exactly these labels satisfies every requirement.
+    pub fn matches(&self, labels: &Labels) -> bool {
+        self.0.iter().all(|(k, r)| r.matches(labels.get(k).map(String::as_str)))
+    }
+
+    /// The first requirement a label set fails, for explanations.
+    pub fn first_mismatch<'a>(&'a self, labels: &Labels) -> Option<(&'a str, &'a Requirement)> {
+        self.0
+            .iter()
+            .find(|(k, r)| !r.matches(labels.get(*k).map(String::as_str)))
+            .map(|(k, r)| (k.as_str(), r))
+    }
+
+    /// Both sets at once, or the first key on which they conflict.
+    pub fn intersect(&self, other: &Requirements) -> Result<Requirements, Conflict> {
+        let mut out = self.clone();
+        for (key, req) in &other.0 {
+            let merged = match out.0.get(key) {
+                Some(mine) => {
+                    let merged = mine.intersect(req);
+                    if !merged.is_satisfiable() {
+                        return Err(Conflict {
+                            key: key.clone(),
+                            left: mine.to_string(),
+                            right: req.to_string(),
+                        });
+                    }
+                    merged
+                }
+                None => req.clone(),
+            };
+            out.0.insert(key.clone(), merged);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(op: &str, values: &[&str]) -> Requirement {
+        Requirement::new(op, &values.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+    }
+
+    #[test]
+    fn operators_match_like_node_selectors() {
+        assert!(req("In", &["a", "b"]).matches(Some("a")));
+        assert!(!req("In", &["a"]).matches(None));
+        assert!(req("NotIn", &["a"]).matches(None));
+        assert!(!req("NotIn", &["a"]).matches(Some("a")));
+        assert!(req("Exists", &[]).matches(Some("x")));
+        assert!(!req("Exists", &[]).matches(None));
+        assert!(req("DoesNotExist", &[]).matches(None));
+        assert!(!req("DoesNotExist", &[]).matches(Some("x")));
+        assert!(req("Gt", &["4"]).matches(Some("5")));
+        assert!(!req("Gt", &["4"]).matches(Some("4")));
+        assert!(!req("Gt", &["4"]).matches(Some("five")));
+        assert!(!req("Gt", &["4"]).matches(None));
+        assert!(req("Lt", &["4"]).matches(Some("-1")));
+    }
+
+    #[test]
+    fn rejects_malformed_expressions() {
+        assert!(matches!(Requirement::new("Near", &[]), Err(RequirementError::Operator(_))));
+        assert!(matches!(Requirement::new("In", &[]), Err(RequirementError::MissingValues(_))));
+        assert!(matches!(Requirement::new("Exists", &["a".into()]), Err(RequirementError::UnexpectedValues(_))));
+        assert!(matches!(Requirement::new("Gt", &["x".into()]), Err(RequirementError::Integer(..))));
+        assert!(matches!(Requirement::new("Lt", &["1".into(), "2".into()]), Err(RequirementError::Integer(..))));
+    }
+
+    #[test]
+    fn intersection_keeps_what_both_allow() {
+        let r = req("In", &["a", "b", "c"]).intersect(&req("NotIn", &["b"]));
+        assert!(r.matches(Some("a")) && !r.matches(Some("b")) && r.matches(Some("c")));
+        assert!(!r.matches(None));
+        let r = req("NotIn", &["a"]).intersect(&req("NotIn", &["b"]));
+        assert!(r.matches(None) && !r.matches(Some("a")) && !r.matches(Some("b")));
+        let r = req("Gt", &["2"]).intersect(&req("Lt", &["5"]));
+        assert!(r.matches(Some("3")) && r.matches(Some("4")) && !r.matches(Some("5")));
+        assert!(r.is_satisfiable());
+        assert!(!req("Gt", &["2"]).intersect(&req("Lt", &["3"])).is_satisfiable());
+        let excluded = req("Gt", &["2"]).intersect(&req("Lt", &["5"])).intersect(&req("NotIn", &["3", "4"]));
+        assert!(!excluded.is_satisfiable());
+        assert!(!req("In", &["a"]).intersect(&req("In", &["b"])).is_satisfiable());
+        assert!(!req("Exists", &[]).intersect(&req("DoesNotExist", &[])).is_satisfiable());
+        assert!(req("NotIn", &["a"]).intersect(&req("DoesNotExist", &[])).is_satisfiable());
+        let r = req("In", &["1", "8", "9"]).intersect(&req("Gt", &["4"]));
+        assert_eq!(r.allowed_values().unwrap().collect::<Vec<_>>(), vec!["8", "9"]);
+    }
+
+    #[test]
+    fn requirement_sets_report_the_conflicting_key() {
+        let mut a = Requirements::new();
+        a.add("zone", req("In", &["z1", "z2"]));
+        a.add("arch", req("In", &["amd64"]));
+        let mut b = Requirements::new();
+        b.add("arch", req("In", &["arm64"]));
+        let conflict = a.intersect(&b).unwrap_err();
+        assert_eq!(conflict.key, "arch");
+        assert_eq!(conflict.to_string(), "arch In [amd64] conflicts with arch In [arm64]");
+        let mut c = Requirements::new();
+        c.add("zone", req("NotIn", &["z1"]));
+        let both = a.intersect(&c).unwrap();
+        assert_eq!(both.get("zone").unwrap().any_value(), Some("z2"));
+    }
+
+    #[test]
+    fn label_sets_are_checked_key_by_key() {
+        let mut r = Requirements::new();
+        r.add("kubernetes.io/arch", req("In", &["amd64"]));
+        r.add("team", req("DoesNotExist", &[]));
+        let mut labels = Labels::from([("kubernetes.io/arch".to_string(), "amd64".to_string())]);
+        assert!(r.matches(&labels));
+        labels.insert("team".into(), "a".into());
+        assert_eq!(r.first_mismatch(&labels).map(|(k, _)| k), Some("team"));
+    }
+}

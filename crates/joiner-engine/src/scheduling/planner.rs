@@ -1,0 +1,783 @@
+//! The planner: places pending pods and decides which NodeClaims to launch.
+//!
+//! Pods are taken largest first (GPU and other extended resources, then CPU, then memory).
+//! Each goes, in this order of preference, to
+//! 1. an existing node where it fits (costs nothing),
+//! 2. a NodeClaim planned earlier in this run whose cheapest fitting instance type still holds
+//!    it (costs nothing),
+//! 3. whichever is cheaper of: growing a planned NodeClaim to a larger instance type (the price
+//!    difference), or a new NodeClaim in the highest-weight NodePool that can take it (the
+//!    price of the cheapest instance type that holds the pod).
+//!
+//! Karpenter keeps adding pods to an in-flight NodeClaim while any instance type can still
+//! hold them all, then launches the cheapest type that does; eight one-GPU pods thus become one
+//! eight-GPU node even when eight one-GPU nodes cost far less. Comparing the marginal price of
+//! each placement avoids that: a pod joins a node only when that is no dearer than a node of
+//! its own. The tests compare the result with an exact search on small inputs.
+//!
+//! Preferences (preferred node and pod affinity, `ScheduleAnyway` spread) are first treated as
+//! requirements; a pod that cannot be placed that way is placed without them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use joiner_model::Price;
+
+use super::pod::ZONE_KEY;
+use super::resources::{self, Amounts, ResourceIndex};
+use super::taints;
+use super::topology::{Constraint, Domains, Topology};
+use super::{LaunchOffering, PoolInput, SchedulingInput};
+use crate::plan::{Binding, ClaimResources, Plan, PlannedNodeClaim, Unschedulable};
+use crate::requirements::{Labels, Requirement, Requirements};
+
+mod explain;
+
+pub const CAPACITY_TYPE_KEY: &str = "karpenter.sh/capacity-type";
+pub const NODEPOOL_KEY: &str = "karpenter.sh/nodepool";
+pub const INSTANCE_TYPE_KEY: &str = "node.kubernetes.io/instance-type";
+
+/// How many of the most recent compatible NodeClaims are considered for growing to a larger
+/// instance type. Growing is rarely cheaper than a new node except for the newest, least full
+/// NodeClaims; the bound keeps planning linear in the number of pods.
+const GROW_WINDOW: usize = 16;
+
+/// An instance type of one NodePool, resolved for packing.
+struct Opt {
+    name: String,
+    /// Allocatable less DaemonSet overhead.
+    room: Amounts,
+    daemon: Amounts,
+    capacity: Amounts,
+    /// Template labels, instance type labels, NodePool label.
+    labels: Labels,
+    at_most_one: Vec<usize>,
+}
+
+struct Pool<'a> {
+    input: &'a PoolInput,
+    requirements: Requirements,
+    options: Vec<Opt>,
+    /// Per option, offerings allowed by the NodePool.
+    offerings: Vec<Vec<&'a LaunchOffering>>,
+    /// Keys the NodePool defines beyond instance-type labels (custom requirement keys).
+    defined_keys: BTreeSet<String>,
+    limits: Option<Amounts>,
+    usage: Amounts,
+    claims_made: usize,
+}
+
+struct ExistingState {
+    name: String,
+    labels: Labels,
+    free: Amounts,
+}
+
+struct Claim {
+    pool: usize,
+    name: String,
+    requirements: Requirements,
+    /// Allowed options (index into the pool's options) with their cheapest allowed offering
+    /// price, cheapest first.
+    allowed: Vec<(Price, usize)>,
+    /// Index into `allowed` of the cheapest option that holds `used`.
+    chosen: usize,
+    used: Amounts,
+    pods: Vec<usize>,
+    zone: Option<String>,
+}
+
+impl Claim {
+    fn price(&self) -> Price {
+        self.allowed.get(self.chosen).map(|a| a.0).unwrap_or(Price::MAX)
+    }
+}
+
+/// A placement found for a pod, not yet applied.
+enum Placement {
+    Existing(usize),
+    Claim(ClaimChange),
+    New(NewClaim),
+}
+
+struct ClaimChange {
+    claim: usize,
+    requirements: Option<Requirements>,
+    allowed: Option<Vec<(Price, usize)>>,
+    chosen: usize,
+    zone: Option<String>,
+    delta: Price,
+}
+
+struct NewClaim {
+    pool: usize,
+    requirements: Requirements,
+    allowed: Vec<(Price, usize)>,
+    chosen: usize,
+    zone: Option<String>,
+    price: Price,
+    /// How many pending pods like this one the new node is expected to take.
+    copies: u32,
+}
+
+struct Planner<'a> {
+    input: &'a SchedulingInput,
+    index: ResourceIndex,
+    requests: Vec<Amounts>,
+    pools: Vec<Pool<'a>>,
+    /// Pools in the order new NodeClaims try them: weight descending, then name.
+    pool_order: Vec<usize>,
+    existing: Vec<ExistingState>,
+    claims: Vec<Claim>,
+    topology: Topology,
+    /// Every zone any NodePool or node offers, for spread minimums.
+    zones: BTreeSet<String>,
+    /// Per scheduling class: first existing node and first claim worth trying.
+    cursors: HashMap<(usize, bool), (usize, usize)>,
+    class_of: Vec<usize>,
+    cursor_ok: Vec<bool>,
+    /// Per scheduling class: pending pods not yet placed.
+    remaining: HashMap<usize, u32>,
+    bindings: Vec<(usize, String)>,
+}
+
+/// Plans the given input.
+pub fn schedule(input: &SchedulingInput) -> Plan {
+    let mut planner = Planner::new(input);
+    let mut pending: Vec<usize> = (0..input.pods.len()).filter(|&i| input.pods[i].node_name.is_none()).collect();
+    planner.sort_pending(&mut pending);
+    for &p in &pending {
+        *planner.remaining.entry(planner.class_of[p]).or_insert(0) += 1;
+    }
+
+    // Pods whose affinity needs other pods placed first are retried while progress is made.
+    let mut failed = Vec::new();
+    loop {
+        let mut progress = false;
+        for &p in &pending {
+            if planner.place(p) {
+                progress = true;
+            } else {
+                failed.push(p);
+            }
+        }
+        if failed.is_empty() || !progress {
+            break;
+        }
+        pending = std::mem::take(&mut failed);
+    }
+    let unschedulable: Vec<Unschedulable> = failed
+        .iter()
+        .map(|&p| Unschedulable { pod: input.pods[p].key(), reason: planner.explain(p) })
+        .collect();
+    planner.finish(unschedulable)
+}
+
+impl<'a> Planner<'a> {
+    fn new(input: &'a SchedulingInput) -> Planner<'a> {
+        let mut index = ResourceIndex::default();
+        for p in &input.pods {
+            index.intern(&p.requests);
+        }
+        for d in &input.daemon_sets {
+            index.intern(&d.pod.requests);
+        }
+        for n in &input.nodes {
+            index.intern(&n.allocatable);
+            index.intern(&n.capacity);
+        }
+        for pool in &input.pools {
+            index.intern(&pool.limits);
+            for o in &pool.options {
+                index.intern(&o.allocatable);
+                index.intern(&o.capacity);
+            }
+        }
+        let requests: Vec<Amounts> = input.pods.iter().map(|p| index.amounts(&p.requests)).collect();
+        let topology = Topology::new(&input.pods);
+
+        let mut zones = BTreeSet::new();
+        let pools: Vec<Pool> = input.pools.iter().map(|p| build_pool(p, input, &index, &mut zones)).collect();
+        let mut pool_order: Vec<usize> = (0..pools.len()).collect();
+        pool_order.sort_by(|&a, &b| input.pools[b].weight.cmp(&input.pools[a].weight).then_with(|| input.pools[a].name.cmp(&input.pools[b].name)));
+
+        let mut planner = Planner {
+            input,
+            requests,
+            pools,
+            pool_order,
+            existing: Vec::new(),
+            claims: Vec::new(),
+            topology,
+            zones,
+            cursors: HashMap::new(),
+            class_of: Vec::new(),
+            cursor_ok: Vec::new(),
+            remaining: HashMap::new(),
+            bindings: Vec::new(),
+            index,
+        };
+        planner.classify();
+        planner.load_existing();
+        planner
+    }
+
+    /// Pods with identical scheduling inputs form a class; a class whose constraints only get
+    /// harder as pods are placed may skip nodes that already rejected it.
+    fn classify(&mut self) {
+        let mut ids: HashMap<String, usize> = HashMap::new();
+        for (i, p) in self.input.pods.iter().enumerate() {
+            let key = format!(
+                "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}",
+                self.requests[i], p.node_requirements, p.preferred_node_requirements, p.tolerations, p.spread, p.affinity, p.namespace, p.labels
+            );
+            let next = ids.len();
+            let id = *ids.entry(key).or_insert(next);
+            self.class_of.push(id);
+            let monotone = self.topology.constraints(i).iter().all(|c| match c.kind {
+                Constraint::AntiAffinity => true,
+                Constraint::Spread { .. } => p.spread.iter().all(|s| s.key == super::pod::TopologyKey::Hostname),
+                Constraint::Affinity => false,
+            });
+            self.cursor_ok.push(monotone);
+        }
+    }
+
+    fn load_existing(&mut self) {
+        let mut by_name: HashMap<&str, usize> = HashMap::new();
+        for (i, n) in self.input.nodes.iter().enumerate() {
+            by_name.insert(&n.name, i);
+            self.existing.push(ExistingState { name: n.name.clone(), labels: n.labels.clone(), free: self.index.amounts(&n.allocatable) });
+            if let Some(pool) = n.node_pool.as_ref().and_then(|p| self.pools.iter_mut().find(|x| &x.input.name == p)) {
+                resources::add(&mut pool.usage, &self.index.amounts(&n.capacity));
+            }
+        }
+        // Bound pods consume their node and count in its domains.
+        let mut daemon_present: BTreeSet<(String, String)> = BTreeSet::new();
+        for (i, p) in self.input.pods.iter().enumerate() {
+            let Some(node) = p.node_name.as_deref().and_then(|n| by_name.get(n).copied()) else { continue };
+            if let Some(ds) = &p.daemon_set {
+                daemon_present.insert((ds.clone(), self.existing[node].name.clone()));
+            }
+            resources::sub(&mut self.existing[node].free, &self.requests[i]);
+            let zone = self.existing[node].labels.get(ZONE_KEY).cloned();
+            self.topology.place(i, Domains { hostname: &self.input.nodes[node].name, zone: zone.as_deref() });
+        }
+        // DaemonSet pods land on every node they match, unless already listed as bound pods.
+        for d in &self.input.daemon_sets {
+            let req = self.index.amounts(&d.pod.requests);
+            for (n, node) in self.input.nodes.iter().enumerate() {
+                let name = format!("{}/{}", d.pod.namespace, d.pod.name);
+                if daemon_present.contains(&(name, node.name.clone())) {
+                    continue;
+                }
+                if taints::first_untolerated(&node.taints, &d.pod.tolerations).is_none() && d.pod.node_requirements.iter().any(|r| r.matches(&node.labels)) {
+                    resources::sub(&mut self.existing[n].free, &req);
+                }
+            }
+        }
+    }
+
+    fn sort_pending(&self, pending: &mut [usize]) {
+        let cpu = self.index.position("cpu");
+        let mem = self.index.position("memory");
+        let extended: Vec<usize> = (0..self.index.len())
+            .filter(|&i| !matches!(self.index.name(i), "cpu" | "memory" | "pods" | "ephemeral-storage"))
+            .collect();
+        let get = |p: usize, i: Option<usize>| i.map(|i| self.requests[p][i]).unwrap_or(0);
+        pending.sort_by(|&a, &b| {
+            let ext = |p: usize| extended.iter().map(|&i| self.requests[p][i]).sum::<i128>();
+            ext(b)
+                .cmp(&ext(a))
+                .then_with(|| get(b, cpu).cmp(&get(a, cpu)))
+                .then_with(|| get(b, mem).cmp(&get(a, mem)))
+                .then_with(|| self.input.pods[a].namespace.cmp(&self.input.pods[b].namespace))
+                .then_with(|| self.input.pods[a].name.cmp(&self.input.pods[b].name))
+        });
+    }
+
+    /// The node-requirement alternatives to try: with preferences when `strict`.
+    fn alternatives(&self, p: usize, strict: bool) -> Vec<Requirements> {
+        let pod = &self.input.pods[p];
+        if !strict || pod.preferred_node_requirements.is_empty() {
+            return pod.node_requirements.clone();
+        }
+        // The highest-weight preferred term that is compatible with each required alternative.
+        pod.node_requirements
+            .iter()
+            .map(|alt| pod.preferred_node_requirements.iter().find_map(|pref| alt.intersect(pref).ok()).unwrap_or_else(|| alt.clone()))
+            .collect()
+    }
+
+    fn has_preferences(&self, p: usize) -> bool {
+        let pod = &self.input.pods[p];
+        !pod.preferred_node_requirements.is_empty() || self.topology.constraints(p).iter().any(|c| !c.hard)
+    }
+
+    fn place(&mut self, p: usize) -> bool {
+        let attempts: &[bool] = if self.has_preferences(p) { &[true, false] } else { &[false] };
+        for &strict in attempts {
+            if let Some(placement) = self.find(p, strict) {
+                self.apply(p, placement, strict);
+                return true;
+            }
+        }
+        false
+    }
+
+    fn find(&self, p: usize, strict: bool) -> Option<Placement> {
+        let pod = &self.input.pods[p];
+        let alts = self.alternatives(p, strict);
+        if alts.is_empty() {
+            return None;
+        }
+        let req = &self.requests[p];
+        let (node_start, claim_start) = if self.cursor_ok[p] { self.cursors.get(&(self.class_of[p], strict)).copied().unwrap_or((0, 0)) } else { (0, 0) };
+
+        // 1. Existing nodes.
+        for n in node_start..self.existing.len() {
+            let node = &self.existing[n];
+            if resources::fits(&vec![0; req.len()], req, &node.free)
+                && taints::first_untolerated(&self.input.nodes[n].taints, &pod.tolerations).is_none()
+                && alts.iter().any(|a| a.matches(&node.labels))
+                && self.topology.check(p, Domains { hostname: &node.name, zone: node.labels.get(ZONE_KEY).map(String::as_str) }, strict, &self.pod_zones(&alts)).is_ok()
+            {
+                return Some(Placement::Existing(n));
+            }
+        }
+
+        // 2. Planned NodeClaims with room, and the cheapest one to grow.
+        let mut best_grow: Option<ClaimChange> = None;
+        let mut grow_candidates = 0;
+        for c in claim_start..self.claims.len() {
+            let claim = &self.claims[c];
+            let pool = &self.pools[claim.pool];
+            if taints::first_untolerated(&pool.input.taints, &pod.tolerations).is_some() {
+                continue;
+            }
+            let recent = self.claims.len() - c <= GROW_WINDOW;
+            for alt in &alts {
+                let Some(change) = self.evaluate_claim(p, c, alt, strict, recent && grow_candidates < GROW_WINDOW) else { continue };
+                if change.delta == Price::ZERO {
+                    return Some(Placement::Claim(change));
+                }
+                grow_candidates += 1;
+                if best_grow.as_ref().is_none_or(|b| change.delta < b.delta) {
+                    best_grow = Some(change);
+                }
+            }
+        }
+
+        // 3. A new NodeClaim in the first NodePool (by weight) that can hold the pod.
+        let new = self.pool_order.iter().find_map(|&pool| alts.iter().find_map(|alt| self.evaluate_new(p, pool, alt, strict)));
+        match (best_grow, new) {
+            // Growing wins when it adds no more than the new node's share per pod.
+            (Some(g), Some(n)) if (g.delta.nano_usd() as i128) * (n.copies as i128) <= n.price.nano_usd() as i128 => Some(Placement::Claim(g)),
+            (_, Some(n)) => Some(Placement::New(n)),
+            (Some(g), None) => Some(Placement::Claim(g)),
+            (None, None) => None,
+        }
+    }
+
+    /// Zones a pod may use, for its spread minimum.
+    fn pod_zones(&self, alts: &[Requirements]) -> BTreeSet<String> {
+        self.zones
+            .iter()
+            .filter(|z| alts.iter().any(|a| a.get(ZONE_KEY).is_none_or(|r| r.matches(Some(z)))))
+            .cloned()
+            .collect()
+    }
+
+    /// Whether `p` can join claim `c` under alternative `alt`, and at what added price.
+    /// Growing to a larger instance type is only considered when `may_grow`.
+    fn evaluate_claim(&self, p: usize, c: usize, alt: &Requirements, strict: bool, may_grow: bool) -> Option<ClaimChange> {
+        let claim = &self.claims[c];
+        let pool = &self.pools[claim.pool];
+        let (requirements, mut allowed) = if alt.is_empty() {
+            (None, None)
+        } else {
+            let merged = claim.requirements.intersect(alt).ok()?;
+            if merged == claim.requirements {
+                (None, None)
+            } else {
+                if !self.defined(pool, alt) {
+                    return None;
+                }
+                let allowed: Vec<(Price, usize)> = claim.allowed.iter().filter_map(|&(_, o)| option_price(pool, o, &merged).map(|pr| (pr, o))).collect();
+                let mut allowed = allowed;
+                allowed.sort();
+                (Some(merged), Some(allowed))
+            }
+        };
+        let mut zone = claim.zone.clone();
+        let mut requirements = requirements;
+        if zone.is_none() && self.topology.needs_zone(p) {
+            let reqs = requirements.as_ref().unwrap_or(&claim.requirements);
+            let list = allowed.as_ref().unwrap_or(&claim.allowed);
+            let (z, r, a) = self.pin_zone(p, pool, reqs, list, &claim.name, strict)?;
+            zone = Some(z);
+            requirements = Some(r);
+            allowed = Some(a);
+        }
+        let domains = Domains { hostname: &claim.name, zone: zone.as_deref() };
+        self.topology.check(p, domains, strict, &self.pod_zones(std::slice::from_ref(alt))).ok()?;
+        let list = allowed.as_ref().unwrap_or(&claim.allowed);
+        let mut used = claim.used.clone();
+        resources::add(&mut used, &self.requests[p]);
+        let current = claim.price();
+        let start = if allowed.is_some() { 0 } else { claim.chosen };
+        let current_option = claim.allowed.get(claim.chosen).map(|a| a.1);
+        for (i, &(price, o)) in list.iter().enumerate().skip(start) {
+            let grows = Some(o) != current_option || price > current;
+            if grows && !may_grow && price > current {
+                return None;
+            }
+            if !self.option_holds(pool, o, &used, p) {
+                continue;
+            }
+            if Some(o) != current_option && !self.within_limits(claim.pool, Some(current_option.map(|co| &pool.options[co].capacity)), o) {
+                continue;
+            }
+            if !self.min_values_ok(pool, list, i, &used, requirements.as_ref().unwrap_or(&claim.requirements)) {
+                continue;
+            }
+            return Some(ClaimChange { claim: c, requirements, allowed, chosen: i, zone, delta: price.saturating_sub(current) });
+        }
+        None
+    }
+
+    /// A new NodeClaim for `p` in `pool` under `alt`.
+    fn evaluate_new(&self, p: usize, pool_index: usize, alt: &Requirements, strict: bool) -> Option<NewClaim> {
+        let pool = &self.pools[pool_index];
+        let pod = &self.input.pods[p];
+        if taints::first_untolerated(&pool.input.taints, &pod.tolerations).is_some() {
+            return None;
+        }
+        let requirements = pool.requirements.intersect(alt).ok()?;
+        if !self.defined(pool, alt) {
+            return None;
+        }
+        let mut allowed: Vec<(Price, usize)> = (0..pool.options.len()).filter_map(|o| option_price(pool, o, &requirements).map(|pr| (pr, o))).collect();
+        allowed.sort();
+        let name = format!("{}-{}", pool.input.name, pool.claims_made);
+        let (zone, requirements, allowed) = if self.topology.needs_zone(p) {
+            let (z, r, a) = self.pin_zone(p, pool, &requirements, &allowed, &name, strict)?;
+            (Some(z), r, a)
+        } else {
+            (None, requirements, allowed)
+        };
+        self.topology.check(p, Domains { hostname: &name, zone: zone.as_deref() }, strict, &self.pod_zones(std::slice::from_ref(alt))).ok()?;
+        // Look ahead at the pending pods of the same class: the node type with the lowest price
+        // per pod it can take, so a workload of many pods gets a node it fills.
+        let used = self.requests[p].clone();
+        let expected = self.remaining.get(&self.class_of[p]).copied().unwrap_or(1).min(self.topology.per_node_cap(p, strict)).max(1);
+        let mut best: Option<(usize, u32)> = None;
+        for (i, &(price, o)) in allowed.iter().enumerate() {
+            if !(self.option_holds(pool, o, &used, p) && self.within_limits(pool_index, None, o) && self.min_values_ok(pool, &allowed, i, &used, &requirements)) {
+                continue;
+            }
+            let copies = copies_that_fit(&used, &pool.options[o].room, expected);
+            let better = best.is_none_or(|(b, bc)| {
+                let (bp, _) = allowed[b];
+                // price / copies < bp / bc, compared exactly.
+                (price.nano_usd() as i128) * (bc as i128) < (bp.nano_usd() as i128) * (copies as i128)
+            });
+            if better {
+                best = Some((i, copies));
+            }
+        }
+        let (chosen, copies) = best?;
+        let price = allowed[chosen].0;
+        Some(NewClaim { pool: pool_index, requirements, allowed, chosen, zone, price, copies })
+    }
+
+    /// Chooses a zone for a planned node so that `p`'s zone constraints hold: the allowed zone
+    /// with the fewest pods of its spread groups, then by name.
+    fn pin_zone(&self, p: usize, pool: &Pool, reqs: &Requirements, allowed: &[(Price, usize)], hostname: &str, strict: bool) -> Option<(String, Requirements, Vec<(Price, usize)>)> {
+        let mut zones: Vec<&String> = self.zones.iter().filter(|z| reqs.get(ZONE_KEY).is_none_or(|r| r.matches(Some(z)))).collect();
+        zones.sort_by_key(|z| (self.topology.zone_load(p, z), (*z).clone()));
+        let pod_zones: BTreeSet<String> = zones.iter().map(|z| (*z).clone()).collect();
+        for z in zones {
+            if self.topology.check(p, Domains { hostname, zone: Some(z) }, strict, &pod_zones).is_err() {
+                continue;
+            }
+            let mut pinned = Requirements::new();
+            pinned.add(ZONE_KEY, Requirement::equals(z));
+            let Ok(merged) = reqs.intersect(&pinned) else { continue };
+            let mut list: Vec<(Price, usize)> = allowed.iter().filter_map(|&(_, o)| option_price(pool, o, &merged).map(|pr| (pr, o))).collect();
+            if list.is_empty() {
+                continue;
+            }
+            list.sort();
+            return Some((z.clone(), merged, list));
+        }
+        None
+    }
+
+    /// Whether every key the pod requires to be present is one a node of this pool can carry.
+    fn defined(&self, pool: &Pool, alt: &Requirements) -> bool {
+        alt.iter().all(|(k, r)| {
+            !r.requires_presence() || k == ZONE_KEY || k == CAPACITY_TYPE_KEY || pool.defined_keys.contains(k) || pool.options.iter().any(|o| o.labels.contains_key(k))
+        })
+    }
+
+    fn option_holds(&self, pool: &Pool, o: usize, used: &[i128], p: usize) -> bool {
+        let opt = &pool.options[o];
+        let zero = vec![0; used.len()];
+        resources::fits(&zero, used, &opt.room) && opt.at_most_one.iter().all(|&r| self.requests[p][r] <= 1_000_000_000)
+    }
+
+    /// Whether switching a claim of `pool` from `old` capacity to option `o` keeps the NodePool
+    /// within its limits.
+    fn within_limits(&self, pool_index: usize, old: Option<Option<&Amounts>>, o: usize) -> bool {
+        let pool = &self.pools[pool_index];
+        let Some(limits) = &pool.limits else { return true };
+        let mut usage = pool.usage.clone();
+        if let Some(Some(old)) = old {
+            resources::sub(&mut usage, old);
+        }
+        resources::add(&mut usage, &pool.options[o].capacity);
+        usage.iter().zip(limits).all(|(u, l)| u <= l)
+    }
+
+    /// Karpenter's `minValues`: the instance types a NodeClaim may still launch as must offer
+    /// enough distinct values of each such key.
+    fn min_values_ok(&self, pool: &Pool, allowed: &[(Price, usize)], from: usize, used: &[i128], reqs: &Requirements) -> bool {
+        let mut ok = true;
+        for (key, r) in reqs.iter() {
+            let Some(min) = r.min_values else { continue };
+            let distinct: BTreeSet<&str> = allowed[from..]
+                .iter()
+                .filter(|(_, o)| resources::fits(&vec![0; used.len()], used, &pool.options[*o].room))
+                .filter_map(|(_, o)| pool.options[*o].labels.get(key).map(String::as_str))
+                .collect();
+            ok &= distinct.len() >= min;
+        }
+        ok
+    }
+
+    fn apply(&mut self, p: usize, placement: Placement, strict: bool) {
+        let class = (self.class_of[p], strict);
+        if let Some(r) = self.remaining.get_mut(&self.class_of[p]) {
+            *r = r.saturating_sub(1);
+        }
+        match placement {
+            Placement::Existing(n) => {
+                resources::sub(&mut self.existing[n].free, &self.requests[p]);
+                let zone = self.existing[n].labels.get(ZONE_KEY).cloned();
+                self.topology.place(p, Domains { hostname: &self.existing[n].name, zone: zone.as_deref() });
+                self.bindings.push((p, self.existing[n].name.clone()));
+                self.cursors.entry(class).or_insert((0, 0)).0 = n;
+            }
+            Placement::Claim(change) => {
+                let claim = &mut self.claims[change.claim];
+                let pool = &mut self.pools[claim.pool];
+                let old = claim.allowed.get(claim.chosen).map(|a| a.1);
+                if let Some(r) = change.requirements {
+                    claim.requirements = r;
+                }
+                if let Some(a) = change.allowed {
+                    claim.allowed = a;
+                }
+                claim.chosen = change.chosen;
+                claim.zone = change.zone;
+                let new = claim.allowed.get(claim.chosen).map(|a| a.1);
+                if old != new {
+                    if let Some(o) = old {
+                        resources::sub(&mut pool.usage, &pool.options[o].capacity);
+                    }
+                    if let Some(o) = new {
+                        resources::add(&mut pool.usage, &pool.options[o].capacity);
+                    }
+                }
+                resources::add(&mut claim.used, &self.requests[p]);
+                claim.pods.push(p);
+                let (name, zone) = (claim.name.clone(), claim.zone.clone());
+                self.topology.place(p, Domains { hostname: &name, zone: zone.as_deref() });
+                self.bindings.push((p, name));
+                let cursor = self.cursors.entry(class).or_insert((0, 0));
+                cursor.0 = self.existing.len();
+                cursor.1 = change.claim;
+            }
+            Placement::New(n) => {
+                let pool = &mut self.pools[n.pool];
+                let name = format!("{}-{}", pool.input.name, pool.claims_made);
+                pool.claims_made += 1;
+                if let Some(&(_, o)) = n.allowed.get(n.chosen) {
+                    resources::add(&mut pool.usage, &pool.options[o].capacity);
+                }
+                self.topology.place(p, Domains { hostname: &name, zone: n.zone.as_deref() });
+                self.bindings.push((p, name.clone()));
+                self.claims.push(Claim {
+                    pool: n.pool,
+                    name,
+                    requirements: n.requirements,
+                    allowed: n.allowed,
+                    chosen: n.chosen,
+                    used: self.requests[p].clone(),
+                    pods: vec![p],
+                    zone: n.zone,
+                });
+                let cursor = self.cursors.entry(class).or_insert((0, 0));
+                cursor.0 = self.existing.len();
+                cursor.1 = self.claims.len() - 1;
+            }
+        }
+    }
+
+    fn finish(self, unschedulable: Vec<Unschedulable>) -> Plan {
+        let mut plan = Plan::new();
+        for claim in &self.claims {
+            let pool = &self.pools[claim.pool];
+            let Some(&(price, o)) = claim.allowed.get(claim.chosen) else { continue };
+            let opt = &pool.options[o];
+            let Some(offering) = cheapest_offering(pool, o, &claim.requirements) else { continue };
+            let mut labels = opt.labels.clone();
+            for (k, r) in claim.requirements.iter() {
+                if !labels.contains_key(k)
+                    && let Some(v) = r.any_value()
+                {
+                    labels.insert(k.clone(), v.to_string());
+                }
+            }
+            labels.insert(ZONE_KEY.into(), offering.zone.clone());
+            labels.insert(CAPACITY_TYPE_KEY.into(), offering.capacity_type.clone());
+            let mut requested = claim.used.clone();
+            resources::add(&mut requested, &opt.daemon);
+            let option_input = pool.input.options.iter().find(|x| x.instance_type == opt.name);
+            let like = option_input.map(|x| x.allocatable.clone()).unwrap_or_default();
+            let mut pods: Vec<String> = claim.pods.iter().map(|&p| self.input.pods[p].key()).collect();
+            pods.sort();
+            let instance_type_options = claim.allowed[claim.chosen..]
+                .iter()
+                .filter(|(_, o)| resources::fits(&vec![0; claim.used.len()], &claim.used, &pool.options[*o].room))
+                .map(|(_, o)| pool.options[*o].name.clone())
+                .take(20)
+                .collect();
+            plan.node_claims.push(PlannedNodeClaim {
+                name: claim.name.clone(),
+                node_pool: pool.input.name.clone(),
+                instance_type: opt.name.clone(),
+                capacity_type: offering.capacity_type.clone(),
+                zone: offering.zone.clone(),
+                price_per_hour: price,
+                pods,
+                resources: ClaimResources { requested: self.index.list(&requested, &like), allocatable: like.clone() },
+                labels,
+                annotations: BTreeMap::new(),
+                instance_type_options,
+            });
+        }
+        plan.total_price_per_hour = plan.node_claims.iter().map(|c| c.price_per_hour).sum();
+        plan.bindings = self.bindings.iter().map(|(p, n)| Binding { pod: self.input.pods[*p].key(), node: n.clone() }).collect();
+        plan.bindings.sort_by(|a, b| a.pod.cmp(&b.pod));
+        plan.unschedulable = unschedulable;
+        plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+        plan
+    }
+
+    /// One line a person can act on: for existing nodes and each NodePool, the first reason
+    /// each group of candidates was rejected.
+    fn explain(&self, p: usize) -> String {
+        explain::explain(self, p)
+    }
+}
+
+/// How many copies of a pod with requests `one` fit in `room`, at most `limit`.
+fn copies_that_fit(one: &[i128], room: &[i128], limit: u32) -> u32 {
+    one.iter()
+        .zip(room)
+        .filter(|(r, _)| **r > 0)
+        .map(|(r, c)| (c / r).clamp(0, limit as i128) as u32)
+        .min()
+        .unwrap_or(limit)
+}
+
+/// The cheapest offering of option `o` allowed by `reqs` (zone and capacity type), ties broken
+/// by zone then capacity type so the result is deterministic.
+fn cheapest_offering<'p>(pool: &'p Pool, o: usize, reqs: &Requirements) -> Option<&'p LaunchOffering> {
+    pool.offerings[o]
+        .iter()
+        .copied()
+        .filter(|off| offering_allowed(off, reqs))
+        .min_by(|a, b| a.price.cmp(&b.price).then_with(|| a.zone.cmp(&b.zone)).then_with(|| a.capacity_type.cmp(&b.capacity_type)))
+}
+
+fn offering_allowed(off: &LaunchOffering, reqs: &Requirements) -> bool {
+    reqs.get(ZONE_KEY).is_none_or(|r| r.matches(Some(&off.zone))) && reqs.get(CAPACITY_TYPE_KEY).is_none_or(|r| r.matches(Some(&off.capacity_type)))
+}
+
+/// The price of option `o` under `reqs`, or `None` when its labels or offerings do not allow it.
+fn option_price(pool: &Pool, o: usize, reqs: &Requirements) -> Option<Price> {
+    let opt = &pool.options[o];
+    let labels_ok = reqs.iter().all(|(k, r)| {
+        if k == ZONE_KEY || k == CAPACITY_TYPE_KEY {
+            return true;
+        }
+        match opt.labels.get(k) {
+            Some(v) => r.matches(Some(v)),
+            // Keys the NodePool defines take their value from the requirements themselves.
+            None => pool.defined_keys.contains(k) || r.matches(None),
+        }
+    });
+    if !labels_ok {
+        return None;
+    }
+    cheapest_offering(pool, o, reqs).map(|off| off.price)
+}
+
+fn build_pool<'a>(input: &'a PoolInput, all: &'a SchedulingInput, index: &ResourceIndex, zones: &mut BTreeSet<String>) -> Pool<'a> {
+    let mut requirements = input.requirements.clone();
+    // Karpenter launches on-demand capacity unless a NodePool explicitly allows other types.
+    if requirements.get(CAPACITY_TYPE_KEY).is_none() {
+        requirements.add(CAPACITY_TYPE_KEY, Requirement::equals("on-demand"));
+    }
+    let defined_keys: BTreeSet<String> = requirements.iter().map(|(k, _)| k.clone()).chain(input.labels.keys().cloned()).collect();
+    let mut options = Vec::new();
+    let mut offerings = Vec::new();
+    for o in &input.options {
+        let mut labels = o.labels.clone();
+        labels.extend(input.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        labels.insert(NODEPOOL_KEY.into(), input.name.clone());
+        labels.insert(INSTANCE_TYPE_KEY.into(), o.instance_type.clone());
+        // The NodePool's requirements on instance-type labels filter its instance types.
+        let fits_pool = requirements.iter().all(|(k, r)| k == ZONE_KEY || k == CAPACITY_TYPE_KEY || labels.get(k).map(|v| r.matches(Some(v))).unwrap_or(true));
+        let allowed: Vec<&LaunchOffering> = o.offerings.iter().filter(|off| offering_allowed(off, &requirements)).collect();
+        if !fits_pool || allowed.is_empty() {
+            continue;
+        }
+        for off in &allowed {
+            zones.insert(off.zone.clone());
+        }
+        let mut daemon = vec![0; index.len()];
+        for d in &all.daemon_sets {
+            if taints::first_untolerated(&input.taints, &d.pod.tolerations).is_none() && d.pod.node_requirements.iter().any(|r| r.matches(&labels)) {
+                resources::add(&mut daemon, &index.amounts(&d.pod.requests));
+            }
+        }
+        let mut room = index.amounts(&o.allocatable);
+        resources::sub(&mut room, &daemon);
+        options.push(Opt {
+            name: o.instance_type.clone(),
+            room,
+            daemon,
+            capacity: index.amounts(&o.capacity),
+            labels,
+            at_most_one: o.at_most_one_per_pod.iter().filter_map(|r| index.position(r)).collect(),
+        });
+        offerings.push(allowed);
+    }
+    let limits = (!input.limits.is_empty()).then(|| {
+        let mut l = vec![i128::MAX; index.len()];
+        for (name, q) in &input.limits {
+            if let Some(i) = index.position(name) {
+                l[i] = q.nanos();
+            }
+        }
+        l
+    });
+    Pool { input, requirements, options, offerings, defined_keys, limits, usage: vec![0; index.len()], claims_made: 0 }
+}
+
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,121 @@
+//! Why a pod cannot be placed, in one line a person can act on.
+//!
+//! Runs only for pods that failed, so it may re-check every candidate: existing nodes are
+//! counted by their first failing check, and each NodePool's instance types are grouped by
+//! the first constraint each one fails.
+
+use std::collections::BTreeMap;
+
+use super::super::pod::ZONE_KEY;
+use super::super::resources;
+use super::super::taints;
+use super::super::topology::Domains;
+use super::{Planner, option_price};
+
+/// How many instance type names to show per group before "+N more".
+const NAMES_SHOWN: usize = 3;
+
+pub(super) fn explain(pl: &Planner, p: usize) -> String {
+    let pod = &pl.input.pods[p];
+    let alts = pl.alternatives(p, false);
+    if alts.is_empty() {
+        return "no required node-affinity term is compatible with the pod's nodeSelector".into();
+    }
+    let req = &pl.requests[p];
+    let zero = vec![0; req.len()];
+    let zones = pl.pod_zones(&alts);
+    let mut parts = Vec::new();
+
+    if !pl.existing.is_empty() {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for (n, node) in pl.existing.iter().enumerate() {
+            let reason = if let Some(t) = taints::first_untolerated(&pl.input.nodes[n].taints, &pod.tolerations) {
+                format!("taint {} not tolerated", taints::describe(t))
+            } else if let Some((key, r)) = alts.iter().all(|a| !a.matches(&node.labels)).then(|| alts[0].first_mismatch(&node.labels)).flatten() {
+                format!("label {key} does not satisfy {r}")
+            } else if let Some(i) = resources::first_shortfall(&zero, req, &node.free) {
+                format!("insufficient {}", pl.index.name(i))
+            } else if let Err(v) = pl.topology.check(p, Domains { hostname: &node.name, zone: node.labels.get(ZONE_KEY).map(String::as_str) }, false, &zones) {
+                v.to_string()
+            } else {
+                "no room left after other pending pods".into()
+            };
+            *counts.entry(reason).or_default() += 1;
+        }
+        let summary: Vec<String> = counts.iter().map(|(r, c)| format!("{c} {r}")).collect();
+        parts.push(format!("existing nodes: {}", summary.join(", ")));
+    }
+
+    if pl.pools.is_empty() {
+        parts.push("no NodePool to launch nodes from".into());
+    }
+    for &pi in &pl.pool_order {
+        let pool = &pl.pools[pi];
+        let prefix = format!("NodePool {}", pool.input.name);
+        if let Some(t) = taints::first_untolerated(&pool.input.taints, &pod.tolerations) {
+            parts.push(format!("{prefix}: taint {} not tolerated", taints::describe(t)));
+            continue;
+        }
+        let merged: Vec<_> = alts.iter().map(|a| pool.requirements.intersect(a)).collect();
+        let Some(reqs) = merged.iter().find_map(|m| m.as_ref().ok()) else {
+            if let Some(Err(conflict)) = merged.first() {
+                parts.push(format!("{prefix}: pod requirement {conflict}"));
+            }
+            continue;
+        };
+        if let Some(key) = alts.iter().find_map(|a| a.iter().find(|(k, r)| r.requires_presence() && !pl.defined(pool, &single(k, r))).map(|(k, _)| k.clone())) {
+            parts.push(format!("{prefix}: no node of this NodePool carries label {key}"));
+            continue;
+        }
+        if pool.options.is_empty() {
+            parts.push(format!("{prefix}: no instance type satisfies the NodePool's requirements"));
+            continue;
+        }
+        let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
+        for (o, opt) in pool.options.iter().enumerate() {
+            let reason = if option_price(pool, o, reqs).is_none() {
+                let mismatch = reqs.iter().find(|(k, r)| {
+                    *k != ZONE_KEY && *k != super::CAPACITY_TYPE_KEY && match opt.labels.get(*k) {
+                        Some(v) => !r.matches(Some(v)),
+                        None => !pool.defined_keys.contains(*k) && !r.matches(None),
+                    }
+                });
+                match mismatch {
+                    Some((k, r)) => format!("{k} {} does not satisfy {r}", opt.labels.get(k).map(String::as_str).unwrap_or("(absent)")),
+                    None => "no offering in the allowed zones and capacity types".into(),
+                }
+            } else if let Some(&r) = opt.at_most_one.iter().find(|&&r| req[r] > 1_000_000_000) {
+                format!("requests more than one {} where the device plugin sets failRequestsGreaterThanOne", pl.index.name(r))
+            } else if let Some(i) = resources::first_shortfall(&zero, req, &opt.room) {
+                let like = pool.input.options.iter().find(|x| x.instance_type == opt.name).map(|x| x.allocatable.clone()).unwrap_or_default();
+                let need = pl.index.list(&req.iter().enumerate().map(|(j, v)| if j == i { *v } else { 0 }).collect::<Vec<_>>(), &like);
+                let need = need.values().next().map(|q| q.to_string()).unwrap_or_default();
+                format!("insufficient {} (pod requests {need})", pl.index.name(i))
+            } else if !pl.within_limits(pi, None, o) {
+                "NodePool limits would be exceeded".into()
+            } else {
+                "fits, but the pod's topology constraints cannot be met".into()
+            };
+            match groups.iter_mut().find(|(r, _)| *r == reason) {
+                Some((_, names)) => names.push(&opt.name),
+                None => groups.push((reason, vec![&opt.name])),
+            }
+        }
+        let described: Vec<String> = groups
+            .iter()
+            .map(|(reason, names)| {
+                let shown = names.iter().take(NAMES_SHOWN).copied().collect::<Vec<_>>().join(", ");
+                let more = names.len().saturating_sub(NAMES_SHOWN);
+                if more > 0 { format!("{shown} (+{more} more): {reason}") } else { format!("{shown}: {reason}") }
+            })
+            .collect();
+        parts.push(format!("{prefix}: {}", described.join("; ")));
+    }
+    parts.join("; ")
+}
+
+fn single(key: &str, r: &crate::requirements::Requirement) -> crate::requirements::Requirements {
+    let mut one = crate::requirements::Requirements::new();
+    one.add(key, r.clone());
+    one
+}

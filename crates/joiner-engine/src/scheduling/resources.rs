@@ -1,0 +1,98 @@
+//! Dense resource vectors for the planner's inner loops.
+//!
+//! Resource lists are maps keyed by name; comparing maps for every (pod, node) pair would
+//! dominate planning time. Every resource name seen in the input gets an index once, and the
+//! planner works on fixed-length vectors of exact nano-unit values.
+
+use std::collections::HashMap;
+
+use joiner_model::{Quantity, ResourceList};
+
+/// Resource name <-> index.
+#[derive(Debug, Default)]
+pub struct ResourceIndex {
+    names: Vec<String>,
+    index: HashMap<String, usize>,
+}
+
+/// Exact amounts, one per indexed resource.
+pub type Amounts = Vec<i128>;
+
+impl ResourceIndex {
+    pub fn intern(&mut self, list: &ResourceList) {
+        for name in list.keys() {
+            if !self.index.contains_key(name) {
+                self.index.insert(name.clone(), self.names.len());
+                self.names.push(name.clone());
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn name(&self, i: usize) -> &str {
+        &self.names[i]
+    }
+
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
+    /// A list as a vector; names not interned are ignored (intern every input first).
+    pub fn amounts(&self, list: &ResourceList) -> Amounts {
+        let mut v = vec![0; self.names.len()];
+        for (name, q) in list {
+            if let Some(&i) = self.index.get(name) {
+                v[i] = q.nanos();
+            }
+        }
+        v
+    }
+
+    /// A vector back as a list, leaving out zeros; `like` supplies each resource's notation.
+    pub fn list(&self, amounts: &[i128], like: &ResourceList) -> ResourceList {
+        amounts
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| **v != 0)
+            .map(|(i, v)| {
+                let name = &self.names[i];
+                let format = like.get(name).map(|q| q.format()).unwrap_or_else(|| default_format(name));
+                (name.clone(), Quantity::from_nanos(*v, format))
+            })
+            .collect()
+    }
+}
+
+fn default_format(name: &str) -> joiner_model::Format {
+    if name == "memory" || name.ends_with("storage") || name.starts_with("hugepages-") {
+        joiner_model::Format::BinarySI
+    } else {
+        joiner_model::Format::DecimalSI
+    }
+}
+
+/// `used + extra <= capacity` in every resource; resources absent from the capacity are zero.
+#[inline]
+pub fn fits(used: &[i128], extra: &[i128], capacity: &[i128]) -> bool {
+    used.iter().zip(extra).zip(capacity).all(|((u, e), c)| *e == 0 || u + e <= *c)
+}
+
+/// The first resource in which `used + extra` exceeds `capacity`.
+pub fn first_shortfall(used: &[i128], extra: &[i128], capacity: &[i128]) -> Option<usize> {
+    (0..used.len()).find(|&i| extra[i] != 0 && used[i] + extra[i] > capacity[i])
+}
+
+pub fn add(into: &mut [i128], other: &[i128]) {
+    for (a, b) in into.iter_mut().zip(other) {
+        *a += b;
+    }
+}
+
+pub fn sub(into: &mut [i128], other: &[i128]) {
+    for (a, b) in into.iter_mut().zip(other) {
+        *a -= b;
+    }
+}

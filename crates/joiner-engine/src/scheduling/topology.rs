@@ -1,0 +1,235 @@
+//! Topology spread and pod (anti-)affinity over zones and hostnames.
+//!
+//! Pods of one workload share their selectors, so constraints are grouped: a group is a
+//! (topology key, pod selector) pair that counts, per domain (a zone or a node), the pods it
+//! selects ("members") and the pods that repel its members through required anti-affinity.
+//! Placing a pod updates the groups it belongs to; checking a pod reads a few counters.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::pod::{PodInfo, PodSelector, TopologyKey};
+use crate::requirements::Requirements;
+
+/// How a pod relates to a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Constraint {
+    /// Topology spread with this max skew.
+    Spread { max_skew: u32 },
+    /// Must share a domain with a member.
+    Affinity,
+    /// Must not share a domain with a member.
+    AntiAffinity,
+}
+
+/// A constraint of one pod on one group; `hard` ones are never relaxed.
+#[derive(Debug, Clone, Copy)]
+pub struct PodConstraint {
+    pub group: usize,
+    pub kind: Constraint,
+    pub hard: bool,
+}
+
+#[derive(Debug)]
+struct Group {
+    key: TopologyKey,
+    members: HashMap<String, u32>,
+    repellers: HashMap<String, u32>,
+    total_members: u32,
+}
+
+/// The groups of one scheduling run, and every pod's relation to them.
+#[derive(Debug, Default)]
+pub struct Topology {
+    groups: Vec<Group>,
+    /// Per pod (by index in the input): the groups it is a member of.
+    member_of: Vec<Vec<usize>>,
+    /// Per pod: its constraints.
+    constraints: Vec<Vec<PodConstraint>>,
+}
+
+/// Where a node is: its hostname domain and, once known, its zone.
+#[derive(Debug, Clone, Copy)]
+pub struct Domains<'a> {
+    pub hostname: &'a str,
+    pub zone: Option<&'a str>,
+}
+
+/// Why a pod may not go to a domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    Spread(TopologyKey),
+    Affinity(TopologyKey),
+    AntiAffinity(TopologyKey),
+    /// A pod already there repels this one.
+    Repelled(TopologyKey),
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let key = |k: &TopologyKey| match k {
+            TopologyKey::Zone => "zone",
+            TopologyKey::Hostname => "hostname",
+        };
+        match self {
+            Violation::Spread(k) => write!(f, "topology spread over {} would exceed maxSkew", key(k)),
+            Violation::Affinity(k) => write!(f, "pod affinity needs a matching pod in the same {}", key(k)),
+            Violation::AntiAffinity(k) => write!(f, "pod anti-affinity forbids a matching pod in the same {}", key(k)),
+            Violation::Repelled(k) => write!(f, "another pod's anti-affinity forbids this pod in the same {}", key(k)),
+        }
+    }
+}
+
+impl Topology {
+    /// Builds the groups for every pod's constraints and finds which pods each group counts.
+    pub fn new(pods: &[PodInfo]) -> Topology {
+        let mut index: HashMap<(TopologyKey, PodSelector), usize> = HashMap::new();
+        let mut selectors: Vec<(PodSelector, Requirements)> = Vec::new();
+        let mut t = Topology::default();
+        let mut group_of = |t: &mut Topology, key: TopologyKey, sel: &PodSelector| -> usize {
+            *index.entry((key, sel.clone())).or_insert_with(|| {
+                t.groups.push(Group { key, members: HashMap::new(), repellers: HashMap::new(), total_members: 0 });
+                selectors.push((sel.clone(), sel.selector.requirements()));
+                t.groups.len() - 1
+            })
+        };
+        for pod in pods {
+            let mut cs = Vec::new();
+            for s in &pod.spread {
+                let group = group_of(&mut t, s.key, &s.selector);
+                cs.push(PodConstraint { group, kind: Constraint::Spread { max_skew: s.max_skew }, hard: s.hard });
+            }
+            for a in &pod.affinity {
+                let group = group_of(&mut t, a.key, &a.selector);
+                let kind = if a.anti { Constraint::AntiAffinity } else { Constraint::Affinity };
+                cs.push(PodConstraint { group, kind, hard: a.required });
+            }
+            t.constraints.push(cs);
+        }
+        // Membership: pods with the same labels and namespace belong to the same groups.
+        let mut cache: HashMap<(&str, &crate::requirements::Labels), Vec<usize>> = HashMap::new();
+        for pod in pods {
+            let members = cache
+                .entry((pod.namespace.as_str(), &pod.labels))
+                .or_insert_with(|| {
+                    selectors
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, (sel, compiled))| pod.selected_by(sel, compiled))
+                        .map(|(i, _)| i)
+                        .collect()
+                })
+                .clone();
+            t.member_of.push(members);
+        }
+        t
+    }
+
+    pub fn constraints(&self, pod: usize) -> &[PodConstraint] {
+        &self.constraints[pod]
+    }
+
+    /// Whether the pod has any relation to zones, so a planned node must fix its zone before
+    /// the pod can be placed (or counted) there.
+    pub fn needs_zone(&self, pod: usize) -> bool {
+        self.constraints[pod].iter().any(|c| self.groups[c.group].key == TopologyKey::Zone)
+            || self.member_of[pod].iter().any(|g| self.groups[*g].key == TopologyKey::Zone)
+    }
+
+    /// How many pods like `pod` one node can take under its own hostname constraints
+    /// (anti-affinity to its own group: one; hostname spread: its max skew).
+    pub fn per_node_cap(&self, pod: usize, strict: bool) -> u32 {
+        self.constraints[pod]
+            .iter()
+            .filter(|c| (c.hard || strict) && self.groups[c.group].key == TopologyKey::Hostname && self.member_of[pod].contains(&c.group))
+            .filter_map(|c| match c.kind {
+                Constraint::AntiAffinity => Some(1),
+                Constraint::Spread { max_skew } => Some(max_skew),
+                Constraint::Affinity => None,
+            })
+            .min()
+            .unwrap_or(u32::MAX)
+    }
+
+    /// Checks a pod against a domain. `strict` also enforces soft constraints (preferences).
+    /// `zones` are the zones the pod could use, for the spread minimum.
+    pub fn check(&self, pod: usize, at: Domains, strict: bool, zones: &BTreeSet<String>) -> Result<(), Violation> {
+        for c in &self.constraints[pod] {
+            if !c.hard && !strict {
+                continue;
+            }
+            let g = &self.groups[c.group];
+            let Some(domain) = domain(g.key, at) else { continue };
+            let here = g.members.get(domain).copied().unwrap_or(0);
+            let me = u32::from(self.member_of[pod].contains(&c.group));
+            match c.kind {
+                Constraint::Spread { max_skew } => {
+                    let min = match g.key {
+                        // A new node can always be added, so the emptiest hostname has zero.
+                        TopologyKey::Hostname => 0,
+                        TopologyKey::Zone => zones.iter().map(|z| g.members.get(z.as_str()).copied().unwrap_or(0)).min().unwrap_or(0),
+                    };
+                    if here + me > min + max_skew {
+                        return Err(Violation::Spread(g.key));
+                    }
+                }
+                Constraint::Affinity => {
+                    // The first pod of a self-affine group may go anywhere.
+                    let first = g.total_members == 0 && me == 1;
+                    if here == 0 && !first {
+                        return Err(Violation::Affinity(g.key));
+                    }
+                }
+                Constraint::AntiAffinity => {
+                    if here > 0 {
+                        return Err(Violation::AntiAffinity(g.key));
+                    }
+                }
+            }
+        }
+        for &gid in &self.member_of[pod] {
+            let g = &self.groups[gid];
+            if let Some(domain) = domain(g.key, at)
+                && g.repellers.get(domain).copied().unwrap_or(0) > 0
+            {
+                return Err(Violation::Repelled(g.key));
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a pod in a domain. Only hard anti-affinity repels (preferences do not bind others).
+    pub fn place(&mut self, pod: usize, at: Domains) {
+        for &gid in &self.member_of[pod] {
+            let g = &mut self.groups[gid];
+            if let Some(d) = domain(g.key, at) {
+                *g.members.entry(d.to_string()).or_insert(0) += 1;
+                g.total_members += 1;
+            }
+        }
+        for c in &self.constraints[pod] {
+            if c.kind == Constraint::AntiAffinity && c.hard {
+                let g = &mut self.groups[c.group];
+                if let Some(d) = domain(g.key, at) {
+                    *g.repellers.entry(d.to_string()).or_insert(0) += 1;
+                }
+            }
+        }
+    }
+
+    /// Ranks zones for a pod that fixes a planned node's zone: fewest members of its spread
+    /// groups first, so spreading pods fill the emptiest zone.
+    pub fn zone_load(&self, pod: usize, zone: &str) -> u32 {
+        self.constraints[pod]
+            .iter()
+            .filter(|c| matches!(c.kind, Constraint::Spread { .. }) && self.groups[c.group].key == TopologyKey::Zone)
+            .map(|c| self.groups[c.group].members.get(zone).copied().unwrap_or(0))
+            .sum()
+    }
+}
+
+fn domain<'a>(key: TopologyKey, at: Domains<'a>) -> Option<&'a str> {
+    match key {
+        TopologyKey::Hostname => Some(at.hostname),
+        TopologyKey::Zone => at.zone,
+    }
+}
