@@ -55,7 +55,7 @@ pub enum RequirementError {
 }
 
 /// Values a present label may take.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Values {
     /// Only these values.
     Only(BTreeSet<String>),
@@ -64,7 +64,7 @@ enum Values {
 }
 
 /// What one label key must satisfy.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Requirement {
     values: Values,
     /// Exclusive integer lower bound (`Gt`).
@@ -81,7 +81,8 @@ pub struct Requirement {
 impl Requirement {
     /// Builds a requirement from one selector expression.
     pub fn new(operator: &str, values: &[String]) -> Result<Requirement, RequirementError> {
-        let op = Operator::parse(operator).ok_or_else(|| RequirementError::Operator(operator.into()))?;
+        let op =
+            Operator::parse(operator).ok_or_else(|| RequirementError::Operator(operator.into()))?;
         let set = || values.iter().cloned().collect::<BTreeSet<_>>();
         let integer = |name: &'static str| match values {
             [v] => v
@@ -145,7 +146,9 @@ impl Requirement {
         if self.greater_than.is_none() && self.less_than.is_none() {
             return true;
         }
-        let Ok(n) = value.parse::<i64>() else { return false };
+        let Ok(n) = value.parse::<i64>() else {
+            return false;
+        };
         self.greater_than.is_none_or(|g| n > g) && self.less_than.is_none_or(|l| n < l)
     }
 
@@ -171,11 +174,15 @@ impl Requirement {
     /// Both requirements at once.
     pub fn intersect(&self, other: &Requirement) -> Requirement {
         let values = match (&self.values, &other.values) {
-            (Values::Only(a), Values::Only(b)) => Values::Only(a.intersection(b).cloned().collect()),
+            (Values::Only(a), Values::Only(b)) => {
+                Values::Only(a.intersection(b).cloned().collect())
+            }
             (Values::Only(a), Values::AllExcept(b)) | (Values::AllExcept(b), Values::Only(a)) => {
                 Values::Only(a.difference(b).cloned().collect())
             }
-            (Values::AllExcept(a), Values::AllExcept(b)) => Values::AllExcept(a.union(b).cloned().collect()),
+            (Values::AllExcept(a), Values::AllExcept(b)) => {
+                Values::AllExcept(a.union(b).cloned().collect())
+            }
         };
         Requirement {
             values,
@@ -214,7 +221,10 @@ impl Requirement {
     /// smallest allowed value when it lists several (deterministic).
     pub fn any_value(&self) -> Option<&str> {
         match &self.values {
-            Values::Only(set) => set.iter().find(|v| self.within_bounds(v)).map(String::as_str),
+            Values::Only(set) => set
+                .iter()
+                .find(|v| self.within_bounds(v))
+                .map(String::as_str),
             Values::AllExcept(_) => None,
         }
     }
@@ -222,7 +232,11 @@ impl Requirement {
     /// The finite set of allowed values, when there is one.
     pub fn allowed_values(&self) -> Option<impl Iterator<Item = &str>> {
         match &self.values {
-            Values::Only(set) => Some(set.iter().filter(|v| self.within_bounds(v)).map(String::as_str)),
+            Values::Only(set) => Some(
+                set.iter()
+                    .filter(|v| self.within_bounds(v))
+                    .map(String::as_str),
+            ),
             Values::AllExcept(_) => None,
         }
     }
@@ -247,7 +261,9 @@ impl fmt::Display for Requirement {
         let join = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(",");
         let mut parts = Vec::new();
         match &self.values {
-            Values::Only(s) if s.is_empty() && self.absent_ok => parts.push("DoesNotExist".to_string()),
+            Values::Only(s) if s.is_empty() && self.absent_ok => {
+                parts.push("DoesNotExist".to_string())
+            }
             Values::Only(s) => parts.push(format!("In [{}]", join(s))),
             Values::AllExcept(s) if s.is_empty() && !self.absent_ok => {
                 if self.greater_than.is_none() && self.less_than.is_none() {
@@ -268,7 +284,7 @@ impl fmt::Display for Requirement {
 }
 
 /// Requirements on several keys, all of which must hold.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Requirements(BTreeMap<String, Requirement>);
 
 /// The first key on which two requirement sets cannot both hold.
@@ -281,7 +297,11 @@ pub struct Conflict {
 
 impl fmt::Display for Conflict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {} conflicts with {} {}", self.key, self.left, self.key, self.right)
+        write!(
+            f,
+            "{} {} conflicts with {} {}",
+            self.key, self.left, self.key, self.right
+        )
     }
 }
 
@@ -292,7 +312,12 @@ impl Requirements {
 
     /// Every label of `labels` as `key In [value]`.
     pub fn from_labels(labels: &Labels) -> Self {
-        Requirements(labels.iter().map(|(k, v)| (k.clone(), Requirement::equals(v))).collect())
+        Requirements(
+            labels
+                .iter()
+                .map(|(k, v)| (k.clone(), Requirement::equals(v)))
+                .collect(),
+        )
     }
 
     /// Adds a requirement, intersecting with any already on that key.
@@ -319,7 +344,9 @@ impl Requirements {
 
     /// Whether a node with exactly these labels satisfies every requirement.
     pub fn matches(&self, labels: &Labels) -> bool {
-        self.0.iter().all(|(k, r)| r.matches(labels.get(k).map(String::as_str)))
+        self.0
+            .iter()
+            .all(|(k, r)| r.matches(labels.get(k).map(String::as_str)))
     }
 
     /// The first requirement a label set fails, for explanations.
@@ -359,7 +386,11 @@ mod tests {
     use super::*;
 
     fn req(op: &str, values: &[&str]) -> Requirement {
-        Requirement::new(op, &values.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+        Requirement::new(
+            op,
+            &values.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -381,11 +412,26 @@ mod tests {
 
     #[test]
     fn rejects_malformed_expressions() {
-        assert!(matches!(Requirement::new("Near", &[]), Err(RequirementError::Operator(_))));
-        assert!(matches!(Requirement::new("In", &[]), Err(RequirementError::MissingValues(_))));
-        assert!(matches!(Requirement::new("Exists", &["a".into()]), Err(RequirementError::UnexpectedValues(_))));
-        assert!(matches!(Requirement::new("Gt", &["x".into()]), Err(RequirementError::Integer(..))));
-        assert!(matches!(Requirement::new("Lt", &["1".into(), "2".into()]), Err(RequirementError::Integer(..))));
+        assert!(matches!(
+            Requirement::new("Near", &[]),
+            Err(RequirementError::Operator(_))
+        ));
+        assert!(matches!(
+            Requirement::new("In", &[]),
+            Err(RequirementError::MissingValues(_))
+        ));
+        assert!(matches!(
+            Requirement::new("Exists", &["a".into()]),
+            Err(RequirementError::UnexpectedValues(_))
+        ));
+        assert!(matches!(
+            Requirement::new("Gt", &["x".into()]),
+            Err(RequirementError::Integer(..))
+        ));
+        assert!(matches!(
+            Requirement::new("Lt", &["1".into(), "2".into()]),
+            Err(RequirementError::Integer(..))
+        ));
     }
 
     #[test]
@@ -398,14 +444,35 @@ mod tests {
         let r = req("Gt", &["2"]).intersect(&req("Lt", &["5"]));
         assert!(r.matches(Some("3")) && r.matches(Some("4")) && !r.matches(Some("5")));
         assert!(r.is_satisfiable());
-        assert!(!req("Gt", &["2"]).intersect(&req("Lt", &["3"])).is_satisfiable());
-        let excluded = req("Gt", &["2"]).intersect(&req("Lt", &["5"])).intersect(&req("NotIn", &["3", "4"]));
+        assert!(
+            !req("Gt", &["2"])
+                .intersect(&req("Lt", &["3"]))
+                .is_satisfiable()
+        );
+        let excluded = req("Gt", &["2"])
+            .intersect(&req("Lt", &["5"]))
+            .intersect(&req("NotIn", &["3", "4"]));
         assert!(!excluded.is_satisfiable());
-        assert!(!req("In", &["a"]).intersect(&req("In", &["b"])).is_satisfiable());
-        assert!(!req("Exists", &[]).intersect(&req("DoesNotExist", &[])).is_satisfiable());
-        assert!(req("NotIn", &["a"]).intersect(&req("DoesNotExist", &[])).is_satisfiable());
+        assert!(
+            !req("In", &["a"])
+                .intersect(&req("In", &["b"]))
+                .is_satisfiable()
+        );
+        assert!(
+            !req("Exists", &[])
+                .intersect(&req("DoesNotExist", &[]))
+                .is_satisfiable()
+        );
+        assert!(
+            req("NotIn", &["a"])
+                .intersect(&req("DoesNotExist", &[]))
+                .is_satisfiable()
+        );
         let r = req("In", &["1", "8", "9"]).intersect(&req("Gt", &["4"]));
-        assert_eq!(r.allowed_values().unwrap().collect::<Vec<_>>(), vec!["8", "9"]);
+        assert_eq!(
+            r.allowed_values().unwrap().collect::<Vec<_>>(),
+            vec!["8", "9"]
+        );
     }
 
     #[test]
@@ -417,7 +484,10 @@ mod tests {
         b.add("arch", req("In", &["arm64"]));
         let conflict = a.intersect(&b).unwrap_err();
         assert_eq!(conflict.key, "arch");
-        assert_eq!(conflict.to_string(), "arch In [amd64] conflicts with arch In [arm64]");
+        assert_eq!(
+            conflict.to_string(),
+            "arch In [amd64] conflicts with arch In [arm64]"
+        );
         let mut c = Requirements::new();
         c.add("zone", req("NotIn", &["z1"]));
         let both = a.intersect(&c).unwrap();

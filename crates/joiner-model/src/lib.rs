@@ -15,3 +15,8 @@ pub use quantity::{Format, Quantity, QuantityError};
 pub mod api;
 pub mod resources;
 pub use resources::{ResourceList, pod_requests};
+pub mod duration;
+pub mod manifests;
+pub mod settings;
+pub mod workloads;
+pub use manifests::{Manifests, Sourced, Warning, parse_documents};

@@ -20,7 +20,7 @@ impl Price {
     /// Converts a dollar figure from data or a manifest, rounding to the nearest nano-dollar.
     /// Returns `None` for negative, infinite or absurd values.
     pub fn from_usd(usd: f64) -> Option<Price> {
-        if !usd.is_finite() || usd < 0.0 || usd > 1e9 {
+        if !usd.is_finite() || !(0.0..=1e9).contains(&usd) {
             return None;
         }
         Some(Price((usd * NANO_USD).round() as i64))

@@ -1,1 +1,114 @@
-fn main() {}
+//! `joiner`: plan GPU-aware node provisioning for Kubernetes from manifests.
+//!
+//! A thin shell over the engine: it reads files, resolves settings, calls the pure planner and
+//! prints the result. Everything it decides, it decides through `joiner-engine`.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod load;
+mod output;
+
+#[derive(Parser)]
+#[command(
+    name = "joiner",
+    version,
+    about = "A Kubernetes node autoscaler for GPU clusters"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show which nodes would be launched for the pending pods in some manifests, where every
+    /// pod goes, what it costs, and why anything cannot fit.
+    Plan {
+        /// Manifest files or directories (recursive: *.yaml, *.yml, *.json); `-` reads stdin.
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<PathBuf>,
+        /// Helm values files, as given to the chart (repeatable; later ones win).
+        #[arg(long = "values")]
+        values: Vec<PathBuf>,
+        /// Set a value, Helm style: `settings.region=us-west-2` (repeatable).
+        #[arg(long = "set")]
+        set: Vec<String>,
+        /// Use only InstanceType objects from the input, not the built-in AWS catalog.
+        #[arg(long)]
+        no_builtin_catalog: bool,
+        #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+        output: output::Format,
+    },
+    /// Run the benchmarks and print their figures.
+    Bench {
+        /// Pod counts for the scheduling benchmark.
+        #[arg(long, value_delimiter = ',', default_values_t = [1000, 5000, 20000])]
+        pods: Vec<usize>,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("JOINER_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .without_time()
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Plan {
+            files,
+            values,
+            set,
+            no_builtin_catalog,
+            output,
+        } => plan(&files, &values, &set, no_builtin_catalog, output),
+        Command::Bench { pods } => bench::scheduling(&pods),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn plan(
+    files: &[PathBuf],
+    values: &[PathBuf],
+    set: &[String],
+    no_builtin_catalog: bool,
+    format: output::Format,
+) -> anyhow::Result<()> {
+    let manifests = load::load_manifests(files)?;
+    let values = load::load_values(values, set)?;
+    let (settings, setting_warnings) = joiner_model::settings::Settings::from_values(&values)?;
+    for w in manifests
+        .warnings
+        .iter()
+        .map(ToString::to_string)
+        .chain(setting_warnings)
+    {
+        eprintln!("warning: {w}");
+    }
+    let options = joiner_engine::snapshot::Options {
+        builtin_catalog: !no_builtin_catalog,
+    };
+    let snapshot =
+        joiner_engine::snapshot::ClusterSnapshot::build(&manifests, &settings, &options)?;
+    for w in &snapshot.warnings {
+        eprintln!("warning: {w}");
+    }
+    let plan = snapshot.plan();
+    let text = output::render(&plan, format)?;
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(())
+}

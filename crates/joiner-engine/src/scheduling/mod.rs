@@ -9,8 +9,8 @@
 //! NodeClaims; among planned and new ones the planner takes the placement that adds the least
 //! to the total hourly price (see [`planner`]).
 
-pub mod pod;
 pub mod planner;
+pub mod pod;
 mod resources;
 pub mod taints;
 mod topology;
@@ -19,8 +19,8 @@ use joiner_model::{Price, ResourceList};
 use k8s_openapi::api::core::v1::Taint;
 
 use crate::requirements::{Labels, Requirements};
-pub use pod::PodInfo;
 pub use planner::schedule;
+pub use pod::PodInfo;
 
 /// A node that exists already.
 #[derive(Debug, Clone)]

@@ -18,7 +18,9 @@
 //! Preferences (preferred node and pod affinity, `ScheduleAnyway` spread) are first treated as
 //! requirements; a pod that cannot be placed that way is placed without them.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
 
 use joiner_model::Price;
 
@@ -70,7 +72,17 @@ struct ExistingState {
     name: String,
     labels: Labels,
     free: Amounts,
+    zone: Option<u32>,
 }
+
+/// Options of a pool (by index) with their cheapest allowed offering price, cheapest first.
+type Allowed = Vec<(Price, usize)>;
+
+/// A pool's requirements with the zone fixed, and the options they allow.
+type Pinned = (Requirements, Rc<Allowed>);
+
+/// Cache of [`Planner::allowed_for`]: per pool, by requirements.
+type AllowedCache = Vec<HashMap<Requirements, Rc<Allowed>>>;
 
 struct Claim {
     pool: usize,
@@ -78,17 +90,81 @@ struct Claim {
     requirements: Requirements,
     /// Allowed options (index into the pool's options) with their cheapest allowed offering
     /// price, cheapest first.
-    allowed: Vec<(Price, usize)>,
+    allowed: Rc<Allowed>,
     /// Index into `allowed` of the cheapest option that holds `used`.
     chosen: usize,
     used: Amounts,
     pods: Vec<usize>,
-    zone: Option<String>,
+    zone: Option<u32>,
 }
 
 impl Claim {
     fn price(&self) -> Price {
-        self.allowed.get(self.chosen).map(|a| a.0).unwrap_or(Price::MAX)
+        self.allowed
+            .get(self.chosen)
+            .map(|a| a.0)
+            .unwrap_or(Price::MAX)
+    }
+}
+
+/// Bit sets over existing nodes and NodeClaims.
+#[derive(Default)]
+struct Rejected {
+    nodes: Vec<u64>,
+    claims: Vec<u64>,
+}
+
+/// Indices below `n` whose bit is clear, skipping whole words of set bits at once (most
+/// NodeClaims are full for most pods, so most words are all ones).
+fn clear_bits(set: &[u64], n: usize) -> impl Iterator<Item = usize> + '_ {
+    (0..n.div_ceil(64)).flat_map(move |w| {
+        let mut free = !set.get(w).copied().unwrap_or(0);
+        std::iter::from_fn(move || {
+            if free == 0 {
+                return None;
+            }
+            let b = free.trailing_zeros() as usize;
+            free &= free - 1;
+            Some(w * 64 + b)
+        })
+        .filter(move |&i| i < n)
+    })
+}
+
+fn set_bit(set: &mut Vec<u64>, i: usize) {
+    if set.len() <= i / 64 {
+        set.resize(i / 64 + 1, 0);
+    }
+    set[i / 64] |= 1 << (i % 64);
+}
+
+/// Candidates a search found permanently unsuitable, to record once the search is over.
+#[derive(Default)]
+struct NewRejections {
+    nodes: Vec<usize>,
+    claims: Vec<usize>,
+}
+
+/// Why a NodeClaim cannot take a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rejection {
+    /// Not within the price bound: too full unless it grows by more than allowed. NodeClaims
+    /// only fill up, so without growing it never will. `growable` when nothing but room is
+    /// missing.
+    NoRoom { growable: bool },
+    /// Never will: requirements, taints, anti-affinity.
+    Never,
+    /// Might later: zone spread and affinity change as pods are placed.
+    NotNow,
+}
+
+impl Rejection {
+    fn of(v: super::topology::Violation) -> Rejection {
+        if v.is_permanent() {
+            Rejection::Never
+        } else {
+            Rejection::NotNow
+        }
     }
 }
 
@@ -102,18 +178,18 @@ enum Placement {
 struct ClaimChange {
     claim: usize,
     requirements: Option<Requirements>,
-    allowed: Option<Vec<(Price, usize)>>,
+    allowed: Option<Rc<Allowed>>,
     chosen: usize,
-    zone: Option<String>,
+    zone: Option<u32>,
     delta: Price,
 }
 
 struct NewClaim {
     pool: usize,
     requirements: Requirements,
-    allowed: Vec<(Price, usize)>,
+    allowed: Rc<Allowed>,
     chosen: usize,
-    zone: Option<String>,
+    zone: Option<u32>,
     price: Price,
     /// How many pending pods like this one the new node is expected to take.
     copies: u32,
@@ -129,22 +205,64 @@ struct Planner<'a> {
     existing: Vec<ExistingState>,
     claims: Vec<Claim>,
     topology: Topology,
-    /// Every zone any NodePool or node offers, for spread minimums.
-    zones: BTreeSet<String>,
-    /// Per scheduling class: first existing node and first claim worth trying.
-    cursors: HashMap<(usize, bool), (usize, usize)>,
+    /// Every zone any NodePool or node offers, sorted; topology counts zones by index here.
+    zone_names: Vec<String>,
+    zone_ids: HashMap<String, u32>,
+    /// Per scheduling class (and strictness): existing nodes and NodeClaims that rejected it
+    /// for a reason that cannot go away, so later pods of the class skip them.
+    rejected: HashMap<(usize, bool), Rejected>,
     class_of: Vec<usize>,
-    cursor_ok: Vec<bool>,
     /// Per scheduling class: pending pods not yet placed.
     remaining: HashMap<usize, u32>,
+    allowed_cache: RefCell<AllowedCache>,
+    pin_cache: RefCell<HashMap<(usize, u32), Pinned>>,
     bindings: Vec<(usize, String)>,
 }
 
+/// The orders in which pending pods may be taken. Packing largest-first is a heuristic, and which
+/// measure of "largest" packs best depends on the mix of pods and instance types, so small
+/// batches are planned in each order and the cheapest plan wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Order {
+    /// By the largest share of any one resource relative to the biggest node on offer.
+    DominantShare,
+    /// GPUs and other extended resources first, then CPU, then memory (Karpenter's order with
+    /// extended resources ahead).
+    ExtendedFirst,
+}
+
+/// Batches up to this many pending pods are planned in every [`Order`].
+const MULTI_ORDER_LIMIT: usize = 2_000;
+
 /// Plans the given input.
 pub fn schedule(input: &SchedulingInput) -> Plan {
+    let pending = input.pods.iter().filter(|p| p.node_name.is_none()).count();
+    let orders: &[Order] = if pending <= MULTI_ORDER_LIMIT {
+        &[Order::DominantShare, Order::ExtendedFirst]
+    } else {
+        &[Order::DominantShare]
+    };
+    let mut best: Option<Plan> = None;
+    for &order in orders {
+        let plan = schedule_in_order(input, order);
+        // Fewest unschedulable pods first, then the lowest price; ties keep the earlier order.
+        let better = best.as_ref().is_none_or(|b| {
+            (plan.unschedulable.len(), plan.total_price_per_hour)
+                < (b.unschedulable.len(), b.total_price_per_hour)
+        });
+        if better {
+            best = Some(plan);
+        }
+    }
+    best.unwrap_or_default()
+}
+
+fn schedule_in_order(input: &SchedulingInput, order: Order) -> Plan {
     let mut planner = Planner::new(input);
-    let mut pending: Vec<usize> = (0..input.pods.len()).filter(|&i| input.pods[i].node_name.is_none()).collect();
-    planner.sort_pending(&mut pending);
+    let mut pending: Vec<usize> = (0..input.pods.len())
+        .filter(|&i| input.pods[i].node_name.is_none())
+        .collect();
+    planner.sort_pending(&mut pending, order);
     for &p in &pending {
         *planner.remaining.entry(planner.class_of[p]).or_insert(0) += 1;
     }
@@ -167,7 +285,10 @@ pub fn schedule(input: &SchedulingInput) -> Plan {
     }
     let unschedulable: Vec<Unschedulable> = failed
         .iter()
-        .map(|&p| Unschedulable { pod: input.pods[p].key(), reason: planner.explain(p) })
+        .map(|&p| Unschedulable {
+            pod: input.pods[p].key(),
+            reason: planner.explain(p),
+        })
         .collect();
     planner.finish(unschedulable)
 }
@@ -192,13 +313,38 @@ impl<'a> Planner<'a> {
                 index.intern(&o.capacity);
             }
         }
-        let requests: Vec<Amounts> = input.pods.iter().map(|p| index.amounts(&p.requests)).collect();
+        let requests: Vec<Amounts> = input
+            .pods
+            .iter()
+            .map(|p| index.amounts(&p.requests))
+            .collect();
         let topology = Topology::new(&input.pods);
 
         let mut zones = BTreeSet::new();
-        let pools: Vec<Pool> = input.pools.iter().map(|p| build_pool(p, input, &index, &mut zones)).collect();
+        let pools: Vec<Pool> = input
+            .pools
+            .iter()
+            .map(|p| build_pool(p, input, &index, &mut zones))
+            .collect();
+        zones.extend(
+            input
+                .nodes
+                .iter()
+                .filter_map(|n| n.labels.get(ZONE_KEY).cloned()),
+        );
+        let zone_names: Vec<String> = zones.into_iter().collect();
+        let zone_ids: HashMap<String, u32> = zone_names
+            .iter()
+            .enumerate()
+            .map(|(i, z)| (z.clone(), i as u32))
+            .collect();
         let mut pool_order: Vec<usize> = (0..pools.len()).collect();
-        pool_order.sort_by(|&a, &b| input.pools[b].weight.cmp(&input.pools[a].weight).then_with(|| input.pools[a].name.cmp(&input.pools[b].name)));
+        pool_order.sort_by(|&a, &b| {
+            input.pools[b]
+                .weight
+                .cmp(&input.pools[a].weight)
+                .then_with(|| input.pools[a].name.cmp(&input.pools[b].name))
+        });
 
         let mut planner = Planner {
             input,
@@ -208,11 +354,13 @@ impl<'a> Planner<'a> {
             existing: Vec::new(),
             claims: Vec::new(),
             topology,
-            zones,
-            cursors: HashMap::new(),
+            zone_names,
+            zone_ids,
+            rejected: HashMap::new(),
             class_of: Vec::new(),
-            cursor_ok: Vec::new(),
             remaining: HashMap::new(),
+            allowed_cache: RefCell::new(vec![HashMap::new(); input.pools.len()]),
+            pin_cache: RefCell::new(HashMap::new()),
             bindings: Vec::new(),
             index,
         };
@@ -221,24 +369,25 @@ impl<'a> Planner<'a> {
         planner
     }
 
-    /// Pods with identical scheduling inputs form a class; a class whose constraints only get
-    /// harder as pods are placed may skip nodes that already rejected it.
+    /// Pods with identical scheduling inputs form a class; a node that rejected a pod for a
+    /// reason that cannot go away rejects every pod of its class.
     fn classify(&mut self) {
         let mut ids: HashMap<String, usize> = HashMap::new();
         for (i, p) in self.input.pods.iter().enumerate() {
             let key = format!(
                 "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}",
-                self.requests[i], p.node_requirements, p.preferred_node_requirements, p.tolerations, p.spread, p.affinity, p.namespace, p.labels
+                self.requests[i],
+                p.node_requirements,
+                p.preferred_node_requirements,
+                p.tolerations,
+                p.spread,
+                p.affinity,
+                p.namespace,
+                p.labels
             );
             let next = ids.len();
             let id = *ids.entry(key).or_insert(next);
             self.class_of.push(id);
-            let monotone = self.topology.constraints(i).iter().all(|c| match c.kind {
-                Constraint::AntiAffinity => true,
-                Constraint::Spread { .. } => p.spread.iter().all(|s| s.key == super::pod::TopologyKey::Hostname),
-                Constraint::Affinity => false,
-            });
-            self.cursor_ok.push(monotone);
         }
     }
 
@@ -246,21 +395,42 @@ impl<'a> Planner<'a> {
         let mut by_name: HashMap<&str, usize> = HashMap::new();
         for (i, n) in self.input.nodes.iter().enumerate() {
             by_name.insert(&n.name, i);
-            self.existing.push(ExistingState { name: n.name.clone(), labels: n.labels.clone(), free: self.index.amounts(&n.allocatable) });
-            if let Some(pool) = n.node_pool.as_ref().and_then(|p| self.pools.iter_mut().find(|x| &x.input.name == p)) {
+            let zone = n
+                .labels
+                .get(ZONE_KEY)
+                .and_then(|z| self.zone_ids.get(z))
+                .copied();
+            self.existing.push(ExistingState {
+                name: n.name.clone(),
+                labels: n.labels.clone(),
+                free: self.index.amounts(&n.allocatable),
+                zone,
+            });
+            if let Some(pool) = n
+                .node_pool
+                .as_ref()
+                .and_then(|p| self.pools.iter_mut().find(|x| &x.input.name == p))
+            {
                 resources::add(&mut pool.usage, &self.index.amounts(&n.capacity));
             }
         }
         // Bound pods consume their node and count in its domains.
         let mut daemon_present: BTreeSet<(String, String)> = BTreeSet::new();
         for (i, p) in self.input.pods.iter().enumerate() {
-            let Some(node) = p.node_name.as_deref().and_then(|n| by_name.get(n).copied()) else { continue };
+            let Some(node) = p.node_name.as_deref().and_then(|n| by_name.get(n).copied()) else {
+                continue;
+            };
             if let Some(ds) = &p.daemon_set {
                 daemon_present.insert((ds.clone(), self.existing[node].name.clone()));
             }
             resources::sub(&mut self.existing[node].free, &self.requests[i]);
-            let zone = self.existing[node].labels.get(ZONE_KEY).cloned();
-            self.topology.place(i, Domains { hostname: &self.input.nodes[node].name, zone: zone.as_deref() });
+            self.topology.place(
+                i,
+                Domains {
+                    hostname: node as u32,
+                    zone: self.existing[node].zone,
+                },
+            );
         }
         // DaemonSet pods land on every node they match, unless already listed as bound pods.
         for d in &self.input.daemon_sets {
@@ -270,27 +440,63 @@ impl<'a> Planner<'a> {
                 if daemon_present.contains(&(name, node.name.clone())) {
                     continue;
                 }
-                if taints::first_untolerated(&node.taints, &d.pod.tolerations).is_none() && d.pod.node_requirements.iter().any(|r| r.matches(&node.labels)) {
+                if taints::first_untolerated(&node.taints, &d.pod.tolerations).is_none()
+                    && d.pod
+                        .node_requirements
+                        .iter()
+                        .any(|r| r.matches(&node.labels))
+                {
                     resources::sub(&mut self.existing[n].free, &req);
                 }
             }
         }
     }
 
-    fn sort_pending(&self, pending: &mut [usize]) {
+    fn sort_pending(&self, pending: &mut [usize], order: Order) {
         let cpu = self.index.position("cpu");
         let mem = self.index.position("memory");
         let extended: Vec<usize> = (0..self.index.len())
-            .filter(|&i| !matches!(self.index.name(i), "cpu" | "memory" | "pods" | "ephemeral-storage"))
+            .filter(|&i| {
+                !matches!(
+                    self.index.name(i),
+                    "cpu" | "memory" | "pods" | "ephemeral-storage"
+                )
+            })
+            .collect();
+        // The biggest room any instance type offers, per resource, for dominant shares.
+        let mut biggest = vec![0i128; self.index.len()];
+        for opt in self.pools.iter().flat_map(|p| &p.options) {
+            for (b, r) in biggest.iter_mut().zip(&opt.room) {
+                *b = (*b).max(*r);
+            }
+        }
+        let dominant: Vec<i128> = (0..self.requests.len())
+            .map(|p| {
+                self.requests[p]
+                    .iter()
+                    .zip(&biggest)
+                    .filter(|(_, b)| **b > 0)
+                    .map(|(r, b)| r.saturating_mul(1_000_000) / b)
+                    .max()
+                    .unwrap_or(0)
+            })
             .collect();
         let get = |p: usize, i: Option<usize>| i.map(|i| self.requests[p][i]).unwrap_or(0);
+        let ext = |p: usize| extended.iter().map(|&i| self.requests[p][i]).sum::<i128>();
         pending.sort_by(|&a, &b| {
-            let ext = |p: usize| extended.iter().map(|&i| self.requests[p][i]).sum::<i128>();
-            ext(b)
-                .cmp(&ext(a))
+            let first = match order {
+                Order::DominantShare => dominant[b].cmp(&dominant[a]),
+                Order::ExtendedFirst => std::cmp::Ordering::Equal,
+            };
+            first
+                .then_with(|| ext(b).cmp(&ext(a)))
                 .then_with(|| get(b, cpu).cmp(&get(a, cpu)))
                 .then_with(|| get(b, mem).cmp(&get(a, mem)))
-                .then_with(|| self.input.pods[a].namespace.cmp(&self.input.pods[b].namespace))
+                .then_with(|| {
+                    self.input.pods[a]
+                        .namespace
+                        .cmp(&self.input.pods[b].namespace)
+                })
                 .then_with(|| self.input.pods[a].name.cmp(&self.input.pods[b].name))
         });
     }
@@ -304,122 +510,271 @@ impl<'a> Planner<'a> {
         // The highest-weight preferred term that is compatible with each required alternative.
         pod.node_requirements
             .iter()
-            .map(|alt| pod.preferred_node_requirements.iter().find_map(|pref| alt.intersect(pref).ok()).unwrap_or_else(|| alt.clone()))
+            .map(|alt| {
+                pod.preferred_node_requirements
+                    .iter()
+                    .find_map(|pref| alt.intersect(pref).ok())
+                    .unwrap_or_else(|| alt.clone())
+            })
             .collect()
     }
 
     fn has_preferences(&self, p: usize) -> bool {
         let pod = &self.input.pods[p];
-        !pod.preferred_node_requirements.is_empty() || self.topology.constraints(p).iter().any(|c| !c.hard)
+        !pod.preferred_node_requirements.is_empty()
+            || self.topology.constraints(p).iter().any(|c| !c.hard)
     }
 
     fn place(&mut self, p: usize) -> bool {
-        let attempts: &[bool] = if self.has_preferences(p) { &[true, false] } else { &[false] };
+        let attempts: &[bool] = if self.has_preferences(p) {
+            &[true, false]
+        } else {
+            &[false]
+        };
         for &strict in attempts {
-            if let Some(placement) = self.find(p, strict) {
-                self.apply(p, placement, strict);
+            let mut rejections = NewRejections::default();
+            let found = self.find(p, strict, &mut rejections);
+            let set = self.rejected.entry((self.class_of[p], strict)).or_default();
+            rejections
+                .nodes
+                .into_iter()
+                .for_each(|n| set_bit(&mut set.nodes, n));
+            rejections
+                .claims
+                .into_iter()
+                .for_each(|c| set_bit(&mut set.claims, c));
+            if let Some(placement) = found {
+                self.apply(p, placement);
                 return true;
             }
         }
         false
     }
 
-    fn find(&self, p: usize, strict: bool) -> Option<Placement> {
+    /// Hostname domain number of existing node `n` or NodeClaim `c`.
+    fn node_domain(&self, n: usize) -> u32 {
+        n as u32
+    }
+
+    fn claim_domain(&self, c: usize) -> u32 {
+        (self.existing.len() + c) as u32
+    }
+
+    fn find(&self, p: usize, strict: bool, rejections: &mut NewRejections) -> Option<Placement> {
         let pod = &self.input.pods[p];
         let alts = self.alternatives(p, strict);
         if alts.is_empty() {
             return None;
         }
         let req = &self.requests[p];
-        let (node_start, claim_start) = if self.cursor_ok[p] { self.cursors.get(&(self.class_of[p], strict)).copied().unwrap_or((0, 0)) } else { (0, 0) };
+        let zones = self.pod_zones(&alts);
+        let pod_has_affinity = self
+            .topology
+            .constraints(p)
+            .iter()
+            .any(|c| c.kind == Constraint::Affinity);
+        let empty = Rejected::default();
+        let skip = self
+            .rejected
+            .get(&(self.class_of[p], strict))
+            .unwrap_or(&empty);
 
         // 1. Existing nodes.
-        for n in node_start..self.existing.len() {
+        for n in clear_bits(&skip.nodes, self.existing.len()) {
             let node = &self.existing[n];
-            if resources::fits(&vec![0; req.len()], req, &node.free)
-                && taints::first_untolerated(&self.input.nodes[n].taints, &pod.tolerations).is_none()
-                && alts.iter().any(|a| a.matches(&node.labels))
-                && self.topology.check(p, Domains { hostname: &node.name, zone: node.labels.get(ZONE_KEY).map(String::as_str) }, strict, &self.pod_zones(&alts)).is_ok()
+            if !resources::fits_in(req, &node.free)
+                || taints::first_untolerated(&self.input.nodes[n].taints, &pod.tolerations)
+                    .is_some()
+                || !alts.iter().any(|a| a.matches(&node.labels))
             {
-                return Some(Placement::Existing(n));
+                rejections.nodes.push(n);
+                continue;
+            }
+            match self.topology.check(
+                p,
+                Domains {
+                    hostname: self.node_domain(n),
+                    zone: node.zone,
+                },
+                strict,
+                &zones,
+            ) {
+                Ok(()) => return Some(Placement::Existing(n)),
+                Err(v) if v.is_permanent() => rejections.nodes.push(n),
+                Err(_) => {}
             }
         }
 
-        // 2. Planned NodeClaims with room, and the cheapest one to grow.
-        let mut best_grow: Option<ClaimChange> = None;
-        let mut grow_candidates = 0;
-        for c in claim_start..self.claims.len() {
+        // 2. Planned NodeClaims with room; failing that, the cheapest one to grow. Growing
+        // only pays when it costs less per pod than a new node, so the new node is priced
+        // first and bounds the search.
+        let mut growable = Vec::new();
+        for c in clear_bits(&skip.claims, self.claims.len()) {
             let claim = &self.claims[c];
             let pool = &self.pools[claim.pool];
             if taints::first_untolerated(&pool.input.taints, &pod.tolerations).is_some() {
+                rejections.claims.push(c);
                 continue;
             }
-            let recent = self.claims.len() - c <= GROW_WINDOW;
+            // Pods with affinity may need exactly the node their peers are on to grow.
+            let may_grow = self.claims.len() - c <= GROW_WINDOW || pod_has_affinity;
+            let (mut permanent, mut room) = (true, false);
             for alt in &alts {
-                let Some(change) = self.evaluate_claim(p, c, alt, strict, recent && grow_candidates < GROW_WINDOW) else { continue };
-                if change.delta == Price::ZERO {
-                    return Some(Placement::Claim(change));
+                match self.evaluate_claim(p, c, alt, strict, Price::ZERO, &zones) {
+                    Ok(change) => return Some(Placement::Claim(change)),
+                    Err(Rejection::NoRoom { growable }) => room |= growable,
+                    Err(Rejection::NotNow) => permanent = false,
+                    Err(Rejection::Never) => {}
                 }
-                grow_candidates += 1;
-                if best_grow.as_ref().is_none_or(|b| change.delta < b.delta) {
+            }
+            if may_grow && room {
+                growable.push(c);
+            } else if permanent {
+                rejections.claims.push(c);
+            }
+        }
+        let new = self.new_claim(p, &alts, strict, &zones);
+        let per_pod = new.as_ref().map_or(Price::MAX, |n| {
+            Price::from_nano_usd(n.price.nano_usd() / i64::from(n.copies.max(1)))
+        });
+        let mut best_grow: Option<ClaimChange> = None;
+        // The newest NodeClaims, and for pods with affinity every one that only lacks room.
+        let window = if pod_has_affinity {
+            usize::MAX
+        } else {
+            GROW_WINDOW
+        };
+        for c in growable.into_iter().rev().take(window) {
+            let bound = best_grow.as_ref().map_or(per_pod, |b| b.delta.min(per_pod));
+            for alt in &alts {
+                if let Ok(change) = self.evaluate_claim(p, c, alt, strict, bound, &zones)
+                    && best_grow.as_ref().is_none_or(|b| change.delta < b.delta)
+                {
                     best_grow = Some(change);
                 }
             }
         }
 
-        // 3. A new NodeClaim in the first NodePool (by weight) that can hold the pod.
-        let new = self.pool_order.iter().find_map(|&pool| alts.iter().find_map(|alt| self.evaluate_new(p, pool, alt, strict)));
         match (best_grow, new) {
             // Growing wins when it adds no more than the new node's share per pod.
-            (Some(g), Some(n)) if (g.delta.nano_usd() as i128) * (n.copies as i128) <= n.price.nano_usd() as i128 => Some(Placement::Claim(g)),
+            (Some(g), Some(n))
+                if (g.delta.nano_usd() as i128) * (n.copies as i128)
+                    <= n.price.nano_usd() as i128 =>
+            {
+                Some(Placement::Claim(g))
+            }
             (_, Some(n)) => Some(Placement::New(n)),
             (Some(g), None) => Some(Placement::Claim(g)),
             (None, None) => None,
         }
     }
 
+    /// The new NodeClaim a pod would get: in the first NodePool (by weight) that can hold it.
+    fn new_claim(
+        &self,
+        p: usize,
+        alts: &[Requirements],
+        strict: bool,
+        zones: &[u32],
+    ) -> Option<NewClaim> {
+        self.pool_order.iter().find_map(|&pool| {
+            alts.iter()
+                .find_map(|alt| self.evaluate_new(p, pool, alt, strict, zones))
+        })
+    }
+
     /// Zones a pod may use, for its spread minimum.
-    fn pod_zones(&self, alts: &[Requirements]) -> BTreeSet<String> {
-        self.zones
-            .iter()
-            .filter(|z| alts.iter().any(|a| a.get(ZONE_KEY).is_none_or(|r| r.matches(Some(z)))))
-            .cloned()
+    fn pod_zones(&self, alts: &[Requirements]) -> Vec<u32> {
+        (0..self.zone_names.len() as u32)
+            .filter(|&z| {
+                alts.iter().any(|a| {
+                    a.get(ZONE_KEY)
+                        .is_none_or(|r| r.matches(Some(&self.zone_names[z as usize])))
+                })
+            })
             .collect()
     }
 
     /// Whether `p` can join claim `c` under alternative `alt`, and at what added price.
-    /// Growing to a larger instance type is only considered when `may_grow`.
-    fn evaluate_claim(&self, p: usize, c: usize, alt: &Requirements, strict: bool, may_grow: bool) -> Option<ClaimChange> {
+    /// Growing to a larger instance type is considered only while it adds at most `max_growth`
+    /// to the price (zero: the pod must fit in the room the NodeClaim has).
+    fn evaluate_claim(
+        &self,
+        p: usize,
+        c: usize,
+        alt: &Requirements,
+        strict: bool,
+        max_growth: Price,
+        zones: &[u32],
+    ) -> Result<ClaimChange, Rejection> {
         let claim = &self.claims[c];
         let pool = &self.pools[claim.pool];
+        let hostname = self.claim_domain(c);
+        // Cheap rejections first: room when the claim may not grow (a permanent reason, so
+        // checked before topology, whose reasons may pass), then topology.
+        if max_growth == Price::ZERO
+            && let Some(&(_, o)) = claim.allowed.get(claim.chosen)
+            && !self.option_holds_more(pool, o, &claim.used, p)
+        {
+            let growable = self
+                .topology
+                .check(
+                    p,
+                    Domains {
+                        hostname,
+                        zone: claim.zone,
+                    },
+                    strict,
+                    zones,
+                )
+                .is_ok();
+            return Err(Rejection::NoRoom { growable });
+        }
+        self.topology
+            .check(
+                p,
+                Domains {
+                    hostname,
+                    zone: claim.zone,
+                },
+                strict,
+                zones,
+            )
+            .map_err(Rejection::of)?;
         let (requirements, mut allowed) = if alt.is_empty() {
             (None, None)
         } else {
-            let merged = claim.requirements.intersect(alt).ok()?;
+            // A NodeClaim's requirements only narrow, so a conflict now is a conflict forever.
+            let merged = claim
+                .requirements
+                .intersect(alt)
+                .map_err(|_| Rejection::Never)?;
             if merged == claim.requirements {
                 (None, None)
             } else {
                 if !self.defined(pool, alt) {
-                    return None;
+                    return Err(Rejection::Never);
                 }
-                let allowed: Vec<(Price, usize)> = claim.allowed.iter().filter_map(|&(_, o)| option_price(pool, o, &merged).map(|pr| (pr, o))).collect();
-                let mut allowed = allowed;
-                allowed.sort();
-                (Some(merged), Some(allowed))
+                (
+                    Some(merged.clone()),
+                    Some(self.allowed_for(claim.pool, &merged)),
+                )
             }
         };
-        let mut zone = claim.zone.clone();
+        let mut zone = claim.zone;
         let mut requirements = requirements;
         if zone.is_none() && self.topology.needs_zone(p) {
             let reqs = requirements.as_ref().unwrap_or(&claim.requirements);
-            let list = allowed.as_ref().unwrap_or(&claim.allowed);
-            let (z, r, a) = self.pin_zone(p, pool, reqs, list, &claim.name, strict)?;
+            let (z, r, a) = self
+                .pin_zone(p, claim.pool, reqs, hostname, strict)
+                .ok_or(Rejection::NotNow)?;
             zone = Some(z);
             requirements = Some(r);
             allowed = Some(a);
         }
-        let domains = Domains { hostname: &claim.name, zone: zone.as_deref() };
-        self.topology.check(p, domains, strict, &self.pod_zones(std::slice::from_ref(alt))).ok()?;
+        self.topology
+            .check(p, Domains { hostname, zone }, strict, zones)
+            .map_err(Rejection::of)?;
         let list = allowed.as_ref().unwrap_or(&claim.allowed);
         let mut used = claim.used.clone();
         resources::add(&mut used, &self.requests[p]);
@@ -427,26 +782,53 @@ impl<'a> Planner<'a> {
         let start = if allowed.is_some() { 0 } else { claim.chosen };
         let current_option = claim.allowed.get(claim.chosen).map(|a| a.1);
         for (i, &(price, o)) in list.iter().enumerate().skip(start) {
-            let grows = Some(o) != current_option || price > current;
-            if grows && !may_grow && price > current {
-                return None;
+            // Sorted by price: past the bound, nothing is cheap enough (now; a later pod may
+            // find this NodeClaim worth growing).
+            if price.saturating_sub(current) > max_growth {
+                return Err(Rejection::NoRoom { growable: true });
             }
             if !self.option_holds(pool, o, &used, p) {
                 continue;
             }
-            if Some(o) != current_option && !self.within_limits(claim.pool, Some(current_option.map(|co| &pool.options[co].capacity)), o) {
+            if Some(o) != current_option
+                && !self.within_limits(
+                    claim.pool,
+                    Some(current_option.map(|co| &pool.options[co].capacity)),
+                    o,
+                )
+            {
                 continue;
             }
-            if !self.min_values_ok(pool, list, i, &used, requirements.as_ref().unwrap_or(&claim.requirements)) {
+            if !self.min_values_ok(
+                pool,
+                list,
+                i,
+                &used,
+                requirements.as_ref().unwrap_or(&claim.requirements),
+            ) {
                 continue;
             }
-            return Some(ClaimChange { claim: c, requirements, allowed, chosen: i, zone, delta: price.saturating_sub(current) });
+            return Ok(ClaimChange {
+                claim: c,
+                requirements,
+                allowed,
+                chosen: i,
+                zone,
+                delta: price.saturating_sub(current),
+            });
         }
-        None
+        Err(Rejection::NoRoom { growable: false })
     }
 
     /// A new NodeClaim for `p` in `pool` under `alt`.
-    fn evaluate_new(&self, p: usize, pool_index: usize, alt: &Requirements, strict: bool) -> Option<NewClaim> {
+    fn evaluate_new(
+        &self,
+        p: usize,
+        pool_index: usize,
+        alt: &Requirements,
+        strict: bool,
+        zones: &[u32],
+    ) -> Option<NewClaim> {
         let pool = &self.pools[pool_index];
         let pod = &self.input.pods[p];
         if taints::first_untolerated(&pool.input.taints, &pod.tolerations).is_some() {
@@ -456,30 +838,49 @@ impl<'a> Planner<'a> {
         if !self.defined(pool, alt) {
             return None;
         }
-        let mut allowed: Vec<(Price, usize)> = (0..pool.options.len()).filter_map(|o| option_price(pool, o, &requirements).map(|pr| (pr, o))).collect();
-        allowed.sort();
-        let name = format!("{}-{}", pool.input.name, pool.claims_made);
+        let hostname = self.claim_domain(self.claims.len());
         let (zone, requirements, allowed) = if self.topology.needs_zone(p) {
-            let (z, r, a) = self.pin_zone(p, pool, &requirements, &allowed, &name, strict)?;
+            let (z, r, a) = self.pin_zone(p, pool_index, &requirements, hostname, strict)?;
             (Some(z), r, a)
         } else {
+            let allowed = self.allowed_for(pool_index, &requirements);
             (None, requirements, allowed)
         };
-        self.topology.check(p, Domains { hostname: &name, zone: zone.as_deref() }, strict, &self.pod_zones(std::slice::from_ref(alt))).ok()?;
+        self.topology
+            .check(p, Domains { hostname, zone }, strict, zones)
+            .ok()?;
         // Look ahead at the pending pods of the same class: the node type with the lowest price
         // per pod it can take, so a workload of many pods gets a node it fills.
         let used = self.requests[p].clone();
-        let expected = self.remaining.get(&self.class_of[p]).copied().unwrap_or(1).min(self.topology.per_node_cap(p, strict)).max(1);
+        let expected = self
+            .remaining
+            .get(&self.class_of[p])
+            .copied()
+            .unwrap_or(1)
+            .min(self.topology.per_node_cap(p, strict))
+            .max(1);
         let mut best: Option<(usize, u32)> = None;
         for (i, &(price, o)) in allowed.iter().enumerate() {
-            if !(self.option_holds(pool, o, &used, p) && self.within_limits(pool_index, None, o) && self.min_values_ok(pool, &allowed, i, &used, &requirements)) {
+            // Sorted by price: once even a node full of `expected` pods cannot beat the best
+            // price per pod, nothing later can.
+            if let Some((b, bc)) = best
+                && (price.nano_usd() as i128) * (bc as i128)
+                    >= (allowed[b].0.nano_usd() as i128) * (expected as i128)
+            {
+                break;
+            }
+            if !(self.option_holds(pool, o, &used, p)
+                && self.within_limits(pool_index, None, o)
+                && self.min_values_ok(pool, &allowed, i, &used, &requirements))
+            {
                 continue;
             }
             let copies = copies_that_fit(&used, &pool.options[o].room, expected);
             let better = best.is_none_or(|(b, bc)| {
                 let (bp, _) = allowed[b];
                 // price / copies < bp / bc, compared exactly.
-                (price.nano_usd() as i128) * (bc as i128) < (bp.nano_usd() as i128) * (copies as i128)
+                (price.nano_usd() as i128) * (bc as i128)
+                    < (bp.nano_usd() as i128) * (copies as i128)
             });
             if better {
                 best = Some((i, copies));
@@ -487,50 +888,141 @@ impl<'a> Planner<'a> {
         }
         let (chosen, copies) = best?;
         let price = allowed[chosen].0;
-        Some(NewClaim { pool: pool_index, requirements, allowed, chosen, zone, price, copies })
+        Some(NewClaim {
+            pool: pool_index,
+            requirements,
+            allowed,
+            chosen,
+            zone,
+            price,
+            copies,
+        })
     }
 
     /// Chooses a zone for a planned node so that `p`'s zone constraints hold: the allowed zone
     /// with the fewest pods of its spread groups, then by name.
-    fn pin_zone(&self, p: usize, pool: &Pool, reqs: &Requirements, allowed: &[(Price, usize)], hostname: &str, strict: bool) -> Option<(String, Requirements, Vec<(Price, usize)>)> {
-        let mut zones: Vec<&String> = self.zones.iter().filter(|z| reqs.get(ZONE_KEY).is_none_or(|r| r.matches(Some(z)))).collect();
-        zones.sort_by_key(|z| (self.topology.zone_load(p, z), (*z).clone()));
-        let pod_zones: BTreeSet<String> = zones.iter().map(|z| (*z).clone()).collect();
+    fn pin_zone(
+        &self,
+        p: usize,
+        pool_index: usize,
+        reqs: &Requirements,
+        hostname: u32,
+        strict: bool,
+    ) -> Option<(u32, Requirements, Rc<Allowed>)> {
+        let mut zones: Vec<u32> = self.pod_zones(std::slice::from_ref(reqs));
+        let all = zones.clone();
+        // Zone ids follow zone names, so ties fall to the first name.
+        zones.sort_by_key(|&z| (self.topology.zone_load(p, z), z));
         for z in zones {
-            if self.topology.check(p, Domains { hostname, zone: Some(z) }, strict, &pod_zones).is_err() {
+            if self
+                .topology
+                .check(
+                    p,
+                    Domains {
+                        hostname,
+                        zone: Some(z),
+                    },
+                    strict,
+                    &all,
+                )
+                .is_err()
+            {
                 continue;
             }
-            let mut pinned = Requirements::new();
-            pinned.add(ZONE_KEY, Requirement::equals(z));
-            let Ok(merged) = reqs.intersect(&pinned) else { continue };
-            let mut list: Vec<(Price, usize)> = allowed.iter().filter_map(|&(_, o)| option_price(pool, o, &merged).map(|pr| (pr, o))).collect();
+            let Some((merged, list)) = self.pinned(pool_index, reqs, z) else {
+                continue;
+            };
             if list.is_empty() {
                 continue;
             }
-            list.sort();
-            return Some((z.clone(), merged, list));
+            return Some((z, merged, list));
         }
         None
+    }
+
+    /// `reqs` with the zone fixed to `zone`, and the options that allows. Cached for a pool's
+    /// own requirements, which most NodeClaims keep.
+    fn pinned(
+        &self,
+        pool_index: usize,
+        reqs: &Requirements,
+        zone: u32,
+    ) -> Option<(Requirements, Rc<Allowed>)> {
+        let base = *reqs == self.pools[pool_index].requirements;
+        if base && let Some(hit) = self.pin_cache.borrow().get(&(pool_index, zone)) {
+            return Some(hit.clone());
+        }
+        let mut pin = Requirements::new();
+        pin.add(
+            ZONE_KEY,
+            Requirement::equals(&self.zone_names[zone as usize]),
+        );
+        let merged = reqs.intersect(&pin).ok()?;
+        let list = self.allowed_for(pool_index, &merged);
+        if base {
+            self.pin_cache
+                .borrow_mut()
+                .insert((pool_index, zone), (merged.clone(), list.clone()));
+        }
+        Some((merged, list))
+    }
+
+    /// The options of a pool that `reqs` allow, with their prices, cheapest first. Cached,
+    /// since many pods share the same requirements.
+    fn allowed_for(&self, pool_index: usize, reqs: &Requirements) -> Rc<Allowed> {
+        if let Some(hit) = self.allowed_cache.borrow()[pool_index].get(reqs) {
+            return hit.clone();
+        }
+        let pool = &self.pools[pool_index];
+        let mut list: Allowed = (0..pool.options.len())
+            .filter_map(|o| option_price(pool, o, reqs).map(|pr| (pr, o)))
+            .collect();
+        list.sort();
+        let list = Rc::new(list);
+        self.allowed_cache.borrow_mut()[pool_index].insert(reqs.clone(), list.clone());
+        list
     }
 
     /// Whether every key the pod requires to be present is one a node of this pool can carry.
     fn defined(&self, pool: &Pool, alt: &Requirements) -> bool {
         alt.iter().all(|(k, r)| {
-            !r.requires_presence() || k == ZONE_KEY || k == CAPACITY_TYPE_KEY || pool.defined_keys.contains(k) || pool.options.iter().any(|o| o.labels.contains_key(k))
+            !r.requires_presence()
+                || k == ZONE_KEY
+                || k == CAPACITY_TYPE_KEY
+                || pool.defined_keys.contains(k)
+                || pool.options.iter().any(|o| o.labels.contains_key(k))
         })
+    }
+
+    /// Whether option `o` holds `used` plus pod `p`, without building the sum.
+    fn option_holds_more(&self, pool: &Pool, o: usize, used: &[i128], p: usize) -> bool {
+        let opt = &pool.options[o];
+        used.iter()
+            .zip(&self.requests[p])
+            .zip(&opt.room)
+            .all(|((u, r), c)| *r == 0 || u + r <= *c)
+            && opt
+                .at_most_one
+                .iter()
+                .all(|&r| self.requests[p][r] <= 1_000_000_000)
     }
 
     fn option_holds(&self, pool: &Pool, o: usize, used: &[i128], p: usize) -> bool {
         let opt = &pool.options[o];
-        let zero = vec![0; used.len()];
-        resources::fits(&zero, used, &opt.room) && opt.at_most_one.iter().all(|&r| self.requests[p][r] <= 1_000_000_000)
+        resources::fits_in(used, &opt.room)
+            && opt
+                .at_most_one
+                .iter()
+                .all(|&r| self.requests[p][r] <= 1_000_000_000)
     }
 
     /// Whether switching a claim of `pool` from `old` capacity to option `o` keeps the NodePool
     /// within its limits.
     fn within_limits(&self, pool_index: usize, old: Option<Option<&Amounts>>, o: usize) -> bool {
         let pool = &self.pools[pool_index];
-        let Some(limits) = &pool.limits else { return true };
+        let Some(limits) = &pool.limits else {
+            return true;
+        };
         let mut usage = pool.usage.clone();
         if let Some(Some(old)) = old {
             resources::sub(&mut usage, old);
@@ -541,13 +1033,20 @@ impl<'a> Planner<'a> {
 
     /// Karpenter's `minValues`: the instance types a NodeClaim may still launch as must offer
     /// enough distinct values of each such key.
-    fn min_values_ok(&self, pool: &Pool, allowed: &[(Price, usize)], from: usize, used: &[i128], reqs: &Requirements) -> bool {
+    fn min_values_ok(
+        &self,
+        pool: &Pool,
+        allowed: &[(Price, usize)],
+        from: usize,
+        used: &[i128],
+        reqs: &Requirements,
+    ) -> bool {
         let mut ok = true;
         for (key, r) in reqs.iter() {
             let Some(min) = r.min_values else { continue };
             let distinct: BTreeSet<&str> = allowed[from..]
                 .iter()
-                .filter(|(_, o)| resources::fits(&vec![0; used.len()], used, &pool.options[*o].room))
+                .filter(|(_, o)| resources::fits_in(used, &pool.options[*o].room))
                 .filter_map(|(_, o)| pool.options[*o].labels.get(key).map(String::as_str))
                 .collect();
             ok &= distinct.len() >= min;
@@ -555,18 +1054,21 @@ impl<'a> Planner<'a> {
         ok
     }
 
-    fn apply(&mut self, p: usize, placement: Placement, strict: bool) {
-        let class = (self.class_of[p], strict);
+    fn apply(&mut self, p: usize, placement: Placement) {
         if let Some(r) = self.remaining.get_mut(&self.class_of[p]) {
             *r = r.saturating_sub(1);
         }
         match placement {
             Placement::Existing(n) => {
                 resources::sub(&mut self.existing[n].free, &self.requests[p]);
-                let zone = self.existing[n].labels.get(ZONE_KEY).cloned();
-                self.topology.place(p, Domains { hostname: &self.existing[n].name, zone: zone.as_deref() });
+                self.topology.place(
+                    p,
+                    Domains {
+                        hostname: self.node_domain(n),
+                        zone: self.existing[n].zone,
+                    },
+                );
                 self.bindings.push((p, self.existing[n].name.clone()));
-                self.cursors.entry(class).or_insert((0, 0)).0 = n;
             }
             Placement::Claim(change) => {
                 let claim = &mut self.claims[change.claim];
@@ -591,12 +1093,10 @@ impl<'a> Planner<'a> {
                 }
                 resources::add(&mut claim.used, &self.requests[p]);
                 claim.pods.push(p);
-                let (name, zone) = (claim.name.clone(), claim.zone.clone());
-                self.topology.place(p, Domains { hostname: &name, zone: zone.as_deref() });
+                let (name, zone) = (claim.name.clone(), claim.zone);
+                let hostname = self.claim_domain(change.claim);
+                self.topology.place(p, Domains { hostname, zone });
                 self.bindings.push((p, name));
-                let cursor = self.cursors.entry(class).or_insert((0, 0));
-                cursor.0 = self.existing.len();
-                cursor.1 = change.claim;
             }
             Placement::New(n) => {
                 let pool = &mut self.pools[n.pool];
@@ -605,7 +1105,14 @@ impl<'a> Planner<'a> {
                 if let Some(&(_, o)) = n.allowed.get(n.chosen) {
                     resources::add(&mut pool.usage, &pool.options[o].capacity);
                 }
-                self.topology.place(p, Domains { hostname: &name, zone: n.zone.as_deref() });
+                let hostname = self.claim_domain(self.claims.len());
+                self.topology.place(
+                    p,
+                    Domains {
+                        hostname,
+                        zone: n.zone,
+                    },
+                );
                 self.bindings.push((p, name.clone()));
                 self.claims.push(Claim {
                     pool: n.pool,
@@ -617,9 +1124,6 @@ impl<'a> Planner<'a> {
                     pods: vec![p],
                     zone: n.zone,
                 });
-                let cursor = self.cursors.entry(class).or_insert((0, 0));
-                cursor.0 = self.existing.len();
-                cursor.1 = self.claims.len() - 1;
             }
         }
     }
@@ -628,9 +1132,13 @@ impl<'a> Planner<'a> {
         let mut plan = Plan::new();
         for claim in &self.claims {
             let pool = &self.pools[claim.pool];
-            let Some(&(price, o)) = claim.allowed.get(claim.chosen) else { continue };
+            let Some(&(price, o)) = claim.allowed.get(claim.chosen) else {
+                continue;
+            };
             let opt = &pool.options[o];
-            let Some(offering) = cheapest_offering(pool, o, &claim.requirements) else { continue };
+            let Some(offering) = cheapest_offering(pool, o, &claim.requirements) else {
+                continue;
+            };
             let mut labels = opt.labels.clone();
             for (k, r) in claim.requirements.iter() {
                 if !labels.contains_key(k)
@@ -643,13 +1151,23 @@ impl<'a> Planner<'a> {
             labels.insert(CAPACITY_TYPE_KEY.into(), offering.capacity_type.clone());
             let mut requested = claim.used.clone();
             resources::add(&mut requested, &opt.daemon);
-            let option_input = pool.input.options.iter().find(|x| x.instance_type == opt.name);
-            let like = option_input.map(|x| x.allocatable.clone()).unwrap_or_default();
-            let mut pods: Vec<String> = claim.pods.iter().map(|&p| self.input.pods[p].key()).collect();
+            let option_input = pool
+                .input
+                .options
+                .iter()
+                .find(|x| x.instance_type == opt.name);
+            let like = option_input
+                .map(|x| x.allocatable.clone())
+                .unwrap_or_default();
+            let mut pods: Vec<String> = claim
+                .pods
+                .iter()
+                .map(|&p| self.input.pods[p].key())
+                .collect();
             pods.sort();
             let instance_type_options = claim.allowed[claim.chosen..]
                 .iter()
-                .filter(|(_, o)| resources::fits(&vec![0; claim.used.len()], &claim.used, &pool.options[*o].room))
+                .filter(|(_, o)| resources::fits_in(&claim.used, &pool.options[*o].room))
                 .map(|(_, o)| pool.options[*o].name.clone())
                 .take(20)
                 .collect();
@@ -661,14 +1179,24 @@ impl<'a> Planner<'a> {
                 zone: offering.zone.clone(),
                 price_per_hour: price,
                 pods,
-                resources: ClaimResources { requested: self.index.list(&requested, &like), allocatable: like.clone() },
+                resources: ClaimResources {
+                    requested: self.index.list(&requested, &like),
+                    allocatable: like.clone(),
+                },
                 labels,
                 annotations: BTreeMap::new(),
                 instance_type_options,
             });
         }
         plan.total_price_per_hour = plan.node_claims.iter().map(|c| c.price_per_hour).sum();
-        plan.bindings = self.bindings.iter().map(|(p, n)| Binding { pod: self.input.pods[*p].key(), node: n.clone() }).collect();
+        plan.bindings = self
+            .bindings
+            .iter()
+            .map(|(p, n)| Binding {
+                pod: self.input.pods[*p].key(),
+                node: n.clone(),
+            })
+            .collect();
         plan.bindings.sort_by(|a, b| a.pod.cmp(&b.pod));
         plan.unschedulable = unschedulable;
         plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
@@ -694,16 +1222,29 @@ fn copies_that_fit(one: &[i128], room: &[i128], limit: u32) -> u32 {
 
 /// The cheapest offering of option `o` allowed by `reqs` (zone and capacity type), ties broken
 /// by zone then capacity type so the result is deterministic.
-fn cheapest_offering<'p>(pool: &'p Pool, o: usize, reqs: &Requirements) -> Option<&'p LaunchOffering> {
+fn cheapest_offering<'p>(
+    pool: &'p Pool,
+    o: usize,
+    reqs: &Requirements,
+) -> Option<&'p LaunchOffering> {
     pool.offerings[o]
         .iter()
         .copied()
         .filter(|off| offering_allowed(off, reqs))
-        .min_by(|a, b| a.price.cmp(&b.price).then_with(|| a.zone.cmp(&b.zone)).then_with(|| a.capacity_type.cmp(&b.capacity_type)))
+        .min_by(|a, b| {
+            a.price
+                .cmp(&b.price)
+                .then_with(|| a.zone.cmp(&b.zone))
+                .then_with(|| a.capacity_type.cmp(&b.capacity_type))
+        })
 }
 
 fn offering_allowed(off: &LaunchOffering, reqs: &Requirements) -> bool {
-    reqs.get(ZONE_KEY).is_none_or(|r| r.matches(Some(&off.zone))) && reqs.get(CAPACITY_TYPE_KEY).is_none_or(|r| r.matches(Some(&off.capacity_type)))
+    reqs.get(ZONE_KEY)
+        .is_none_or(|r| r.matches(Some(&off.zone)))
+        && reqs
+            .get(CAPACITY_TYPE_KEY)
+            .is_none_or(|r| r.matches(Some(&off.capacity_type)))
 }
 
 /// The price of option `o` under `reqs`, or `None` when its labels or offerings do not allow it.
@@ -725,13 +1266,22 @@ fn option_price(pool: &Pool, o: usize, reqs: &Requirements) -> Option<Price> {
     cheapest_offering(pool, o, reqs).map(|off| off.price)
 }
 
-fn build_pool<'a>(input: &'a PoolInput, all: &'a SchedulingInput, index: &ResourceIndex, zones: &mut BTreeSet<String>) -> Pool<'a> {
+fn build_pool<'a>(
+    input: &'a PoolInput,
+    all: &'a SchedulingInput,
+    index: &ResourceIndex,
+    zones: &mut BTreeSet<String>,
+) -> Pool<'a> {
     let mut requirements = input.requirements.clone();
     // Karpenter launches on-demand capacity unless a NodePool explicitly allows other types.
     if requirements.get(CAPACITY_TYPE_KEY).is_none() {
         requirements.add(CAPACITY_TYPE_KEY, Requirement::equals("on-demand"));
     }
-    let defined_keys: BTreeSet<String> = requirements.iter().map(|(k, _)| k.clone()).chain(input.labels.keys().cloned()).collect();
+    let defined_keys: BTreeSet<String> = requirements
+        .iter()
+        .map(|(k, _)| k.clone())
+        .chain(input.labels.keys().cloned())
+        .collect();
     let mut options = Vec::new();
     let mut offerings = Vec::new();
     for o in &input.options {
@@ -740,8 +1290,16 @@ fn build_pool<'a>(input: &'a PoolInput, all: &'a SchedulingInput, index: &Resour
         labels.insert(NODEPOOL_KEY.into(), input.name.clone());
         labels.insert(INSTANCE_TYPE_KEY.into(), o.instance_type.clone());
         // The NodePool's requirements on instance-type labels filter its instance types.
-        let fits_pool = requirements.iter().all(|(k, r)| k == ZONE_KEY || k == CAPACITY_TYPE_KEY || labels.get(k).map(|v| r.matches(Some(v))).unwrap_or(true));
-        let allowed: Vec<&LaunchOffering> = o.offerings.iter().filter(|off| offering_allowed(off, &requirements)).collect();
+        let fits_pool = requirements.iter().all(|(k, r)| {
+            k == ZONE_KEY
+                || k == CAPACITY_TYPE_KEY
+                || labels.get(k).map(|v| r.matches(Some(v))).unwrap_or(true)
+        });
+        let allowed: Vec<&LaunchOffering> = o
+            .offerings
+            .iter()
+            .filter(|off| offering_allowed(off, &requirements))
+            .collect();
         if !fits_pool || allowed.is_empty() {
             continue;
         }
@@ -750,7 +1308,9 @@ fn build_pool<'a>(input: &'a PoolInput, all: &'a SchedulingInput, index: &Resour
         }
         let mut daemon = vec![0; index.len()];
         for d in &all.daemon_sets {
-            if taints::first_untolerated(&input.taints, &d.pod.tolerations).is_none() && d.pod.node_requirements.iter().any(|r| r.matches(&labels)) {
+            if taints::first_untolerated(&input.taints, &d.pod.tolerations).is_none()
+                && d.pod.node_requirements.iter().any(|r| r.matches(&labels))
+            {
                 resources::add(&mut daemon, &index.amounts(&d.pod.requests));
             }
         }
@@ -762,7 +1322,11 @@ fn build_pool<'a>(input: &'a PoolInput, all: &'a SchedulingInput, index: &Resour
             daemon,
             capacity: index.amounts(&o.capacity),
             labels,
-            at_most_one: o.at_most_one_per_pod.iter().filter_map(|r| index.position(r)).collect(),
+            at_most_one: o
+                .at_most_one_per_pod
+                .iter()
+                .filter_map(|r| index.position(r))
+                .collect(),
         });
         offerings.push(allowed);
     }
@@ -775,9 +1339,17 @@ fn build_pool<'a>(input: &'a PoolInput, all: &'a SchedulingInput, index: &Resour
         }
         l
     });
-    Pool { input, requirements, options, offerings, defined_keys, limits, usage: vec![0; index.len()], claims_made: 0 }
+    Pool {
+        input,
+        requirements,
+        options,
+        offerings,
+        defined_keys,
+        limits,
+        usage: vec![0; index.len()],
+        claims_made: 0,
+    }
 }
-
 
 #[cfg(test)]
 mod tests;

@@ -3,11 +3,11 @@
 
 use std::collections::BTreeSet;
 
+use joiner_model::{InputError, ObjectRef, ResourceList, Source, pod_requests};
 use k8s_openapi::api::core::v1::{
     NodeSelectorRequirement, NodeSelectorTerm, Pod, PodAffinityTerm, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use joiner_model::{InputError, ObjectRef, ResourceList, Source, pod_requests};
 
 use crate::requirements::{Labels, Requirement, Requirements};
 
@@ -108,24 +108,37 @@ impl PodInfo {
 
     /// Compiles a pod, with errors naming the field.
     pub fn compile(pod: &Pod, origin: &Source) -> Result<PodInfo, InputError> {
-        let namespace = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let namespace = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
         let name = pod.metadata.name.clone().unwrap_or_default();
         let object = ObjectRef::new("Pod", Some(&namespace), &name);
         let err = |field: String, msg: String| InputError::new(origin, &object, field, msg);
         let Some(spec) = pod.spec.as_ref() else {
             return Err(err("spec".into(), "a pod needs a spec".into()));
         };
-        let requests = pod_requests(spec).map_err(|(field, e)| err(format!("spec.{field}.{}", e.name), e.error.to_string()))?;
+        let requests = pod_requests(spec)
+            .map_err(|(field, e)| err(format!("spec.{field}.{}", e.name), e.error.to_string()))?;
 
         let mut base = Requirements::new();
         for (k, v) in spec.node_selector.iter().flatten() {
             base.add(k, Requirement::equals(v));
         }
-        let node_affinity = spec.affinity.as_ref().and_then(|a| a.node_affinity.as_ref());
+        let node_affinity = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref());
         let mut node_requirements = Vec::new();
-        if let Some(required) = node_affinity.and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref()) {
+        if let Some(required) = node_affinity.and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        }) {
             for (i, term) in required.node_selector_terms.iter().enumerate() {
-                let path = format!("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]");
+                let path = format!(
+                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]"
+                );
                 let term = compile_term(term, &path).map_err(|(f, m)| err(f, m))?;
                 // A term that contradicts the nodeSelector can never match; keep the others.
                 if let Ok(both) = base.intersect(&term) {
@@ -137,18 +150,31 @@ impl PodInfo {
         }
         let mut preferred: Vec<(i32, Requirements)> = Vec::new();
         for (i, p) in node_affinity
-            .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|n| {
+                n.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
             .into_iter()
             .flatten()
             .enumerate()
         {
-            let path = format!("spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference");
-            preferred.push((p.weight, compile_term(&p.preference, &path).map_err(|(f, m)| err(f, m))?));
+            let path = format!(
+                "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference"
+            );
+            preferred.push((
+                p.weight,
+                compile_term(&p.preference, &path).map_err(|(f, m)| err(f, m))?,
+            ));
         }
-        preferred.sort_by(|a, b| b.0.cmp(&a.0));
+        preferred.sort_by_key(|p| std::cmp::Reverse(p.0));
 
         let mut spread = Vec::new();
-        for (i, c) in spec.topology_spread_constraints.iter().flatten().enumerate() {
+        for (i, c) in spec
+            .topology_spread_constraints
+            .iter()
+            .flatten()
+            .enumerate()
+        {
             let path = format!("spec.topologySpreadConstraints[{i}]");
             let Some(key) = TopologyKey::parse(&c.topology_key) else {
                 // Only zone and hostname domains are modelled; other keys cannot be judged
@@ -156,14 +182,24 @@ impl PodInfo {
                 continue;
             };
             if c.max_skew < 1 {
-                return Err(err(format!("{path}.maxSkew"), format!("must be at least 1, got {}", c.max_skew)));
+                return Err(err(
+                    format!("{path}.maxSkew"),
+                    format!("must be at least 1, got {}", c.max_skew),
+                ));
             }
             let hard = match c.when_unsatisfiable.as_str() {
                 "DoNotSchedule" => true,
                 "ScheduleAnyway" => false,
-                other => return Err(err(format!("{path}.whenUnsatisfiable"), format!("must be DoNotSchedule or ScheduleAnyway, got {other:?}"))),
+                other => {
+                    return Err(err(
+                        format!("{path}.whenUnsatisfiable"),
+                        format!("must be DoNotSchedule or ScheduleAnyway, got {other:?}"),
+                    ));
+                }
             };
-            let selector = selector_key(c.label_selector.as_ref(), &format!("{path}.labelSelector")).map_err(|(f, m)| err(f, m))?;
+            let selector =
+                selector_key(c.label_selector.as_ref(), &format!("{path}.labelSelector"))
+                    .map_err(|(f, m)| err(f, m))?;
             spread.push(SpreadConstraint {
                 key,
                 max_skew: c.max_skew as u32,
@@ -180,24 +216,93 @@ impl PodInfo {
         let pod_aff = aff.and_then(|a| a.pod_affinity.as_ref());
         let pod_anti = aff.and_then(|a| a.pod_anti_affinity.as_ref());
         let groups: [(bool, bool, &str, Vec<&PodAffinityTerm>); 4] = [
-            (false, true, "podAffinity.requiredDuringSchedulingIgnoredDuringExecution", pod_aff.and_then(|p| p.required_during_scheduling_ignored_during_execution.as_ref()).into_iter().flatten().collect()),
-            (false, false, "podAffinity.preferredDuringSchedulingIgnoredDuringExecution", pod_aff.and_then(|p| p.preferred_during_scheduling_ignored_during_execution.as_ref()).into_iter().flatten().map(|w| &w.pod_affinity_term).collect()),
-            (true, true, "podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution", pod_anti.and_then(|p| p.required_during_scheduling_ignored_during_execution.as_ref()).into_iter().flatten().collect()),
-            (true, false, "podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution", pod_anti.and_then(|p| p.preferred_during_scheduling_ignored_during_execution.as_ref()).into_iter().flatten().map(|w| &w.pod_affinity_term).collect()),
+            (
+                false,
+                true,
+                "podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+                pod_aff
+                    .and_then(|p| {
+                        p.required_during_scheduling_ignored_during_execution
+                            .as_ref()
+                    })
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+            ),
+            (
+                false,
+                false,
+                "podAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+                pod_aff
+                    .and_then(|p| {
+                        p.preferred_during_scheduling_ignored_during_execution
+                            .as_ref()
+                    })
+                    .into_iter()
+                    .flatten()
+                    .map(|w| &w.pod_affinity_term)
+                    .collect(),
+            ),
+            (
+                true,
+                true,
+                "podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+                pod_anti
+                    .and_then(|p| {
+                        p.required_during_scheduling_ignored_during_execution
+                            .as_ref()
+                    })
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+            ),
+            (
+                true,
+                false,
+                "podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+                pod_anti
+                    .and_then(|p| {
+                        p.preferred_during_scheduling_ignored_during_execution
+                            .as_ref()
+                    })
+                    .into_iter()
+                    .flatten()
+                    .map(|w| &w.pod_affinity_term)
+                    .collect(),
+            ),
         ];
         for (anti, required, field, terms) in groups {
             for (i, t) in terms.into_iter().enumerate() {
                 let path = format!("spec.affinity.{field}[{i}]");
-                let Some(key) = TopologyKey::parse(&t.topology_key) else { continue };
-                let selector = selector_key(t.label_selector.as_ref(), &format!("{path}.labelSelector")).map_err(|(f, m)| err(f, m))?;
-                let namespaces = if t.namespace_selector.as_ref().is_some_and(|s| s.match_labels.as_ref().is_none_or(|m| m.is_empty()) && s.match_expressions.as_ref().is_none_or(|m| m.is_empty())) {
+                let Some(key) = TopologyKey::parse(&t.topology_key) else {
+                    continue;
+                };
+                let selector =
+                    selector_key(t.label_selector.as_ref(), &format!("{path}.labelSelector"))
+                        .map_err(|(f, m)| err(f, m))?;
+                let namespaces = if t.namespace_selector.as_ref().is_some_and(|s| {
+                    s.match_labels.as_ref().is_none_or(|m| m.is_empty())
+                        && s.match_expressions.as_ref().is_none_or(|m| m.is_empty())
+                }) {
                     // An empty namespaceSelector selects every namespace.
                     None
                 } else {
                     let listed: BTreeSet<String> = t.namespaces.iter().flatten().cloned().collect();
-                    Some(if listed.is_empty() { BTreeSet::from([namespace.clone()]) } else { listed })
+                    Some(if listed.is_empty() {
+                        BTreeSet::from([namespace.clone()])
+                    } else {
+                        listed
+                    })
                 };
-                affinity.push(AffinityTerm { key, anti, required, selector: PodSelector { namespaces, selector } });
+                affinity.push(AffinityTerm {
+                    key,
+                    anti,
+                    required,
+                    selector: PodSelector {
+                        namespaces,
+                        selector,
+                    },
+                });
             }
         }
 
@@ -206,7 +311,12 @@ impl PodInfo {
                 .containers
                 .iter()
                 .chain(spec.init_containers.iter().flatten())
-                .any(|c| c.resources.as_ref().and_then(|r| r.claims.as_ref()).is_some_and(|c| !c.is_empty()));
+                .any(|c| {
+                    c.resources
+                        .as_ref()
+                        .and_then(|r| r.claims.as_ref())
+                        .is_some_and(|c| !c.is_empty())
+                });
 
         Ok(PodInfo {
             labels: pod.metadata.labels.clone().unwrap_or_default(),
@@ -232,14 +342,23 @@ impl PodInfo {
 
     /// Whether this pod is counted by a selector.
     pub fn selected_by(&self, selector: &PodSelector, compiled: &Requirements) -> bool {
-        selector.namespaces.as_ref().is_none_or(|ns| ns.contains(&self.namespace)) && compiled.matches(&self.labels)
+        selector
+            .namespaces
+            .as_ref()
+            .is_none_or(|ns| ns.contains(&self.namespace))
+            && compiled.matches(&self.labels)
     }
 }
 
-fn compile_expressions(exprs: &[NodeSelectorRequirement], path: &str, into: &mut Requirements) -> Result<(), (String, String)> {
+fn compile_expressions(
+    exprs: &[NodeSelectorRequirement],
+    path: &str,
+    into: &mut Requirements,
+) -> Result<(), (String, String)> {
     for (i, e) in exprs.iter().enumerate() {
         let values = e.values.clone().unwrap_or_default();
-        let req = Requirement::new(&e.operator, &values).map_err(|m| (format!("{path}[{i}]"), m.to_string()))?;
+        let req = Requirement::new(&e.operator, &values)
+            .map_err(|m| (format!("{path}[{i}]"), m.to_string()))?;
         into.add(&e.key, req);
     }
     Ok(())
@@ -247,11 +366,16 @@ fn compile_expressions(exprs: &[NodeSelectorRequirement], path: &str, into: &mut
 
 fn compile_term(term: &NodeSelectorTerm, path: &str) -> Result<Requirements, (String, String)> {
     let mut r = Requirements::new();
-    compile_expressions(term.match_expressions.as_deref().unwrap_or_default(), &format!("{path}.matchExpressions"), &mut r)?;
+    compile_expressions(
+        term.match_expressions.as_deref().unwrap_or_default(),
+        &format!("{path}.matchExpressions"),
+        &mut r,
+    )?;
     // matchFields only supports metadata.name, which a new node cannot satisfy in advance.
     for (i, f) in term.match_fields.iter().flatten().enumerate() {
         let values = f.values.clone().unwrap_or_default();
-        let req = Requirement::new(&f.operator, &values).map_err(|m| (format!("{path}.matchFields[{i}]"), m.to_string()))?;
+        let req = Requirement::new(&f.operator, &values)
+            .map_err(|m| (format!("{path}.matchFields[{i}]"), m.to_string()))?;
         r.add("metadata.name", req);
     }
     Ok(r)
@@ -259,21 +383,38 @@ fn compile_term(term: &NodeSelectorTerm, path: &str) -> Result<Requirements, (St
 
 /// A label selector in canonical form; `None` selects nothing, as Kubernetes treats a missing
 /// selector in affinity terms and spread constraints.
-fn selector_key(selector: Option<&LabelSelector>, path: &str) -> Result<SelectorKey, (String, String)> {
+fn selector_key(
+    selector: Option<&LabelSelector>,
+    path: &str,
+) -> Result<SelectorKey, (String, String)> {
     let Some(sel) = selector else {
-        return Ok(SelectorKey(vec![("<no selector>".into(), "In".into(), vec!["<nothing>".into()])]));
+        return Ok(SelectorKey(vec![(
+            "<no selector>".into(),
+            "In".into(),
+            vec!["<nothing>".into()],
+        )]));
     };
     let mut out = Vec::new();
     for (k, v) in sel.match_labels.iter().flatten() {
         out.push((k.clone(), "In".to_string(), vec![v.clone()]));
     }
     for (i, e) in sel.match_expressions.iter().flatten().enumerate() {
-        if !matches!(e.operator.as_str(), "In" | "NotIn" | "Exists" | "DoesNotExist") {
-            return Err((format!("{path}.matchExpressions[{i}].operator"), format!("unknown operator {:?} (In, NotIn, Exists, DoesNotExist)", e.operator)));
+        if !matches!(
+            e.operator.as_str(),
+            "In" | "NotIn" | "Exists" | "DoesNotExist"
+        ) {
+            return Err((
+                format!("{path}.matchExpressions[{i}].operator"),
+                format!(
+                    "unknown operator {:?} (In, NotIn, Exists, DoesNotExist)",
+                    e.operator
+                ),
+            ));
         }
         let mut values = e.values.clone().unwrap_or_default();
         values.sort();
-        Requirement::new(&e.operator, &values).map_err(|m| (format!("{path}.matchExpressions[{i}]"), m.to_string()))?;
+        Requirement::new(&e.operator, &values)
+            .map_err(|m| (format!("{path}.matchExpressions[{i}]"), m.to_string()))?;
         out.push((e.key.clone(), e.operator.clone(), values));
     }
     out.sort();
@@ -285,7 +426,9 @@ mod tests {
     use super::*;
 
     fn pod(yaml: &str) -> Result<PodInfo, InputError> {
-        let pod: Pod = serde_json::from_value(serde_saphyr::from_str::<serde_json::Value>(yaml).unwrap()).unwrap();
+        let pod: Pod =
+            serde_json::from_value(serde_saphyr::from_str::<serde_json::Value>(yaml).unwrap())
+                .unwrap();
         PodInfo::compile(&pod, &Source::new("test.yaml", 1))
     }
 
@@ -307,7 +450,10 @@ spec:
         assert_eq!(p.node_requirements.len(), 1);
         let labels = Labels::from([
             ("kubernetes.io/arch".to_string(), "amd64".to_string()),
-            ("node.kubernetes.io/instance-type".to_string(), "g4dn.xlarge".to_string()),
+            (
+                "node.kubernetes.io/instance-type".to_string(),
+                "g4dn.xlarge".to_string(),
+            ),
         ]);
         assert!(p.node_requirements[0].matches(&labels));
     }
@@ -316,7 +462,10 @@ spec:
     fn bad_fields_are_named() {
         let e = pod("metadata: {name: p, namespace: ns}\nspec:\n  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n        - matchExpressions: [{key: a, operator: Near}]\n  containers: [{name: c}]\n").unwrap_err();
         assert_eq!(e.object.to_string(), "Pod/ns/p");
-        assert_eq!(e.field, "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0]");
+        assert_eq!(
+            e.field,
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0]"
+        );
         let e = pod("metadata: {name: p}\nspec:\n  containers: [{name: c, resources: {requests: {memory: 1Qi}}}]\n").unwrap_err();
         assert_eq!(e.field, "spec.containers[0].resources.requests.memory");
         let e = pod("metadata: {name: p}\nspec:\n  topologySpreadConstraints: [{maxSkew: 0, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}]\n  containers: [{name: c}]\n").unwrap_err();

@@ -59,7 +59,10 @@ impl ResourceIndex {
             .filter(|(_, v)| **v != 0)
             .map(|(i, v)| {
                 let name = &self.names[i];
-                let format = like.get(name).map(|q| q.format()).unwrap_or_else(|| default_format(name));
+                let format = like
+                    .get(name)
+                    .map(|q| q.format())
+                    .unwrap_or_else(|| default_format(name));
                 (name.clone(), Quantity::from_nanos(*v, format))
             })
             .collect()
@@ -74,10 +77,10 @@ fn default_format(name: &str) -> joiner_model::Format {
     }
 }
 
-/// `used + extra <= capacity` in every resource; resources absent from the capacity are zero.
+/// `extra <= capacity` in every resource `extra` uses.
 #[inline]
-pub fn fits(used: &[i128], extra: &[i128], capacity: &[i128]) -> bool {
-    used.iter().zip(extra).zip(capacity).all(|((u, e), c)| *e == 0 || u + e <= *c)
+pub fn fits_in(extra: &[i128], capacity: &[i128]) -> bool {
+    extra.iter().zip(capacity).all(|(e, c)| *e == 0 || e <= c)
 }
 
 /// The first resource in which `used + extra` exceeds `capacity`.

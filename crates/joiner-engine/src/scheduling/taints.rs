@@ -24,7 +24,8 @@ pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
         "Exists" => true,
         "Equal" => {
             // An empty key is only valid with Exists.
-            !key.is_empty() && toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+            !key.is_empty()
+                && toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
         }
         _ => false,
     }
@@ -59,7 +60,12 @@ mod tests {
         }
     }
 
-    fn tol(key: Option<&str>, op: Option<&str>, value: Option<&str>, effect: Option<&str>) -> Toleration {
+    fn tol(
+        key: Option<&str>,
+        op: Option<&str>,
+        value: Option<&str>,
+        effect: Option<&str>,
+    ) -> Toleration {
         Toleration {
             key: key.map(Into::into),
             operator: op.map(Into::into),
@@ -72,19 +78,46 @@ mod tests {
     #[test]
     fn exists_and_equal_operators() {
         let gpu = taint("nvidia.com/gpu", Some("true"), "NoSchedule");
-        assert!(tolerates(&tol(Some("nvidia.com/gpu"), Some("Exists"), None, Some("NoSchedule")), &gpu));
-        assert!(tolerates(&tol(Some("nvidia.com/gpu"), None, Some("true"), None), &gpu));
-        assert!(!tolerates(&tol(Some("nvidia.com/gpu"), Some("Equal"), Some("false"), None), &gpu));
-        assert!(!tolerates(&tol(Some("nvidia.com/gpu"), Some("Exists"), None, Some("NoExecute")), &gpu));
+        assert!(tolerates(
+            &tol(
+                Some("nvidia.com/gpu"),
+                Some("Exists"),
+                None,
+                Some("NoSchedule")
+            ),
+            &gpu
+        ));
+        assert!(tolerates(
+            &tol(Some("nvidia.com/gpu"), None, Some("true"), None),
+            &gpu
+        ));
+        assert!(!tolerates(
+            &tol(Some("nvidia.com/gpu"), Some("Equal"), Some("false"), None),
+            &gpu
+        ));
+        assert!(!tolerates(
+            &tol(
+                Some("nvidia.com/gpu"),
+                Some("Exists"),
+                None,
+                Some("NoExecute")
+            ),
+            &gpu
+        ));
         assert!(tolerates(&tol(None, Some("Exists"), None, None), &gpu));
         assert!(!tolerates(&tol(None, Some("Equal"), None, None), &gpu));
     }
 
     #[test]
     fn prefer_no_schedule_never_blocks() {
-        let taints = [taint("soft", None, "PreferNoSchedule"), taint("hard", Some("1"), "NoExecute")];
+        let taints = [
+            taint("soft", None, "PreferNoSchedule"),
+            taint("hard", Some("1"), "NoExecute"),
+        ];
         let blocking = first_untolerated(&taints, &[]).map(describe);
         assert_eq!(blocking.as_deref(), Some("hard=1:NoExecute"));
-        assert!(first_untolerated(&taints, &[tol(Some("hard"), Some("Exists"), None, None)]).is_none());
+        assert!(
+            first_untolerated(&taints, &[tol(Some("hard"), Some("Exists"), None, None)]).is_none()
+        );
     }
 }

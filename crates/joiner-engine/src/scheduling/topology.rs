@@ -5,7 +5,7 @@
 //! selects ("members") and the pods that repel its members through required anti-affinity.
 //! Placing a pod updates the groups it belongs to; checking a pod reads a few counters.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use super::pod::{PodInfo, PodSelector, TopologyKey};
 use crate::requirements::Requirements;
@@ -29,11 +29,29 @@ pub struct PodConstraint {
     pub hard: bool,
 }
 
+/// Counts per domain, indexed by domain id (node or zone number).
+#[derive(Debug, Default)]
+struct Counts(Vec<u32>);
+
+impl Counts {
+    fn get(&self, domain: u32) -> u32 {
+        self.0.get(domain as usize).copied().unwrap_or(0)
+    }
+
+    fn bump(&mut self, domain: u32) {
+        let i = domain as usize;
+        if self.0.len() <= i {
+            self.0.resize(i + 1, 0);
+        }
+        self.0[i] += 1;
+    }
+}
+
 #[derive(Debug)]
 struct Group {
     key: TopologyKey,
-    members: HashMap<String, u32>,
-    repellers: HashMap<String, u32>,
+    members: Counts,
+    repellers: Counts,
     total_members: u32,
 }
 
@@ -47,11 +65,12 @@ pub struct Topology {
     constraints: Vec<Vec<PodConstraint>>,
 }
 
-/// Where a node is: its hostname domain and, once known, its zone.
+/// Where a node is: its hostname domain (a node number) and, once known, its zone (a zone
+/// number). Numbers rather than names keep the counters flat arrays.
 #[derive(Debug, Clone, Copy)]
-pub struct Domains<'a> {
-    pub hostname: &'a str,
-    pub zone: Option<&'a str>,
+pub struct Domains {
+    pub hostname: u32,
+    pub zone: Option<u32>,
 }
 
 /// Why a pod may not go to a domain.
@@ -64,6 +83,20 @@ pub enum Violation {
     Repelled(TopologyKey),
 }
 
+impl Violation {
+    /// Whether the violation can only persist as more pods are placed: counts only grow, so
+    /// anti-affinity and hostname spread (whose minimum is always zero) never recover, while
+    /// zone spread and affinity may become satisfiable.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            Violation::Spread(TopologyKey::Hostname)
+                | Violation::AntiAffinity(_)
+                | Violation::Repelled(_)
+        )
+    }
+}
+
 impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let key = |k: &TopologyKey| match k {
@@ -71,10 +104,24 @@ impl std::fmt::Display for Violation {
             TopologyKey::Hostname => "hostname",
         };
         match self {
-            Violation::Spread(k) => write!(f, "topology spread over {} would exceed maxSkew", key(k)),
-            Violation::Affinity(k) => write!(f, "pod affinity needs a matching pod in the same {}", key(k)),
-            Violation::AntiAffinity(k) => write!(f, "pod anti-affinity forbids a matching pod in the same {}", key(k)),
-            Violation::Repelled(k) => write!(f, "another pod's anti-affinity forbids this pod in the same {}", key(k)),
+            Violation::Spread(k) => {
+                write!(f, "topology spread over {} would exceed maxSkew", key(k))
+            }
+            Violation::Affinity(k) => write!(
+                f,
+                "pod affinity needs a matching pod in the same {}",
+                key(k)
+            ),
+            Violation::AntiAffinity(k) => write!(
+                f,
+                "pod anti-affinity forbids a matching pod in the same {}",
+                key(k)
+            ),
+            Violation::Repelled(k) => write!(
+                f,
+                "another pod's anti-affinity forbids this pod in the same {}",
+                key(k)
+            ),
         }
     }
 }
@@ -87,7 +134,12 @@ impl Topology {
         let mut t = Topology::default();
         let mut group_of = |t: &mut Topology, key: TopologyKey, sel: &PodSelector| -> usize {
             *index.entry((key, sel.clone())).or_insert_with(|| {
-                t.groups.push(Group { key, members: HashMap::new(), repellers: HashMap::new(), total_members: 0 });
+                t.groups.push(Group {
+                    key,
+                    members: Counts::default(),
+                    repellers: Counts::default(),
+                    total_members: 0,
+                });
                 selectors.push((sel.clone(), sel.selector.requirements()));
                 t.groups.len() - 1
             })
@@ -96,12 +148,26 @@ impl Topology {
             let mut cs = Vec::new();
             for s in &pod.spread {
                 let group = group_of(&mut t, s.key, &s.selector);
-                cs.push(PodConstraint { group, kind: Constraint::Spread { max_skew: s.max_skew }, hard: s.hard });
+                cs.push(PodConstraint {
+                    group,
+                    kind: Constraint::Spread {
+                        max_skew: s.max_skew,
+                    },
+                    hard: s.hard,
+                });
             }
             for a in &pod.affinity {
                 let group = group_of(&mut t, a.key, &a.selector);
-                let kind = if a.anti { Constraint::AntiAffinity } else { Constraint::Affinity };
-                cs.push(PodConstraint { group, kind, hard: a.required });
+                let kind = if a.anti {
+                    Constraint::AntiAffinity
+                } else {
+                    Constraint::Affinity
+                };
+                cs.push(PodConstraint {
+                    group,
+                    kind,
+                    hard: a.required,
+                });
             }
             t.constraints.push(cs);
         }
@@ -131,8 +197,12 @@ impl Topology {
     /// Whether the pod has any relation to zones, so a planned node must fix its zone before
     /// the pod can be placed (or counted) there.
     pub fn needs_zone(&self, pod: usize) -> bool {
-        self.constraints[pod].iter().any(|c| self.groups[c.group].key == TopologyKey::Zone)
-            || self.member_of[pod].iter().any(|g| self.groups[*g].key == TopologyKey::Zone)
+        self.constraints[pod]
+            .iter()
+            .any(|c| self.groups[c.group].key == TopologyKey::Zone)
+            || self.member_of[pod]
+                .iter()
+                .any(|g| self.groups[*g].key == TopologyKey::Zone)
     }
 
     /// How many pods like `pod` one node can take under its own hostname constraints
@@ -140,7 +210,11 @@ impl Topology {
     pub fn per_node_cap(&self, pod: usize, strict: bool) -> u32 {
         self.constraints[pod]
             .iter()
-            .filter(|c| (c.hard || strict) && self.groups[c.group].key == TopologyKey::Hostname && self.member_of[pod].contains(&c.group))
+            .filter(|c| {
+                (c.hard || strict)
+                    && self.groups[c.group].key == TopologyKey::Hostname
+                    && self.member_of[pod].contains(&c.group)
+            })
             .filter_map(|c| match c.kind {
                 Constraint::AntiAffinity => Some(1),
                 Constraint::Spread { max_skew } => Some(max_skew),
@@ -152,21 +226,31 @@ impl Topology {
 
     /// Checks a pod against a domain. `strict` also enforces soft constraints (preferences).
     /// `zones` are the zones the pod could use, for the spread minimum.
-    pub fn check(&self, pod: usize, at: Domains, strict: bool, zones: &BTreeSet<String>) -> Result<(), Violation> {
+    pub fn check(
+        &self,
+        pod: usize,
+        at: Domains,
+        strict: bool,
+        zones: &[u32],
+    ) -> Result<(), Violation> {
         for c in &self.constraints[pod] {
             if !c.hard && !strict {
                 continue;
             }
             let g = &self.groups[c.group];
-            let Some(domain) = domain(g.key, at) else { continue };
-            let here = g.members.get(domain).copied().unwrap_or(0);
+            let Some(domain) = domain(g.key, at) else {
+                continue;
+            };
+            let here = g.members.get(domain);
             let me = u32::from(self.member_of[pod].contains(&c.group));
             match c.kind {
                 Constraint::Spread { max_skew } => {
                     let min = match g.key {
                         // A new node can always be added, so the emptiest hostname has zero.
                         TopologyKey::Hostname => 0,
-                        TopologyKey::Zone => zones.iter().map(|z| g.members.get(z.as_str()).copied().unwrap_or(0)).min().unwrap_or(0),
+                        TopologyKey::Zone => {
+                            zones.iter().map(|z| g.members.get(*z)).min().unwrap_or(0)
+                        }
                     };
                     if here + me > min + max_skew {
                         return Err(Violation::Spread(g.key));
@@ -189,7 +273,7 @@ impl Topology {
         for &gid in &self.member_of[pod] {
             let g = &self.groups[gid];
             if let Some(domain) = domain(g.key, at)
-                && g.repellers.get(domain).copied().unwrap_or(0) > 0
+                && g.repellers.get(domain) > 0
             {
                 return Err(Violation::Repelled(g.key));
             }
@@ -202,7 +286,7 @@ impl Topology {
         for &gid in &self.member_of[pod] {
             let g = &mut self.groups[gid];
             if let Some(d) = domain(g.key, at) {
-                *g.members.entry(d.to_string()).or_insert(0) += 1;
+                g.members.bump(d);
                 g.total_members += 1;
             }
         }
@@ -210,7 +294,7 @@ impl Topology {
             if c.kind == Constraint::AntiAffinity && c.hard {
                 let g = &mut self.groups[c.group];
                 if let Some(d) = domain(g.key, at) {
-                    *g.repellers.entry(d.to_string()).or_insert(0) += 1;
+                    g.repellers.bump(d);
                 }
             }
         }
@@ -218,16 +302,19 @@ impl Topology {
 
     /// Ranks zones for a pod that fixes a planned node's zone: fewest members of its spread
     /// groups first, so spreading pods fill the emptiest zone.
-    pub fn zone_load(&self, pod: usize, zone: &str) -> u32 {
+    pub fn zone_load(&self, pod: usize, zone: u32) -> u32 {
         self.constraints[pod]
             .iter()
-            .filter(|c| matches!(c.kind, Constraint::Spread { .. }) && self.groups[c.group].key == TopologyKey::Zone)
-            .map(|c| self.groups[c.group].members.get(zone).copied().unwrap_or(0))
+            .filter(|c| {
+                matches!(c.kind, Constraint::Spread { .. })
+                    && self.groups[c.group].key == TopologyKey::Zone
+            })
+            .map(|c| self.groups[c.group].members.get(zone))
             .sum()
     }
 }
 
-fn domain<'a>(key: TopologyKey, at: Domains<'a>) -> Option<&'a str> {
+fn domain(key: TopologyKey, at: Domains) -> Option<u32> {
     match key {
         TopologyKey::Hostname => Some(at.hostname),
         TopologyKey::Zone => at.zone,

@@ -29,13 +29,28 @@ pub(super) fn explain(pl: &Planner, p: usize) -> String {
     if !pl.existing.is_empty() {
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
         for (n, node) in pl.existing.iter().enumerate() {
-            let reason = if let Some(t) = taints::first_untolerated(&pl.input.nodes[n].taints, &pod.tolerations) {
+            let reason = if let Some(t) =
+                taints::first_untolerated(&pl.input.nodes[n].taints, &pod.tolerations)
+            {
                 format!("taint {} not tolerated", taints::describe(t))
-            } else if let Some((key, r)) = alts.iter().all(|a| !a.matches(&node.labels)).then(|| alts[0].first_mismatch(&node.labels)).flatten() {
+            } else if let Some((key, r)) = alts
+                .iter()
+                .all(|a| !a.matches(&node.labels))
+                .then(|| alts[0].first_mismatch(&node.labels))
+                .flatten()
+            {
                 format!("label {key} does not satisfy {r}")
             } else if let Some(i) = resources::first_shortfall(&zero, req, &node.free) {
                 format!("insufficient {}", pl.index.name(i))
-            } else if let Err(v) = pl.topology.check(p, Domains { hostname: &node.name, zone: node.labels.get(ZONE_KEY).map(String::as_str) }, false, &zones) {
+            } else if let Err(v) = pl.topology.check(
+                p,
+                Domains {
+                    hostname: pl.node_domain(n),
+                    zone: node.zone,
+                },
+                false,
+                &zones,
+            ) {
                 v.to_string()
             } else {
                 "no room left after other pending pods".into()
@@ -53,43 +68,81 @@ pub(super) fn explain(pl: &Planner, p: usize) -> String {
         let pool = &pl.pools[pi];
         let prefix = format!("NodePool {}", pool.input.name);
         if let Some(t) = taints::first_untolerated(&pool.input.taints, &pod.tolerations) {
-            parts.push(format!("{prefix}: taint {} not tolerated", taints::describe(t)));
+            parts.push(format!(
+                "{prefix}: taint {} not tolerated",
+                taints::describe(t)
+            ));
             continue;
         }
-        let merged: Vec<_> = alts.iter().map(|a| pool.requirements.intersect(a)).collect();
+        let merged: Vec<_> = alts
+            .iter()
+            .map(|a| pool.requirements.intersect(a))
+            .collect();
         let Some(reqs) = merged.iter().find_map(|m| m.as_ref().ok()) else {
             if let Some(Err(conflict)) = merged.first() {
                 parts.push(format!("{prefix}: pod requirement {conflict}"));
             }
             continue;
         };
-        if let Some(key) = alts.iter().find_map(|a| a.iter().find(|(k, r)| r.requires_presence() && !pl.defined(pool, &single(k, r))).map(|(k, _)| k.clone())) {
-            parts.push(format!("{prefix}: no node of this NodePool carries label {key}"));
+        if let Some(key) = alts.iter().find_map(|a| {
+            a.iter()
+                .find(|(k, r)| r.requires_presence() && !pl.defined(pool, &single(k, r)))
+                .map(|(k, _)| k.clone())
+        }) {
+            parts.push(format!(
+                "{prefix}: no node of this NodePool carries label {key}"
+            ));
             continue;
         }
         if pool.options.is_empty() {
-            parts.push(format!("{prefix}: no instance type satisfies the NodePool's requirements"));
+            parts.push(format!(
+                "{prefix}: no instance type satisfies the NodePool's requirements"
+            ));
             continue;
         }
         let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
         for (o, opt) in pool.options.iter().enumerate() {
             let reason = if option_price(pool, o, reqs).is_none() {
                 let mismatch = reqs.iter().find(|(k, r)| {
-                    *k != ZONE_KEY && *k != super::CAPACITY_TYPE_KEY && match opt.labels.get(*k) {
-                        Some(v) => !r.matches(Some(v)),
-                        None => !pool.defined_keys.contains(*k) && !r.matches(None),
-                    }
+                    *k != ZONE_KEY
+                        && *k != super::CAPACITY_TYPE_KEY
+                        && match opt.labels.get(*k) {
+                            Some(v) => !r.matches(Some(v)),
+                            None => !pool.defined_keys.contains(*k) && !r.matches(None),
+                        }
                 });
                 match mismatch {
-                    Some((k, r)) => format!("{k} {} does not satisfy {r}", opt.labels.get(k).map(String::as_str).unwrap_or("(absent)")),
+                    Some((k, r)) => format!(
+                        "{k} {} does not satisfy {r}",
+                        opt.labels.get(k).map(String::as_str).unwrap_or("(absent)")
+                    ),
                     None => "no offering in the allowed zones and capacity types".into(),
                 }
             } else if let Some(&r) = opt.at_most_one.iter().find(|&&r| req[r] > 1_000_000_000) {
-                format!("requests more than one {} where the device plugin sets failRequestsGreaterThanOne", pl.index.name(r))
+                format!(
+                    "requests more than one {} where the device plugin sets failRequestsGreaterThanOne",
+                    pl.index.name(r)
+                )
             } else if let Some(i) = resources::first_shortfall(&zero, req, &opt.room) {
-                let like = pool.input.options.iter().find(|x| x.instance_type == opt.name).map(|x| x.allocatable.clone()).unwrap_or_default();
-                let need = pl.index.list(&req.iter().enumerate().map(|(j, v)| if j == i { *v } else { 0 }).collect::<Vec<_>>(), &like);
-                let need = need.values().next().map(|q| q.to_string()).unwrap_or_default();
+                let like = pool
+                    .input
+                    .options
+                    .iter()
+                    .find(|x| x.instance_type == opt.name)
+                    .map(|x| x.allocatable.clone())
+                    .unwrap_or_default();
+                let need = pl.index.list(
+                    &req.iter()
+                        .enumerate()
+                        .map(|(j, v)| if j == i { *v } else { 0 })
+                        .collect::<Vec<_>>(),
+                    &like,
+                );
+                let need = need
+                    .values()
+                    .next()
+                    .map(|q| q.to_string())
+                    .unwrap_or_default();
                 format!("insufficient {} (pod requests {need})", pl.index.name(i))
             } else if !pl.within_limits(pi, None, o) {
                 "NodePool limits would be exceeded".into()
@@ -104,9 +157,18 @@ pub(super) fn explain(pl: &Planner, p: usize) -> String {
         let described: Vec<String> = groups
             .iter()
             .map(|(reason, names)| {
-                let shown = names.iter().take(NAMES_SHOWN).copied().collect::<Vec<_>>().join(", ");
+                let shown = names
+                    .iter()
+                    .take(NAMES_SHOWN)
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 let more = names.len().saturating_sub(NAMES_SHOWN);
-                if more > 0 { format!("{shown} (+{more} more): {reason}") } else { format!("{shown}: {reason}") }
+                if more > 0 {
+                    format!("{shown} (+{more} more): {reason}")
+                } else {
+                    format!("{shown}: {reason}")
+                }
             })
             .collect();
         parts.push(format!("{prefix}: {}", described.join("; ")));

@@ -1,0 +1,3 @@
+mod allocator;
+mod cel;
+mod properties;

@@ -1,0 +1,340 @@
+//! The instance catalog: every instance type Joiner may launch, with what a node of that type
+//! holds (capacity and, after the kubelet's reservations, allocatable), the labels it will carry
+//! (so NodePool requirements and pod selectors can be checked before the node exists) and where
+//! and at what price it can be bought (offerings).
+//!
+//! Built-in types come from data compiled into the binary ([`Catalog::builtin`]); users add or
+//! replace types by name ([`Catalog::upsert`], [`user_instance_type`]). Allocatable follows
+//! Karpenter's AWS provider for AL2023 exactly, so that Joiner packs nodes the way Karpenter
+//! would: see [`InstanceType::allocatable`].
+
+mod builtin;
+pub mod labels;
+mod overhead;
+mod user;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use joiner_model::api::KubeletConfiguration;
+use joiner_model::{Format, Price, Quantity, QuantityError, ResourceList};
+
+pub use builtin::{BUILTIN_PRICE_REGION, DEFAULT_VM_MEMORY_OVERHEAD_PPM};
+pub use overhead::Overhead;
+pub use user::user_instance_type;
+
+/// Resource names the catalog fills in.
+pub mod resource {
+    pub const CPU: &str = "cpu";
+    pub const MEMORY: &str = "memory";
+    pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+    pub const PODS: &str = "pods";
+    /// Whole physical NVIDIA GPUs, as Karpenter counts them (before any device-plugin sharing).
+    pub const NVIDIA_GPU: &str = "nvidia.com/gpu";
+    /// Elastic Fabric Adapter interfaces.
+    pub const EFA: &str = "vpc.amazonaws.com/efa";
+    /// Branch network interfaces for security groups per pod.
+    pub const POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
+}
+
+/// How an instance is bought; the value of the `karpenter.sh/capacity-type` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CapacityType {
+    OnDemand,
+    Spot,
+    /// Capacity reservations (ODCRs, capacity blocks): already paid for.
+    Reserved,
+}
+
+impl CapacityType {
+    pub const ALL: [CapacityType; 3] = [
+        CapacityType::OnDemand,
+        CapacityType::Spot,
+        CapacityType::Reserved,
+    ];
+
+    /// The label value: `on-demand`, `spot` or `reserved`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapacityType::OnDemand => "on-demand",
+            CapacityType::Spot => "spot",
+            CapacityType::Reserved => "reserved",
+        }
+    }
+
+    /// Reads a label value; `None` for anything Karpenter does not know.
+    pub fn parse(value: &str) -> Option<CapacityType> {
+        CapacityType::ALL.into_iter().find(|c| c.as_str() == value)
+    }
+}
+
+impl fmt::Display for CapacityType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One way to buy an instance type: a zone and a capacity type at a price. A node launched from
+/// an offering carries its zone (`topology.kubernetes.io/zone`) and capacity type
+/// (`karpenter.sh/capacity-type`) as labels, which is why those are not in
+/// [`InstanceType::labels`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offering {
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    /// Hourly price.
+    pub price: Price,
+    /// False when the offering is known but cannot be launched now (for example after an
+    /// insufficient-capacity error); kept so that plans can say why it was not used.
+    pub available: bool,
+}
+
+/// The GPUs of an instance type, as EC2 and the NVIDIA driver describe them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuInfo {
+    /// Lower-case manufacturer (`nvidia`).
+    pub manufacturer: String,
+    /// Karpenter's `instance-gpu-name` value (`t4`, `a10g`, `h100`).
+    pub name: String,
+    /// Whole GPUs EC2 reports: the `instance-gpu-count` label. 0 on fractional (vGPU) types.
+    pub count: u32,
+    /// GPU memory per GPU in MiB as EC2 reports it (the `instance-gpu-memory` label), if known.
+    pub memory_mib: Option<u64>,
+    /// The name the NVIDIA driver reports (`Tesla T4`, `NVIDIA H100 80GB HBM3`), if known: what
+    /// gpu-feature-discovery puts in `nvidia.com/gpu.product`.
+    pub product_name: Option<String>,
+    /// Memory per GPU in MiB as the driver reports it (less than EC2's figure on most types):
+    /// what gpu-feature-discovery puts in `nvidia.com/gpu.memory`.
+    pub driver_memory_mib: Option<u64>,
+    /// CUDA compute capability (major, minor), if known.
+    pub compute_capability: Option<(u32, u32)>,
+    /// GPU devices the driver sees: equals `count` except on fractional types, where one
+    /// virtual GPU is visible although EC2 reports no whole GPU.
+    pub devices: u32,
+}
+
+/// An instance type that Joiner may launch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceType {
+    pub name: String,
+    /// What a node of this type has with the default node shape: `cpu`, `memory` (after
+    /// Karpenter's VM memory overhead), `ephemeral-storage` (the default 20Gi root volume),
+    /// `pods` (the ENI-limited maximum), `nvidia.com/gpu` (physical GPUs),
+    /// `vpc.amazonaws.com/efa`, `vpc.amazonaws.com/pod-eni`. Resources the type lacks are absent,
+    /// not zero. See [`InstanceType::capacity_for`] for other shapes.
+    pub capacity: ResourceList,
+    /// Well-known labels every node of this type carries (see [`labels`]). Zone and capacity
+    /// type are not here: they depend on the offering.
+    pub labels: BTreeMap<String, String>,
+    pub offerings: Vec<Offering>,
+    pub gpu: Option<GpuInfo>,
+    /// Overhead given by the user for a user-defined type. When set it stands in for Karpenter's
+    /// computed defaults; the node class's explicit kubelet reservations still add to it.
+    pub overhead_override: Option<ResourceList>,
+}
+
+/// What the EC2NodeClass says about the nodes it makes, as far as it changes their resources.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeShape<'a> {
+    /// `spec.kubelet` (max pods, pods per core, reservations, eviction thresholds).
+    pub kubelet: Option<&'a KubeletConfiguration>,
+    /// Size of the volume that holds ephemeral storage (the root volume in
+    /// `blockDeviceMappings`); `None` for the AMI family's default (20Gi on AL2023).
+    pub root_volume: Option<Quantity>,
+}
+
+/// Why allocatable resources cannot be computed: a kubelet setting that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogError {
+    #[error("{field}: {error}")]
+    Quantity { field: String, error: QuantityError },
+    #[error("{field}: {value:?} is not a percentage between 0% and 100%")]
+    Percentage { field: String, value: String },
+    #[error("{field}: {value} must not be negative")]
+    Negative { field: String, value: i64 },
+}
+
+impl CatalogError {
+    /// The offending field relative to the EC2NodeClass spec, such as
+    /// `kubelet.kubeReserved.memory`; prefix it with `spec.` for the object path.
+    pub fn field(&self) -> &str {
+        match self {
+            CatalogError::Quantity { field, .. }
+            | CatalogError::Percentage { field, .. }
+            | CatalogError::Negative { field, .. } => field,
+        }
+    }
+}
+
+impl InstanceType {
+    /// A capacity entry, zero when the type lacks the resource.
+    pub fn capacity_of(&self, resource: &str) -> Quantity {
+        self.capacity
+            .get(resource)
+            .copied()
+            .unwrap_or(Quantity::ZERO)
+    }
+
+    /// Capacity for a node shape: the root volume replaces `ephemeral-storage`, and the
+    /// kubelet's `maxPods` replaces the ENI-limited pod count, lowered to `podsPerCore` x vCPUs
+    /// when that is set and smaller (Karpenter's rules).
+    pub fn capacity_for(&self, shape: &NodeShape) -> Result<ResourceList, CatalogError> {
+        let mut capacity = self.capacity.clone();
+        if let Some(volume) = shape.root_volume {
+            capacity.insert(resource::EPHEMERAL_STORAGE.to_string(), volume);
+        }
+        if let Some(kubelet) = shape.kubelet {
+            let mut pods = self.capacity_of(resource::PODS).units_ceil();
+            if let Some(max) = kubelet.max_pods {
+                pods = non_negative("kubelet.maxPods", max)?;
+            }
+            if let Some(per_core) = kubelet.pods_per_core {
+                let per_core = non_negative("kubelet.podsPerCore", per_core)?;
+                let vcpus = self.capacity_of(resource::CPU).units_ceil();
+                if per_core > 0 {
+                    pods = pods.min(per_core.saturating_mul(vcpus));
+                }
+            }
+            capacity.insert(resource::PODS.to_string(), pods_quantity(pods));
+        }
+        Ok(capacity)
+    }
+
+    /// What a node of this shape holds back: for a user-defined type that states its overhead,
+    /// that overhead plus the kubelet's explicit reservations; otherwise Karpenter's AL2023
+    /// model, where the kubelet settings replace the defaults they name.
+    pub fn overhead(&self, shape: &NodeShape) -> Result<Overhead, CatalogError> {
+        let capacity = self.capacity_for(shape)?;
+        match &self.overhead_override {
+            Some(fixed) => overhead::user_overhead(&capacity, fixed, shape.kubelet),
+            None => overhead::karpenter_overhead(
+                &capacity,
+                self.capacity_of(resource::PODS),
+                shape.kubelet,
+            ),
+        }
+    }
+
+    /// What pods can request on a node of this shape: capacity minus kube-reserved,
+    /// system-reserved and the hard eviction thresholds, per resource, never below zero. With
+    /// the default shape this reproduces Karpenter's published allocatable figures for AL2023.
+    pub fn allocatable(&self, shape: &NodeShape) -> Result<ResourceList, CatalogError> {
+        let capacity = self.capacity_for(shape)?;
+        let total = self.overhead(shape)?.total();
+        Ok(capacity
+            .into_iter()
+            .map(|(name, q)| {
+                let reserved = total.get(&name).copied().unwrap_or(Quantity::ZERO);
+                let left = q.saturating_sub(reserved).max(Quantity::ZERO);
+                (name, Quantity::from_nanos(left.nanos(), q.format()))
+            })
+            .collect())
+    }
+
+    /// The offering for a zone and capacity type, if any.
+    pub fn offering(&self, zone: &str, capacity_type: CapacityType) -> Option<&Offering> {
+        self.offerings
+            .iter()
+            .find(|o| o.zone == zone && o.capacity_type == capacity_type)
+    }
+
+    /// The cheapest available offering, if any.
+    pub fn cheapest_offering(&self) -> Option<&Offering> {
+        self.offerings
+            .iter()
+            .filter(|o| o.available)
+            .min_by_key(|o| o.price)
+    }
+}
+
+fn non_negative(field: &str, value: i32) -> Result<i128, CatalogError> {
+    if value < 0 {
+        return Err(CatalogError::Negative {
+            field: field.to_string(),
+            value: value.into(),
+        });
+    }
+    Ok(value.into())
+}
+
+fn pods_quantity(pods: i128) -> Quantity {
+    Quantity::from_nanos(pods.saturating_mul(1_000_000_000), Format::DecimalSI)
+}
+
+/// The instance types Joiner may launch, sorted by name, each name once.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    types: Vec<InstanceType>,
+}
+
+impl Catalog {
+    /// A catalog with nothing in it: for tests and for users who define every type themselves.
+    pub fn empty() -> Catalog {
+        Catalog::default()
+    }
+
+    /// The built-in AWS types, labelled for `region`, each offered on-demand in every zone at
+    /// its on-demand price and as spot in every zone at its typical spot price, where those
+    /// prices are known (a type with neither has no offerings). Prices are those of
+    /// [`BUILTIN_PRICE_REGION`] whatever `region` is: Joiner has no other price list.
+    pub fn builtin(region: &str, zones: &[String]) -> Catalog {
+        Catalog::builtin_with(region, zones, DEFAULT_VM_MEMORY_OVERHEAD_PPM)
+    }
+
+    /// As [`Catalog::builtin`], with Karpenter's `vmMemoryOverheadPercent` setting given in
+    /// parts per million (75_000 for the default 0.075).
+    pub fn builtin_with(region: &str, zones: &[String], vm_memory_overhead_ppm: u32) -> Catalog {
+        let mut types = builtin::instance_types(region, zones, vm_memory_overhead_ppm);
+        types.sort_by(|a, b| a.name.cmp(&b.name));
+        types.dedup_by(|a, b| a.name == b.name);
+        Catalog { types }
+    }
+
+    /// Adds a type, or replaces the one of the same name (user-defined types win over
+    /// built-in ones).
+    pub fn upsert(&mut self, it: InstanceType) {
+        match self
+            .types
+            .binary_search_by(|t| t.name.as_str().cmp(it.name.as_str()))
+        {
+            Ok(i) => {
+                if let Some(slot) = self.types.get_mut(i) {
+                    *slot = it;
+                }
+            }
+            Err(i) => self.types.insert(i, it),
+        }
+    }
+
+    /// Removes a type by name, returning it.
+    pub fn remove(&mut self, name: &str) -> Option<InstanceType> {
+        let i = self
+            .types
+            .binary_search_by(|t| t.name.as_str().cmp(name))
+            .ok()?;
+        Some(self.types.remove(i))
+    }
+
+    /// All types, sorted by name.
+    pub fn types(&self) -> &[InstanceType] {
+        &self.types
+    }
+
+    pub fn get(&self, name: &str) -> Option<&InstanceType> {
+        self.types
+            .binary_search_by(|t| t.name.as_str().cmp(name))
+            .ok()
+            .and_then(|i| self.types.get(i))
+    }
+
+    pub fn len(&self) -> usize {
+        self.types.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.types.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,352 @@
+use std::collections::BTreeMap;
+
+use joiner_model::api::KubeletConfiguration;
+use joiner_model::{Price, Quantity, ResourceList};
+
+use super::*;
+
+fn q(s: &str) -> Quantity {
+    Quantity::parse(s).unwrap()
+}
+
+fn zones() -> Vec<String> {
+    vec!["us-east-1a".to_string(), "us-east-1b".to_string()]
+}
+
+fn catalog() -> Catalog {
+    Catalog::builtin("us-east-1", &zones())
+}
+
+fn list(pairs: &[(&str, &str)]) -> ResourceList {
+    pairs.iter().map(|(k, v)| (k.to_string(), q(v))).collect()
+}
+
+fn strings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn builtin_has_all_93_types_sorted() {
+    let c = catalog();
+    assert_eq!(c.len(), 93);
+    assert_eq!(c.types().iter().filter(|t| t.gpu.is_some()).count(), 53);
+    assert!(c.types().windows(2).all(|w| w[0].name < w[1].name));
+    assert_eq!(builtin::raw_types().len(), 93);
+}
+
+#[test]
+fn allocatable_matches_karpenter_for_every_builtin_type() {
+    let c = catalog();
+    let shape = NodeShape::default();
+    let mut checked = 0;
+    for raw in builtin::raw_types() {
+        let it = c.get(&raw.name).unwrap();
+        let alloc = it.allocatable(&shape).unwrap();
+        for (name, want) in &raw.karpenter_allocatable {
+            assert_eq!(
+                alloc.get(name),
+                Some(want),
+                "{} {name}: got {:?}, Karpenter publishes {want}",
+                raw.name,
+                alloc.get(name).map(ToString::to_string)
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 93 * 4);
+}
+
+#[test]
+fn g4dn_xlarge_capacity_labels_and_offerings() {
+    let c = catalog();
+    let it = c.get("g4dn.xlarge").unwrap();
+    assert_eq!(it.capacity["cpu"], q("4"));
+    // 16384 MiB less 7.5% (1229 MiB, rounded up).
+    assert_eq!(it.capacity["memory"], q("15155Mi"));
+    assert_eq!(it.capacity["ephemeral-storage"], q("20Gi"));
+    assert_eq!(it.capacity["pods"], q("29"));
+    assert_eq!(it.capacity["nvidia.com/gpu"], q("1"));
+    assert_eq!(it.capacity["vpc.amazonaws.com/pod-eni"], q("39"));
+    assert!(!it.capacity.contains_key("vpc.amazonaws.com/efa"));
+    let want = strings(&[
+        ("node.kubernetes.io/instance-type", "g4dn.xlarge"),
+        ("kubernetes.io/arch", "amd64"),
+        ("kubernetes.io/os", "linux"),
+        ("topology.kubernetes.io/region", "us-east-1"),
+        ("karpenter.k8s.aws/instance-family", "g4dn"),
+        ("karpenter.k8s.aws/instance-category", "g"),
+        ("karpenter.k8s.aws/instance-generation", "4"),
+        ("karpenter.k8s.aws/instance-size", "xlarge"),
+        ("karpenter.k8s.aws/instance-cpu", "4"),
+        ("karpenter.k8s.aws/instance-cpu-manufacturer", "intel"),
+        ("karpenter.k8s.aws/instance-memory", "16384"),
+        ("karpenter.k8s.aws/instance-hypervisor", "nitro"),
+        ("karpenter.k8s.aws/instance-network-bandwidth", "5000"),
+        ("karpenter.k8s.aws/instance-ebs-bandwidth", "3500"),
+        ("karpenter.k8s.aws/instance-local-nvme", "125"),
+        ("karpenter.k8s.aws/instance-gpu-name", "t4"),
+        ("karpenter.k8s.aws/instance-gpu-manufacturer", "nvidia"),
+        ("karpenter.k8s.aws/instance-gpu-count", "1"),
+        ("karpenter.k8s.aws/instance-gpu-memory", "16384"),
+    ]);
+    assert_eq!(it.labels, want);
+    let gpu = it.gpu.as_ref().unwrap();
+    assert_eq!(gpu.product_name.as_deref(), Some("Tesla T4"));
+    assert_eq!(gpu.driver_memory_mib, Some(15360));
+    assert_eq!(gpu.compute_capability, Some((7, 5)));
+
+    assert_eq!(it.offerings.len(), 4);
+    let od = it.offering("us-east-1b", CapacityType::OnDemand).unwrap();
+    assert_eq!(od.price, Price::from_usd(0.526).unwrap());
+    assert!(od.available);
+    let spot = it.offering("us-east-1a", CapacityType::Spot).unwrap();
+    assert_eq!(spot.price, Price::from_usd(0.1869).unwrap());
+    assert_eq!(
+        it.cheapest_offering().unwrap().capacity_type,
+        CapacityType::Spot
+    );
+}
+
+#[test]
+fn names_and_gpus_of_unusual_types() {
+    let c = catalog();
+    let b200 = c.get("p6-b200.48xlarge").unwrap();
+    assert_eq!(b200.labels[labels::INSTANCE_FAMILY], "p6-b200");
+    assert_eq!(b200.labels[labels::INSTANCE_CATEGORY], "p");
+    assert_eq!(b200.labels[labels::INSTANCE_GENERATION], "6");
+    assert_eq!(b200.capacity["nvidia.com/gpu"], q("8"));
+    assert_eq!(b200.capacity["vpc.amazonaws.com/efa"], q("8"));
+    let h100 = c.get("p5.48xlarge").unwrap().gpu.clone().unwrap();
+    assert_eq!(h100.product_name.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+    assert_eq!(h100.memory_mib, Some(81920));
+
+    let gr6f = c.get("gr6f.4xlarge").unwrap();
+    assert_eq!(gr6f.labels[labels::INSTANCE_CATEGORY], "gr");
+    // Fractional vGPU: Karpenter counts no whole GPU, but labels the GPU it has.
+    assert!(!gr6f.capacity.contains_key("nvidia.com/gpu"));
+    assert_eq!(gr6f.labels[labels::INSTANCE_GPU_COUNT], "0");
+    assert_eq!(gr6f.labels[labels::INSTANCE_GPU_NAME], "l4");
+    assert_eq!(gr6f.gpu.as_ref().unwrap().devices, 1);
+    // No spot price known: on-demand only.
+    assert!(
+        gr6f.offerings
+            .iter()
+            .all(|o| o.capacity_type == CapacityType::OnDemand)
+    );
+
+    let g5g = c.get("g5g.xlarge").unwrap();
+    assert_eq!(g5g.labels[labels::ARCH], "arm64");
+    assert_eq!(g5g.labels[labels::INSTANCE_CPU_MANUFACTURER], "aws");
+    assert!(
+        !c.get("g4dn.metal")
+            .unwrap()
+            .labels
+            .contains_key(labels::INSTANCE_HYPERVISOR)
+    );
+    assert!(
+        !c.get("m5.large")
+            .unwrap()
+            .labels
+            .contains_key(labels::INSTANCE_LOCAL_NVME)
+    );
+
+    // p5e has no published us-east-1 price: nothing to buy.
+    assert!(c.get("p5e.48xlarge").unwrap().offerings.is_empty());
+}
+
+#[test]
+fn root_volume_and_kubelet_change_allocatable() {
+    let c = catalog();
+    let it = c.get("g4dn.xlarge").unwrap();
+    let shape = NodeShape {
+        kubelet: None,
+        root_volume: Some(q("100Gi")),
+    };
+    // 100Gi - 1Gi kube-reserved - 10Gi eviction.
+    assert_eq!(
+        it.allocatable(&shape).unwrap()["ephemeral-storage"],
+        q("89Gi")
+    );
+
+    let kubelet = KubeletConfiguration {
+        max_pods: Some(110),
+        ..Default::default()
+    };
+    let shape = NodeShape {
+        kubelet: Some(&kubelet),
+        root_volume: None,
+    };
+    let alloc = it.allocatable(&shape).unwrap();
+    assert_eq!(alloc["pods"], q("110"));
+    // AL2023 sizes kube-reserved memory by the ENI limit, not by maxPods.
+    assert_eq!(alloc["memory"], q("14481Mi"));
+
+    let kubelet = KubeletConfiguration {
+        max_pods: Some(110),
+        pods_per_core: Some(4),
+        ..Default::default()
+    };
+    let shape = NodeShape {
+        kubelet: Some(&kubelet),
+        root_volume: None,
+    };
+    assert_eq!(it.allocatable(&shape).unwrap()["pods"], q("16"));
+}
+
+#[test]
+fn kubelet_reservations_and_eviction_override_defaults() {
+    let c = catalog();
+    let it = c.get("m5.large").unwrap();
+    let kubelet = KubeletConfiguration {
+        kube_reserved: Some(strings(&[("cpu", "200m"), ("memory", "1Gi")])),
+        system_reserved: Some(strings(&[("cpu", "100m")])),
+        eviction_hard: Some(strings(&[
+            ("memory.available", "5%"),
+            ("nodefs.available", "1Gi"),
+            ("imagefs.available", "15%"),
+        ])),
+        // Soft thresholds do not reduce allocatable.
+        eviction_soft: Some(strings(&[("memory.available", "3Gi")])),
+        ..Default::default()
+    };
+    let shape = NodeShape {
+        kubelet: Some(&kubelet),
+        root_volume: None,
+    };
+    let alloc = it.allocatable(&shape).unwrap();
+    assert_eq!(alloc["cpu"], q("1700m"));
+    // Capacity 8192 - 615 = 7577Mi; minus 1Gi; minus ceil(5% of 7577Mi) bytes.
+    let capacity = 7577i128 << 20;
+    let eviction = (capacity * 5 + 99) / 100;
+    let want = capacity - (1 << 30) - eviction;
+    assert_eq!(alloc["memory"].nanos(), want * 1_000_000_000);
+    assert_eq!(alloc["ephemeral-storage"], q("18Gi"));
+    // Ephemeral storage keeps the default kube-reserved 1Gi: only named entries are replaced.
+    let overhead = it.overhead(&shape).unwrap();
+    assert_eq!(overhead.kube_reserved["ephemeral-storage"], q("1Gi"));
+    assert_eq!(overhead.system_reserved["cpu"], q("100m"));
+}
+
+#[test]
+fn bad_kubelet_values_name_their_field() {
+    let c = catalog();
+    let it = c.get("m5.large").unwrap();
+    let cases = [
+        KubeletConfiguration {
+            kube_reserved: Some(strings(&[("memory", "lots")])),
+            ..Default::default()
+        },
+        KubeletConfiguration {
+            eviction_hard: Some(strings(&[("nodefs.available", "110%")])),
+            ..Default::default()
+        },
+        KubeletConfiguration {
+            max_pods: Some(-1),
+            ..Default::default()
+        },
+    ];
+    let want = [
+        "kubelet.kubeReserved.memory",
+        "kubelet.evictionHard.nodefs.available",
+        "kubelet.maxPods",
+    ];
+    for (kubelet, field) in cases.iter().zip(want) {
+        let shape = NodeShape {
+            kubelet: Some(kubelet),
+            root_volume: None,
+        };
+        let err = it.allocatable(&shape).unwrap_err();
+        assert_eq!(err.field(), field, "{err}");
+        assert!(err.to_string().starts_with(field), "{err}");
+    }
+}
+
+#[test]
+fn user_types_add_to_and_replace_builtin_ones() {
+    let mut c = catalog();
+    let offering = Offering {
+        zone: "us-east-1a".to_string(),
+        capacity_type: CapacityType::Reserved,
+        price: Price::ZERO,
+        available: true,
+    };
+    let custom = user_instance_type(
+        "x9gpu.2xlarge",
+        "amd64",
+        list(&[("cpu", "8"), ("memory", "64Gi"), ("nvidia.com/gpu", "2")]),
+        Some(list(&[("cpu", "500m"), ("memory", "2Gi")])),
+        strings(&[
+            ("karpenter.k8s.aws/instance-gpu-name", "h100"),
+            ("karpenter.k8s.aws/instance-gpu-memory", "81920"),
+            ("example.com/team", "ml"),
+        ]),
+        vec![offering.clone()],
+    );
+    assert_eq!(custom.labels[labels::INSTANCE_CPU], "8");
+    assert_eq!(custom.labels[labels::INSTANCE_MEMORY], "65536");
+    assert_eq!(custom.labels[labels::INSTANCE_GPU_COUNT], "2");
+    assert_eq!(custom.labels[labels::INSTANCE_CATEGORY], "x");
+    assert_eq!(custom.labels[labels::INSTANCE_GENERATION], "9");
+    assert_eq!(custom.labels["example.com/team"], "ml");
+    let gpu = custom.gpu.clone().unwrap();
+    assert_eq!(
+        (gpu.count, gpu.name.as_str(), gpu.memory_mib),
+        (2, "h100", Some(81920))
+    );
+    let alloc = custom.allocatable(&NodeShape::default()).unwrap();
+    assert_eq!(alloc["cpu"], q("7500m"));
+    assert_eq!(alloc["memory"], q("62Gi"));
+    assert_eq!(alloc["pods"], q("110"));
+    assert_eq!(alloc["ephemeral-storage"], q("20Gi"));
+    // The node class's explicit kubelet reservations add to the stated overhead.
+    let kubelet = KubeletConfiguration {
+        system_reserved: Some(strings(&[("cpu", "100m")])),
+        eviction_hard: Some(strings(&[("memory.available", "1Gi")])),
+        ..Default::default()
+    };
+    let shape = NodeShape {
+        kubelet: Some(&kubelet),
+        root_volume: None,
+    };
+    let alloc = custom.allocatable(&shape).unwrap();
+    assert_eq!(alloc["cpu"], q("7400m"));
+    assert_eq!(alloc["memory"], q("61Gi"));
+    assert_eq!(custom.overhead(&shape).unwrap().total()["cpu"], q("600m"));
+    c.upsert(custom);
+    assert_eq!(c.len(), 94);
+    assert!(c.types().windows(2).all(|w| w[0].name < w[1].name));
+
+    // Replacing a built-in type by name; without an override Karpenter's model applies.
+    let replaced = user_instance_type(
+        "g4dn.xlarge",
+        "amd64",
+        list(&[("cpu", "4"), ("memory", "16Gi"), ("pods", "29")]),
+        None,
+        BTreeMap::new(),
+        vec![offering],
+    );
+    c.upsert(replaced);
+    assert_eq!(c.len(), 94);
+    let it = c.get("g4dn.xlarge").unwrap();
+    assert_eq!(it.offerings[0].capacity_type, CapacityType::Reserved);
+    assert!(it.gpu.is_none());
+    let alloc = it.allocatable(&NodeShape::default()).unwrap();
+    // No VM overhead on user capacity: 16384 - 574 - 100.
+    assert_eq!(alloc["memory"], q("15710Mi"));
+    assert_eq!(alloc["cpu"], q("3920m"));
+    assert!(c.remove("g4dn.xlarge").is_some());
+    assert!(c.get("g4dn.xlarge").is_none());
+}
+
+#[test]
+fn capacity_type_labels() {
+    for c in CapacityType::ALL {
+        assert_eq!(CapacityType::parse(c.as_str()), Some(c));
+    }
+    assert_eq!(CapacityType::OnDemand.to_string(), "on-demand");
+    assert_eq!(CapacityType::parse("capacity-block"), None);
+    assert!(Catalog::empty().is_empty());
+}

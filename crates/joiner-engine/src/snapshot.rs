@@ -1,0 +1,370 @@
+//! From manifests to one immutable cluster snapshot the planner decides over.
+//!
+//! This is where the inputs meet: NodePools are joined with their EC2NodeClasses and the
+//! instance catalog (kubelet settings and root volume change allocatable), the NVIDIA
+//! device-plugin config turns GPUs into time-sliced replicas and GPU feature discovery labels,
+//! workloads become pods, and every object is validated with errors that name it.
+
+use std::collections::BTreeMap;
+
+use joiner_model::api::EC2NodeClass;
+use joiner_model::api::nodepool::NodePool;
+use joiner_model::resources::parse_resource_list;
+use joiner_model::settings::Settings;
+use joiner_model::workloads::{daemon_set_pod, expand_workloads};
+use joiner_model::{InputError, Manifests, ObjectRef, Quantity, ResourceList, Sourced};
+use k8s_openapi::api::core::v1::Node;
+
+use crate::catalog::{
+    CapacityType, Catalog, InstanceType, NodeShape, Offering, user_instance_type,
+};
+use crate::deviceplugin::{DevicePluginConfigs, NodeGpus, node_resources};
+use crate::plan::{Plan, Unschedulable};
+use crate::requirements::{Requirement, Requirements};
+use crate::scheduling::planner::NODEPOOL_KEY;
+use crate::scheduling::{
+    DaemonInput, ExistingNode, LaunchOffering, LaunchOption, PodInfo, PoolInput, SchedulingInput,
+    schedule,
+};
+
+/// How to build a snapshot beyond what the settings say.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Start from the built-in AWS catalog (`--no-builtin-catalog` turns it off).
+    pub builtin_catalog: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            builtin_catalog: true,
+        }
+    }
+}
+
+/// One cluster, ready to plan.
+#[derive(Debug, Clone)]
+pub struct ClusterSnapshot {
+    pub input: SchedulingInput,
+    /// Pods decided before scheduling (DRA pods while DRA is off).
+    pub decided: Vec<Unschedulable>,
+    /// Things the user should know (skipped NodePools, defaults taken).
+    pub warnings: Vec<String>,
+}
+
+impl ClusterSnapshot {
+    /// Validates and joins the inputs. Nothing is planned here.
+    pub fn build(
+        m: &Manifests,
+        settings: &Settings,
+        options: &Options,
+    ) -> Result<ClusterSnapshot, InputError> {
+        let mut warnings = Vec::new();
+        let catalog = build_catalog(m, settings, options)?;
+        let plugin = device_plugin_configs(m, settings)?;
+        let classes: BTreeMap<&str, &Sourced<EC2NodeClass>> = m
+            .node_classes
+            .iter()
+            .filter_map(|c| c.object.metadata.name.as_deref().map(|n| (n, c)))
+            .collect();
+
+        let mut pools = Vec::new();
+        for np in &m.node_pools {
+            let name = np.object.metadata.name.clone().unwrap_or_default();
+            let class_name = &np.object.spec.template.spec.node_class_ref.name;
+            let Some(class) = classes.get(class_name.as_str()) else {
+                warnings.push(format!(
+                    "{}: NodePool/{name}: spec.template.spec.nodeClassRef: EC2NodeClass {class_name:?} not found; the NodePool launches nothing until it exists",
+                    np.origin
+                ));
+                continue;
+            };
+            pools.push(build_pool(np, class, &catalog, plugin.as_ref())?);
+        }
+
+        let nodes = m
+            .nodes
+            .iter()
+            .map(existing_node)
+            .collect::<Result<Vec<_>, _>>()?;
+
+        let mut pods = Vec::new();
+        let mut decided = Vec::new();
+        for p in expand_workloads(m) {
+            let info = PodInfo::compile(&p.object, &p.origin)?;
+            if info.has_resource_claims && info.node_name.is_none() {
+                let reason = if settings.ignore_dra_requests {
+                    "the pod uses ResourceClaims and DRA support is off (set settings.enableDRA=true); no node is launched for it"
+                } else {
+                    "the pod uses ResourceClaims; DRA allocation is not available in this version of joiner"
+                };
+                decided.push(Unschedulable {
+                    pod: info.key(),
+                    reason: reason.to_string(),
+                });
+                continue;
+            }
+            pods.push(info);
+        }
+        let daemon_sets = m
+            .daemon_sets
+            .iter()
+            .map(|ds| {
+                let mut pod = daemon_set_pod(&ds.object, "");
+                pod.metadata.name = ds.object.metadata.name.clone();
+                PodInfo::compile(&pod, &ds.origin).map(|pod| DaemonInput { pod })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+
+        Ok(ClusterSnapshot {
+            input: SchedulingInput {
+                nodes,
+                pods,
+                daemon_sets,
+                pools,
+            },
+            decided,
+            warnings,
+        })
+    }
+
+    /// Plans this snapshot.
+    pub fn plan(&self) -> Plan {
+        let mut plan = schedule(&self.input);
+        plan.unschedulable.extend(self.decided.iter().cloned());
+        plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+        plan
+    }
+}
+
+fn build_catalog(
+    m: &Manifests,
+    settings: &Settings,
+    options: &Options,
+) -> Result<Catalog, InputError> {
+    let mut catalog = if options.builtin_catalog {
+        let ppm = (settings.vm_memory_overhead_percent * 1_000_000.0)
+            .round()
+            .clamp(0.0, 1_000_000.0) as u32;
+        Catalog::builtin_with(&settings.region, &settings.zones, ppm)
+    } else {
+        Catalog::empty()
+    };
+    for it in &m.instance_types {
+        let name = it.object.metadata.name.clone().unwrap_or_default();
+        let spec = &it.object.spec;
+        let offerings = spec
+            .offerings
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                let capacity_type =
+                    CapacityType::parse(o.capacity_type.as_str()).ok_or_else(|| {
+                        InputError::new(
+                            &it.origin,
+                            &ObjectRef::new("InstanceType", None, &name),
+                            format!("spec.offerings[{i}].capacityType"),
+                            "unknown capacity type",
+                        )
+                    })?;
+                Ok(Offering {
+                    zone: o.zone.clone(),
+                    capacity_type,
+                    price: o.price,
+                    available: o.available,
+                })
+            })
+            .collect::<Result<Vec<_>, InputError>>()?;
+        let overhead = (!spec.overhead.is_empty()).then(|| spec.overhead.clone());
+        catalog.upsert(user_instance_type(
+            &name,
+            spec.architecture.as_str(),
+            spec.capacity.clone(),
+            overhead,
+            spec.labels.clone(),
+            offerings,
+        ));
+    }
+    Ok(catalog)
+}
+
+fn device_plugin_configs(
+    m: &Manifests,
+    settings: &Settings,
+) -> Result<Option<DevicePluginConfigs>, InputError> {
+    let want = &settings.nvidia_device_plugin;
+    m.config_maps
+        .iter()
+        .find(|cm| {
+            cm.object.metadata.name.as_deref() == Some(want.config_map_name.as_str())
+                && cm.object.metadata.namespace.as_deref().unwrap_or("default")
+                    == want.config_map_namespace
+        })
+        .map(|cm| {
+            DevicePluginConfigs::from_config_map(
+                &cm.object,
+                want.default_config.as_deref(),
+                &cm.origin,
+            )
+        })
+        .transpose()
+}
+
+/// The EC2NodeClass's root volume size: the mapping marked `rootVolume`, else the AMI's root
+/// device `/dev/xvda`.
+fn root_volume(class: &EC2NodeClass) -> Option<Quantity> {
+    let maps = &class.spec.block_device_mappings;
+    maps.iter()
+        .find(|b| b.root_volume == Some(true))
+        .or_else(|| {
+            maps.iter()
+                .find(|b| b.device_name.as_deref() == Some("/dev/xvda"))
+        })
+        .and_then(|b| b.ebs.as_ref())
+        .and_then(|e| e.volume_size)
+}
+
+fn build_pool(
+    np: &Sourced<NodePool>,
+    class: &Sourced<EC2NodeClass>,
+    catalog: &Catalog,
+    plugin: Option<&DevicePluginConfigs>,
+) -> Result<PoolInput, InputError> {
+    let name = np.object.metadata.name.clone().unwrap_or_default();
+    let object = ObjectRef::new("NodePool", None, &name);
+    let spec = &np.object.spec;
+    let tmpl = &spec.template;
+    let mut requirements = Requirements::new();
+    for (i, r) in tmpl.spec.requirements.iter().enumerate() {
+        let mut req = Requirement::new(&format!("{:?}", r.operator), &r.values).map_err(|e| {
+            InputError::new(
+                &np.origin,
+                &object,
+                format!("spec.template.spec.requirements[{i}]"),
+                e,
+            )
+        })?;
+        req.min_values = r.min_values.and_then(|v| usize::try_from(v).ok());
+        requirements.add(&r.key, req);
+    }
+    let labels = tmpl.metadata.labels.clone();
+    let kubelet = class
+        .object
+        .spec
+        .kubelet
+        .as_ref()
+        .or(tmpl.spec.kubelet.as_ref());
+    let shape = NodeShape {
+        kubelet,
+        root_volume: root_volume(&class.object),
+    };
+    let class_ref = ObjectRef::new(
+        "EC2NodeClass",
+        None,
+        class.object.metadata.name.clone().unwrap_or_default(),
+    );
+    let mut options = Vec::new();
+    for it in catalog.types() {
+        options.push(launch_option(it, &shape, &labels, plugin).map_err(|e| {
+            InputError::new(
+                &class.origin,
+                &class_ref,
+                format!("spec.kubelet.{}", e.field()),
+                e,
+            )
+        })?);
+    }
+    Ok(PoolInput {
+        name,
+        weight: spec.weight.unwrap_or(0),
+        labels,
+        taints: tmpl.spec.taints.clone(),
+        requirements,
+        limits: spec.limits.clone(),
+        options,
+    })
+}
+
+fn launch_option(
+    it: &InstanceType,
+    shape: &NodeShape,
+    template_labels: &BTreeMap<String, String>,
+    plugin: Option<&DevicePluginConfigs>,
+) -> Result<LaunchOption, crate::catalog::CatalogError> {
+    let mut allocatable = it.allocatable(shape)?;
+    let capacity = it.capacity_for(shape)?;
+    let mut labels = it.labels.clone();
+    let mut at_most_one = Vec::new();
+    if let Some(gpu) = &it.gpu {
+        // The device plugin picks its config by the node's labels, which come from the template.
+        let mut node_labels = labels.clone();
+        node_labels.extend(template_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let config = plugin.and_then(|p| p.select(&node_labels).config());
+        let gpus = node_resources(&NodeGpus::of(gpu, &it.name), config);
+        gpus.apply(&mut allocatable);
+        if gpus.fail_requests_greater_than_one {
+            at_most_one.extend(gpus.resources.keys().cloned());
+        }
+        labels.extend(gpus.labels);
+    }
+    Ok(LaunchOption {
+        instance_type: it.name.clone(),
+        labels,
+        allocatable,
+        capacity,
+        offerings: it
+            .offerings
+            .iter()
+            .filter(|o| o.available)
+            .map(|o| LaunchOffering {
+                zone: o.zone.clone(),
+                capacity_type: o.capacity_type.as_str().to_string(),
+                price: o.price,
+            })
+            .collect(),
+        at_most_one_per_pod: at_most_one,
+    })
+}
+
+fn existing_node(n: &Sourced<Node>) -> Result<ExistingNode, InputError> {
+    let name = n.object.metadata.name.clone().unwrap_or_default();
+    let object = ObjectRef::new("Node", None, &name);
+    let status = n.object.status.as_ref();
+    let parse = |list: Option<
+        &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+                 field: &str|
+     -> Result<ResourceList, InputError> {
+        list.map(parse_resource_list)
+            .transpose()
+            .map(Option::unwrap_or_default)
+            .map_err(|e| {
+                InputError::new(
+                    &n.origin,
+                    &object,
+                    format!("status.{field}.{}", e.name),
+                    e.error,
+                )
+            })
+    };
+    let allocatable = parse(status.and_then(|s| s.allocatable.as_ref()), "allocatable")?;
+    let capacity = parse(status.and_then(|s| s.capacity.as_ref()), "capacity")?;
+    let labels = n.object.metadata.labels.clone().unwrap_or_default();
+    Ok(ExistingNode {
+        node_pool: labels.get(NODEPOOL_KEY).cloned(),
+        taints: n
+            .object
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default(),
+        capacity: if capacity.is_empty() {
+            allocatable.clone()
+        } else {
+            capacity
+        },
+        allocatable,
+        labels,
+        name,
+    })
+}

@@ -1,0 +1,713 @@
+//! Karpenter's NodePool (`karpenter.sh/v1`), and the older `v1beta1` shape converted to it the way
+//! Karpenter's conversion webhook does, so the engine only ever sees v1.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+use super::{FieldError, KubeletConfiguration, check_duration};
+use crate::ResourceList;
+
+pub const API_VERSION_V1: &str = "karpenter.sh/v1";
+pub const API_VERSION_V1BETA1: &str = "karpenter.sh/v1beta1";
+
+/// A `karpenter.sh/v1` NodePool: the nodes Karpenter may create and when it may remove them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePool {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: NodePoolSpec,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolSpec {
+    pub template: NodeClaimTemplate,
+    #[serde(default)]
+    pub disruption: Disruption,
+    /// Upper bounds on the sum of the capacity of this pool's nodes.
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    pub limits: ResourceList,
+    /// Higher weights are tried first (1..100); unset is lowest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TemplateMetadata {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeClaimTemplate {
+    #[serde(default)]
+    pub metadata: TemplateMetadata,
+    pub spec: NodeClaimTemplateSpec,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaimTemplateSpec {
+    #[serde(default)]
+    pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+    /// Taints present only while the node starts (removed by a daemon); pods need not tolerate
+    /// them to be scheduled to the node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub startup_taints: Vec<Taint>,
+    pub node_class_ref: NodeClassReference,
+    /// A Go duration or `Never`; the API server defaults it to `720h`.
+    #[serde(default = "default_expire_after")]
+    pub expire_after: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_grace_period: Option<String>,
+    /// Only set on NodePools converted from v1beta1, where kubelet settings lived on the NodePool;
+    /// v1 moved them to the EC2NodeClass. Not read from v1 input (the API would prune it), so a v1
+    /// NodePool that sets it gets an unknown-field warning.
+    #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<KubeletConfiguration>,
+}
+
+fn default_expire_after() -> String {
+    "720h".to_string()
+}
+
+/// A node selector requirement with Karpenter's `minValues`: at least that many distinct values
+/// of `key` must stay possible among the instance types Karpenter may choose.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSelectorRequirementWithMinValues {
+    pub key: String,
+    pub operator: Operator,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_values: Option<i32>,
+}
+
+/// The node selector operators Kubernetes defines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Operator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+    Gt,
+    Lt,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeClassReference {
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Disruption {
+    #[serde(default)]
+    pub consolidation_policy: ConsolidationPolicy,
+    /// A Go duration or `Never`: how long a node must be consolidatable before Karpenter acts.
+    #[serde(default = "default_consolidate_after")]
+    pub consolidate_after: String,
+    #[serde(default = "default_budgets")]
+    pub budgets: Vec<DisruptionBudget>,
+}
+
+impl Default for Disruption {
+    fn default() -> Self {
+        Disruption {
+            consolidation_policy: ConsolidationPolicy::default(),
+            consolidate_after: default_consolidate_after(),
+            budgets: default_budgets(),
+        }
+    }
+}
+
+fn default_consolidate_after() -> String {
+    "0s".to_string()
+}
+
+fn default_budgets() -> Vec<DisruptionBudget> {
+    vec![DisruptionBudget {
+        nodes: default_budget_nodes(),
+        reasons: None,
+        schedule: None,
+        duration: None,
+    }]
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConsolidationPolicy {
+    WhenEmpty,
+    #[default]
+    WhenEmptyOrUnderutilized,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DisruptionBudget {
+    /// A count (`5`) or a percentage of the pool's nodes (`10%`).
+    #[serde(default = "default_budget_nodes")]
+    pub nodes: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasons: Option<Vec<DisruptionReason>>,
+    /// A cron schedule in UTC; the budget applies for `duration` after each activation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+}
+
+fn default_budget_nodes() -> String {
+    "10%".to_string()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DisruptionReason {
+    Underutilized,
+    Empty,
+    Drifted,
+}
+
+impl NodePool {
+    /// Checks what Karpenter's CRD validation rejects and scheduling depends on.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let spec = &self.spec;
+        if let Some(w) = spec.weight
+            && !(1..=100).contains(&w)
+        {
+            return Err(FieldError::new(
+                "spec.weight",
+                format!("{w} is out of range: must be between 1 and 100"),
+            ));
+        }
+        for (name, q) in &spec.limits {
+            if q.is_negative() {
+                return Err(FieldError::new(
+                    format!("spec.limits.{name}"),
+                    "must not be negative",
+                ));
+            }
+        }
+        for (key, value) in &spec.template.metadata.labels {
+            validate_label(key, value, &format!("spec.template.metadata.labels.{key}"))?;
+        }
+        let t = &spec.template.spec;
+        for (i, r) in t.requirements.iter().enumerate() {
+            validate_requirement(r, &format!("spec.template.spec.requirements[{i}]"))?;
+        }
+        validate_taints(&t.taints, "spec.template.spec.taints")?;
+        validate_taints(&t.startup_taints, "spec.template.spec.startupTaints")?;
+        check_duration("spec.template.spec.expireAfter", &t.expire_after, true)?;
+        if let Some(tgp) = &t.termination_grace_period {
+            check_duration("spec.template.spec.terminationGracePeriod", tgp, false)?;
+        }
+        let d = &spec.disruption;
+        check_duration(
+            "spec.disruption.consolidateAfter",
+            &d.consolidate_after,
+            true,
+        )?;
+        for (i, b) in d.budgets.iter().enumerate() {
+            validate_budget(b, &format!("spec.disruption.budgets[{i}]"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Karpenter's rules for one requirement, on top of the operator being a known one.
+pub fn validate_requirement(
+    r: &NodeSelectorRequirementWithMinValues,
+    path: &str,
+) -> Result<(), FieldError> {
+    if r.key.is_empty() {
+        return Err(FieldError::new(format!("{path}.key"), "must not be empty"));
+    }
+    if r.key == HOSTNAME_LABEL {
+        return Err(FieldError::new(
+            format!("{path}.key"),
+            format!("label {HOSTNAME_LABEL:?} is restricted: every node gets its own"),
+        ));
+    }
+    let values = format!("{path}.values");
+    match r.operator {
+        Operator::In if r.values.is_empty() => {
+            return Err(FieldError::new(
+                values,
+                "operator In needs at least one value",
+            ));
+        }
+        Operator::Gt | Operator::Lt => {
+            let single_integer =
+                matches!(r.values.as_slice(), [v] if v.parse::<i64>().is_ok_and(|n| n >= 0));
+            if !single_integer {
+                return Err(FieldError::new(
+                    values,
+                    format!(
+                        "operator {:?} needs exactly one non-negative integer value",
+                        r.operator
+                    ),
+                ));
+            }
+        }
+        Operator::Exists | Operator::DoesNotExist if !r.values.is_empty() => {
+            return Err(FieldError::new(
+                values,
+                format!("operator {:?} takes no values", r.operator),
+            ));
+        }
+        _ => {}
+    }
+    if let Some(min) = r.min_values {
+        let field = format!("{path}.minValues");
+        if !(1..=50).contains(&min) {
+            return Err(FieldError::new(
+                field,
+                format!("{min} is out of range: must be between 1 and 50"),
+            ));
+        }
+        let count = r.values.len();
+        if r.operator == Operator::In && usize::try_from(min).is_ok_and(|m| m > count) {
+            return Err(FieldError::new(
+                field,
+                format!("{min} is more than the {count} values listed"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+/// Labels Karpenter sets itself, so a NodePool may not: the node's hostname and its pool.
+fn validate_label(key: &str, value: &str, path: &str) -> Result<(), FieldError> {
+    if key == HOSTNAME_LABEL || key == "karpenter.sh/nodepool" {
+        return Err(FieldError::new(
+            path,
+            format!("label {key:?} is restricted: Karpenter sets it"),
+        ));
+    }
+    let valid_value = value.len() <= 63
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && value
+            .chars()
+            .next()
+            .is_none_or(|c| c.is_ascii_alphanumeric())
+        && value
+            .chars()
+            .last()
+            .is_none_or(|c| c.is_ascii_alphanumeric());
+    if !valid_value {
+        return Err(FieldError::new(
+            path,
+            format!(
+                "{value:?} is not a label value (at most 63 letters, digits, '-', '_' or '.', \
+                 starting and ending with a letter or digit)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Taints need a key and one of the three effects the scheduler knows.
+pub fn validate_taints(taints: &[Taint], path: &str) -> Result<(), FieldError> {
+    for (i, t) in taints.iter().enumerate() {
+        if t.key.is_empty() {
+            return Err(FieldError::new(
+                format!("{path}[{i}].key"),
+                "must not be empty",
+            ));
+        }
+        if !matches!(
+            t.effect.as_str(),
+            "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+        ) {
+            return Err(FieldError::new(
+                format!("{path}[{i}].effect"),
+                format!(
+                    "{:?} is not one of NoSchedule, PreferNoSchedule, NoExecute",
+                    t.effect
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_budget(b: &DisruptionBudget, path: &str) -> Result<(), FieldError> {
+    let nodes_ok = match b.nodes.strip_suffix('%') {
+        Some(p) => p.parse::<u32>().is_ok_and(|p| p <= 100),
+        None => b.nodes.parse::<u32>().is_ok(),
+    };
+    if !nodes_ok {
+        return Err(FieldError::new(
+            format!("{path}.nodes"),
+            format!(
+                "{:?} is neither a count nor a percentage up to 100%",
+                b.nodes
+            ),
+        ));
+    }
+    if b.schedule.is_some() != b.duration.is_some() {
+        return Err(FieldError::new(
+            path,
+            "schedule and duration must be set together",
+        ));
+    }
+    if let Some(d) = &b.duration {
+        check_duration(&format!("{path}.duration"), d, false)?;
+    }
+    Ok(())
+}
+
+/// The `karpenter.sh/v1beta1` NodePool, read only to be converted with [`NodePoolV1Beta1::into_v1`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolV1Beta1 {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: NodePoolSpecV1Beta1,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolSpecV1Beta1 {
+    pub template: NodeClaimTemplateV1Beta1,
+    #[serde(default)]
+    pub disruption: DisruptionV1Beta1,
+    #[serde(default)]
+    pub limits: ResourceList,
+    #[serde(default)]
+    pub weight: Option<i32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct NodeClaimTemplateV1Beta1 {
+    #[serde(default)]
+    pub metadata: TemplateMetadata,
+    pub spec: NodeClaimTemplateSpecV1Beta1,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaimTemplateSpecV1Beta1 {
+    #[serde(default)]
+    pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
+    #[serde(default)]
+    pub taints: Vec<Taint>,
+    #[serde(default)]
+    pub startup_taints: Vec<Taint>,
+    pub node_class_ref: NodeClassReferenceV1Beta1,
+    #[serde(default)]
+    pub kubelet: Option<KubeletConfiguration>,
+    #[serde(default)]
+    pub termination_grace_period: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClassReferenceV1Beta1 {
+    /// `group/version` of the node class, e.g. `karpenter.k8s.aws/v1beta1`.
+    #[serde(default)]
+    pub api_version: Option<String>,
+    #[serde(default)]
+    pub kind: Option<String>,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionV1Beta1 {
+    #[serde(default)]
+    pub consolidation_policy: ConsolidationPolicyV1Beta1,
+    #[serde(default)]
+    pub consolidate_after: Option<String>,
+    #[serde(default)]
+    pub expire_after: Option<String>,
+    #[serde(default)]
+    pub budgets: Option<Vec<DisruptionBudget>>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum ConsolidationPolicyV1Beta1 {
+    WhenEmpty,
+    #[default]
+    WhenUnderutilized,
+}
+
+impl NodePoolV1Beta1 {
+    /// Converts as Karpenter's webhook does: `WhenUnderutilized` becomes
+    /// `WhenEmptyOrUnderutilized`, `disruption.expireAfter` moves to the template,
+    /// `nodeClassRef.apiVersion` becomes its group, and the kubelet block is kept on the template
+    /// (v1 has it on the EC2NodeClass; the engine prefers the node class's when both are set).
+    pub fn into_v1(self) -> NodePool {
+        let s = self.spec;
+        let t = s.template.spec;
+        let group = t
+            .node_class_ref
+            .api_version
+            .as_deref()
+            .and_then(|av| av.split('/').next())
+            .filter(|g| !g.is_empty())
+            .unwrap_or("karpenter.k8s.aws")
+            .to_string();
+        let consolidation_policy = match s.disruption.consolidation_policy {
+            ConsolidationPolicyV1Beta1::WhenEmpty => ConsolidationPolicy::WhenEmpty,
+            ConsolidationPolicyV1Beta1::WhenUnderutilized => {
+                ConsolidationPolicy::WhenEmptyOrUnderutilized
+            }
+        };
+        NodePool {
+            api_version: API_VERSION_V1.to_string(),
+            kind: "NodePool".to_string(),
+            metadata: self.metadata,
+            spec: NodePoolSpec {
+                template: NodeClaimTemplate {
+                    metadata: s.template.metadata,
+                    spec: NodeClaimTemplateSpec {
+                        requirements: t.requirements,
+                        taints: t.taints,
+                        startup_taints: t.startup_taints,
+                        node_class_ref: NodeClassReference {
+                            group,
+                            kind: t
+                                .node_class_ref
+                                .kind
+                                .unwrap_or_else(|| "EC2NodeClass".to_string()),
+                            name: t.node_class_ref.name,
+                        },
+                        expire_after: s
+                            .disruption
+                            .expire_after
+                            .unwrap_or_else(default_expire_after),
+                        termination_grace_period: t.termination_grace_period,
+                        kubelet: t.kubelet,
+                    },
+                },
+                disruption: Disruption {
+                    consolidation_policy,
+                    consolidate_after: s
+                        .disruption
+                        .consolidate_after
+                        .unwrap_or_else(default_consolidate_after),
+                    budgets: s.disruption.budgets.unwrap_or_else(default_budgets),
+                },
+                limits: s.limits,
+                weight: s.weight,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Quantity;
+
+    fn from_yaml<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
+        let v: serde_json::Value = serde_saphyr::from_str(yaml).unwrap();
+        serde_json::from_value(v).unwrap()
+    }
+
+    const V1BETA1: &str = r#"
+apiVersion: karpenter.sh/v1beta1
+kind: NodePool
+metadata: {name: g4-nodepool}
+spec:
+  template:
+    metadata:
+      labels: {nvidia.com/gpu: "true"}
+    spec:
+      taints: [{effect: NoSchedule, key: nvidia.com/gpu, value: "true"}]
+      requirements:
+      - {key: kubernetes.io/arch, operator: In, values: ["amd64"]}
+      - {key: node.kubernetes.io/instance-type, operator: In, values: ["g4dn.xlarge"]}
+      nodeClassRef: {apiVersion: karpenter.k8s.aws/v1beta1, kind: EC2NodeClass, name: g4-nodeclass}
+      kubelet: {maxPods: 20}
+  limits: {cpu: 1000}
+  disruption: {expireAfter: 120m, consolidationPolicy: WhenUnderutilized}
+"#;
+
+    #[test]
+    fn converts_v1beta1_like_karpenter() {
+        let np = from_yaml::<NodePoolV1Beta1>(V1BETA1).into_v1();
+        assert_eq!(np.api_version, "karpenter.sh/v1");
+        let t = &np.spec.template.spec;
+        assert_eq!(t.expire_after, "120m");
+        assert_eq!(
+            t.node_class_ref,
+            NodeClassReference {
+                group: "karpenter.k8s.aws".into(),
+                kind: "EC2NodeClass".into(),
+                name: "g4-nodeclass".into()
+            }
+        );
+        assert_eq!(t.kubelet.as_ref().and_then(|k| k.max_pods), Some(20));
+        assert_eq!(
+            np.spec.disruption.consolidation_policy,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized
+        );
+        assert_eq!(np.spec.disruption.consolidate_after, "0s");
+        assert_eq!(np.spec.limits["cpu"], Quantity::from_units(1000));
+        assert_eq!(np.spec.template.metadata.labels["nvidia.com/gpu"], "true");
+        np.validate().unwrap();
+    }
+
+    #[test]
+    fn v1_defaults_match_the_api_server() {
+        let np: NodePool = from_yaml(
+            r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: gpu}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: gpu}
+      requirements: [{key: karpenter.k8s.aws/instance-family, operator: In, values: [g6, p5], minValues: 2}]
+"#,
+        );
+        np.validate().unwrap();
+        assert_eq!(np.spec.template.spec.expire_after, "720h");
+        assert_eq!(
+            np.spec.disruption.consolidation_policy,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized
+        );
+        assert_eq!(np.spec.disruption.budgets[0].nodes, "10%");
+        assert_eq!(np.spec.template.spec.requirements[0].min_values, Some(2));
+    }
+
+    fn pool_with(requirement: &str) -> NodePool {
+        from_yaml(&format!(
+            r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: p}}
+spec:
+  template:
+    spec:
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: c}}
+      requirements:
+      - {{key: kubernetes.io/os, operator: In, values: [linux]}}
+      - {{key: kubernetes.io/arch, operator: Exists}}
+      - {requirement}
+"#
+        ))
+    }
+
+    #[test]
+    fn rejects_bad_requirements_naming_the_field() {
+        let cases = [
+            ("{key: a, operator: In}", "requirements[2].values"),
+            (
+                "{key: a, operator: Gt, values: ['1', '2']}",
+                "requirements[2].values",
+            ),
+            (
+                "{key: a, operator: Lt, values: [big]}",
+                "requirements[2].values",
+            ),
+            (
+                "{key: a, operator: Exists, values: [x]}",
+                "requirements[2].values",
+            ),
+            (
+                "{key: a, operator: In, values: [x], minValues: 2}",
+                "requirements[2].minValues",
+            ),
+            (
+                "{key: a, operator: Exists, minValues: 51}",
+                "requirements[2].minValues",
+            ),
+        ];
+        for (req, field) in cases {
+            let e = pool_with(req).validate().unwrap_err();
+            assert_eq!(e.field, format!("spec.template.spec.{field}"), "{req}");
+        }
+        pool_with("{key: a, operator: Gt, values: ['3']}")
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn rejects_restricted_keys_and_bad_label_values() {
+        let e = pool_with("{key: kubernetes.io/hostname, operator: In, values: [a]}")
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.field, "spec.template.spec.requirements[2].key");
+        let mut np = pool_with("{key: a, operator: Exists}");
+        np.spec
+            .template
+            .metadata
+            .labels
+            .insert("karpenter.sh/nodepool".into(), "x".into());
+        assert_eq!(
+            np.validate().unwrap_err().field,
+            "spec.template.metadata.labels.karpenter.sh/nodepool"
+        );
+        let mut np = pool_with("{key: a, operator: Exists}");
+        np.spec
+            .template
+            .metadata
+            .labels
+            .insert("team".into(), "a b".into());
+        assert!(np.validate().is_err());
+    }
+
+    #[test]
+    fn rejects_unknown_operator() {
+        let v: serde_json::Value =
+            serde_saphyr::from_str("{key: a, operator: Within, values: [x]}").unwrap();
+        let e = serde_json::from_value::<NodeSelectorRequirementWithMinValues>(v).unwrap_err();
+        assert!(e.to_string().contains("Within"), "{e}");
+    }
+
+    #[test]
+    fn rejects_bad_weight_and_taint_effect() {
+        let mut np = pool_with("{key: a, operator: Exists}");
+        np.spec.weight = Some(101);
+        assert_eq!(np.validate().unwrap_err().field, "spec.weight");
+        np.spec.weight = Some(100);
+        np.spec.template.spec.taints = vec![Taint {
+            key: "k".into(),
+            effect: "NoScheduled".into(),
+            ..Taint::default()
+        }];
+        assert_eq!(
+            np.validate().unwrap_err().field,
+            "spec.template.spec.taints[0].effect"
+        );
+    }
+
+    #[test]
+    fn rejects_bad_durations_and_budgets() {
+        let mut np = pool_with("{key: a, operator: Exists}");
+        np.spec.template.spec.expire_after = "30d".into();
+        assert_eq!(
+            np.validate().unwrap_err().field,
+            "spec.template.spec.expireAfter"
+        );
+        np.spec.template.spec.expire_after = "Never".into();
+        np.spec.disruption.budgets[0].nodes = "150%".into();
+        assert_eq!(
+            np.validate().unwrap_err().field,
+            "spec.disruption.budgets[0].nodes"
+        );
+    }
+}

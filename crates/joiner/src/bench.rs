@@ -1,0 +1,48 @@
+//! `joiner bench`: the scheduling benchmark, with figures as ratios from one run.
+
+use std::time::Instant;
+
+use joiner_engine::bench::scheduling_input;
+use joiner_engine::scheduling::schedule;
+
+/// Peak resident memory of this process so far, in MiB (Linux `VmHWM`), if known.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+pub fn scheduling(sizes: &[usize]) -> anyhow::Result<()> {
+    println!(
+        "Scheduling benchmark (Karpenter's shape: 400 instance types; plain, zone/hostname spread, hostname/zone affinity, hostname anti-affinity pods)"
+    );
+    println!(
+        "{:>8}  {:>8}  {:>10}  {:>12}  {:>14}  {:>12}",
+        "PODS", "NODES", "SECONDS", "PODS/S", "S PER 1K PODS", "PEAK RSS MiB"
+    );
+    let mut first_rate = None;
+    for &n in sizes {
+        let input = scheduling_input(n);
+        let start = Instant::now();
+        let plan = schedule(&input);
+        let secs = start.elapsed().as_secs_f64();
+        if let Some(first) = plan.unschedulable.first() {
+            anyhow::bail!(
+                "{} pods unschedulable in the benchmark, e.g. {}: {}",
+                plan.unschedulable.len(),
+                first.pod,
+                first.reason
+            );
+        }
+        let rate = n as f64 / secs;
+        first_rate.get_or_insert(rate);
+        println!(
+            "{n:>8}  {:>8}  {secs:>10.3}  {rate:>12.0}  {:>14.4}  {:>12.1}",
+            plan.node_claims.len(),
+            secs * 1000.0 / n as f64,
+            peak_rss_mib().unwrap_or(f64::NAN)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! Printing a plan: a table for people, JSON or YAML for programs.
+
+use std::fmt::Write as _;
+
+use joiner_engine::plan::Plan;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// A table of new nodes, placements and unschedulable pods.
+    Table,
+    /// The table plus offerings and per-node resource use.
+    Wide,
+    Json,
+    Yaml,
+}
+
+pub fn render(plan: &Plan, format: Format) -> anyhow::Result<String> {
+    Ok(match format {
+        Format::Json => serde_json::to_string_pretty(plan)? + "\n",
+        Format::Yaml => serde_saphyr::to_string(plan)?,
+        Format::Table => table(plan, false),
+        Format::Wide => table(plan, true),
+    })
+}
+
+/// Left-aligned columns separated by two spaces, as kubectl prints them.
+fn columns(rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| format!("{cell:<w$}", w = widths[i]))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn table(plan: &Plan, wide: bool) -> String {
+    let mut out = String::new();
+    if plan.node_claims.is_empty() {
+        out.push_str("No new nodes needed.\n");
+    } else {
+        let mut header = vec![
+            "NODECLAIM",
+            "NODEPOOL",
+            "INSTANCE-TYPE",
+            "CAPACITY-TYPE",
+            "ZONE",
+            "PRICE/H",
+            "PODS",
+        ];
+        if wide {
+            header.extend(["REQUESTED/ALLOCATABLE", "FALLBACK-TYPES"]);
+        }
+        let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
+        for c in &plan.node_claims {
+            let mut row = vec![
+                c.name.clone(),
+                c.node_pool.clone(),
+                c.instance_type.clone(),
+                c.capacity_type.clone(),
+                c.zone.clone(),
+                c.price_per_hour.to_string(),
+                c.pods.len().to_string(),
+            ];
+            if wide {
+                let usage: Vec<String> = c
+                    .resources
+                    .requested
+                    .iter()
+                    .map(|(name, q)| {
+                        let of = c
+                            .resources
+                            .allocatable
+                            .get(name)
+                            .map(ToString::to_string)
+                            .unwrap_or_else(|| "0".into());
+                        format!("{name}={q}/{of}")
+                    })
+                    .collect();
+                row.push(usage.join(","));
+                row.push(
+                    c.instance_type_options
+                        .iter()
+                        .skip(1)
+                        .take(3)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(","),
+                );
+            }
+            rows.push(row);
+        }
+        out.push_str(&columns(&rows));
+    }
+    if !plan.bindings.is_empty() {
+        out.push('\n');
+        let mut rows = vec![vec!["POD".to_string(), "NODE".to_string()]];
+        rows.extend(
+            plan.bindings
+                .iter()
+                .map(|b| vec![b.pod.clone(), b.node.clone()]),
+        );
+        out.push_str(&columns(&rows));
+    }
+    if !plan.unschedulable.is_empty() {
+        out.push_str("\nUnschedulable:\n");
+        for u in &plan.unschedulable {
+            let _ = writeln!(out, "  {}: {}", u.pod, u.reason);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n{} new node(s), {} pod(s) placed, {} unschedulable, total {} USD/h",
+        plan.node_claims.len(),
+        plan.bindings.len(),
+        plan.unschedulable.len(),
+        plan.total_price_per_hour
+    );
+    out
+}

@@ -1,0 +1,209 @@
+//! End-to-end: the built `joiner` binary on scenario files, as a user runs it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+fn joiner(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .args(args)
+        .output()
+        .expect("the joiner binary runs")
+}
+
+fn plan_json(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["plan", "-o", "json"];
+    all.extend_from_slice(args);
+    let out = joiner(&all);
+    assert!(
+        out.status.success(),
+        "joiner {all:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("plan output is JSON")
+}
+
+fn lab(file: &str) -> String {
+    examples()
+        .join("time-slicing-learning-lab")
+        .join(file)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn learning_lab_packs_three_time_sliced_pods_per_gpu() {
+    let dir = examples()
+        .join("time-slicing-learning-lab")
+        .display()
+        .to_string();
+    let plan = plan_json(&["-f", &dir]);
+    assert_eq!(plan["apiVersion"], "joiner.dev/v1alpha1");
+    assert_eq!(plan["kind"], "Plan");
+    let claims = plan["nodeClaims"].as_array().unwrap();
+    assert_eq!(claims.len(), 2);
+    for c in claims {
+        assert_eq!(c["instanceType"], "g4dn.xlarge");
+        assert_eq!(c["capacityType"], "on-demand");
+        assert_eq!(c["nodePool"], "g4-nodepool");
+        assert_eq!(c["pricePerHour"], 0.526);
+        assert_eq!(c["resources"]["allocatable"]["nvidia.com/gpu"], "3");
+        assert_eq!(c["labels"]["nvidia.com/gpu.replicas"], "3");
+    }
+    let mut sizes: Vec<usize> = claims
+        .iter()
+        .map(|c| c["pods"].as_array().unwrap().len())
+        .collect();
+    sizes.sort();
+    assert_eq!(sizes, vec![1, 3]);
+    assert_eq!(plan["unschedulable"].as_array().unwrap().len(), 0);
+    assert_eq!(plan["bindings"].as_array().unwrap().len(), 4);
+    assert_eq!(plan["totalPricePerHour"], 1.052);
+}
+
+#[test]
+fn learning_lab_without_the_device_plugin_config_needs_a_node_per_pod() {
+    let plan = plan_json(&[
+        "-f",
+        &lab("deployment.yaml"),
+        "-f",
+        &lab("nodepool.yaml"),
+        "-f",
+        &lab("ec2nodeclass.yaml"),
+    ]);
+    assert_eq!(plan["nodeClaims"].as_array().unwrap().len(), 4);
+    assert_eq!(plan["totalPricePerHour"], 2.104);
+}
+
+#[test]
+fn learning_lab_warns_about_the_unknown_launch_template_field() {
+    let dir = examples()
+        .join("time-slicing-learning-lab")
+        .display()
+        .to_string();
+    let out = joiner(&["plan", "-f", &dir]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("EC2NodeClass/g4-nodeclass: spec.launchTemplate: unknown field"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("g4-nodepool-0") && stdout.contains("total 1.052 USD/h"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn yaml_output_and_stdin_input() {
+    let text = std::fs::read_to_string(lab("deployment.yaml")).unwrap()
+        + "---\n"
+        + &std::fs::read_to_string(lab("nodepool.yaml")).unwrap()
+        + "---\n"
+        + &std::fs::read_to_string(lab("ec2nodeclass.yaml")).unwrap()
+        + "---\n"
+        + &std::fs::read_to_string(lab("device-plugin-config.yaml")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .args(["plan", "-f", "-", "-o", "yaml"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("totalPricePerHour: 1.052"), "{stdout}");
+}
+
+#[test]
+fn bad_input_exits_1_naming_file_object_and_field() {
+    let dir = std::env::temp_dir().join(format!("joiner-e2e-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: broken, namespace: team}\nspec:\n  containers:\n  - name: c\n    resources: {requests: {cpu: lots}}\n",
+    )
+    .unwrap();
+    let out = joiner(&["plan", "-f", &file.display().to_string()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad.yaml"), "{stderr}");
+    assert!(stderr.contains("Pod/team/broken"), "{stderr}");
+    assert!(
+        stderr.contains("spec.containers[0].resources.requests.cpu"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing is half-printed");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn user_defined_instance_types_replace_the_catalog() {
+    let dir = std::env::temp_dir().join(format!("joiner-e2e-it-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("cluster.yaml"),
+        r#"apiVersion: joiner.dev/v1alpha1
+kind: InstanceType
+metadata: {name: gpu-it}
+spec:
+  architecture: amd64
+  capacity: {cpu: "8", memory: 32Gi, pods: "110", nvidia.com/gpu: "2"}
+  overhead: {cpu: 100m, memory: 1Gi}
+  offerings:
+  - {zone: us-east-1a, capacityType: on-demand, price: 1.5}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: gpu}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: infer}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: infer}}
+  template:
+    metadata: {labels: {app: infer}}
+    spec:
+      containers:
+      - name: c
+        resources: {limits: {nvidia.com/gpu: "1"}}
+"#,
+    )
+    .unwrap();
+    let plan = plan_json(&["-f", &dir.display().to_string(), "--no-builtin-catalog"]);
+    let claims = plan["nodeClaims"].as_array().unwrap();
+    assert_eq!(claims.len(), 2);
+    assert!(claims.iter().all(|c| c["instanceType"] == "gpu-it"));
+    assert_eq!(plan["totalPricePerHour"], 3.0);
+    std::fs::remove_dir_all(&dir).ok();
+}
