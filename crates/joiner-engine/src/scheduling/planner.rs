@@ -107,6 +107,14 @@ impl Claim {
     }
 }
 
+/// The node-requirement alternatives of a scheduling class, the zones they allow, and whether
+/// its pods have pod affinity.
+struct ClassView {
+    alts: Vec<Requirements>,
+    zones: Vec<u32>,
+    has_affinity: bool,
+}
+
 /// Bit sets over existing nodes and NodeClaims.
 #[derive(Default)]
 struct Rejected {
@@ -114,11 +122,11 @@ struct Rejected {
     claims: Vec<u64>,
 }
 
-/// Indices below `n` whose bit is clear, skipping whole words of set bits at once (most
-/// NodeClaims are full for most pods, so most words are all ones).
-fn clear_bits(set: &[u64], n: usize) -> impl Iterator<Item = usize> + '_ {
+/// Indices below `n` whose bit is clear in both sets, skipping whole words of set bits at once
+/// (most NodeClaims are full for most pods, so most words are all ones).
+fn clear_bits<'s>(a: &'s [u64], b: &'s [u64], n: usize) -> impl Iterator<Item = usize> + 's {
     (0..n.div_ceil(64)).flat_map(move |w| {
-        let mut free = !set.get(w).copied().unwrap_or(0);
+        let mut free = !(a.get(w).copied().unwrap_or(0) | b.get(w).copied().unwrap_or(0));
         std::iter::from_fn(move || {
             if free == 0 {
                 return None;
@@ -131,6 +139,22 @@ fn clear_bits(set: &[u64], n: usize) -> impl Iterator<Item = usize> + '_ {
     })
 }
 
+impl Rejected {
+    fn absorb(&mut self, other: &Rejected) {
+        for (mine, theirs) in [
+            (&mut self.nodes, &other.nodes),
+            (&mut self.claims, &other.claims),
+        ] {
+            if mine.len() < theirs.len() {
+                mine.resize(theirs.len(), 0);
+            }
+            for (m, t) in mine.iter_mut().zip(theirs) {
+                *m |= t;
+            }
+        }
+    }
+}
+
 fn set_bit(set: &mut Vec<u64>, i: usize) {
     if set.len() <= i / 64 {
         set.resize(i / 64 + 1, 0);
@@ -141,8 +165,10 @@ fn set_bit(set: &mut Vec<u64>, i: usize) {
 /// Candidates a search found permanently unsuitable, to record once the search is over.
 #[derive(Default)]
 struct NewRejections {
-    nodes: Vec<usize>,
-    claims: Vec<usize>,
+    /// Rejected whatever the pod's size (taints, requirements, topology): for its shape.
+    shape: Rejected,
+    /// Rejected for lack of room: for its class.
+    class: Rejected,
 }
 
 /// Why a NodeClaim cannot take a pod.
@@ -210,10 +236,15 @@ struct Planner<'a> {
     zone_ids: HashMap<String, u32>,
     /// Per scheduling class (and strictness): existing nodes and NodeClaims that rejected it
     /// for a reason that cannot go away, so later pods of the class skip them.
-    rejected: HashMap<(usize, bool), Rejected>,
+    rejected: Vec<Rejected>,
+    /// The same per shape (a class without its requests), for reasons size does not change.
+    rejected_shape: Vec<Rejected>,
+    shape_of: Vec<usize>,
     class_of: Vec<usize>,
     /// Per scheduling class: pending pods not yet placed.
-    remaining: HashMap<usize, u32>,
+    remaining: Vec<u32>,
+    /// Per scheduling class and strictness: what every pod of the class computes alike.
+    class_views: RefCell<Vec<Option<Rc<ClassView>>>>,
     allowed_cache: RefCell<AllowedCache>,
     pin_cache: RefCell<HashMap<(usize, u32), Pinned>>,
     bindings: Vec<(usize, String)>,
@@ -264,7 +295,7 @@ fn schedule_in_order(input: &SchedulingInput, order: Order) -> Plan {
         .collect();
     planner.sort_pending(&mut pending, order);
     for &p in &pending {
-        *planner.remaining.entry(planner.class_of[p]).or_insert(0) += 1;
+        planner.remaining[planner.class_of[p]] += 1;
     }
 
     // Pods whose affinity needs other pods placed first are retried while progress is made.
@@ -356,9 +387,12 @@ impl<'a> Planner<'a> {
             topology,
             zone_names,
             zone_ids,
-            rejected: HashMap::new(),
+            rejected: Vec::new(),
+            rejected_shape: Vec::new(),
+            shape_of: Vec::new(),
             class_of: Vec::new(),
-            remaining: HashMap::new(),
+            remaining: Vec::new(),
+            class_views: RefCell::new(Vec::new()),
             allowed_cache: RefCell::new(vec![HashMap::new(); input.pools.len()]),
             pin_cache: RefCell::new(HashMap::new()),
             bindings: Vec::new(),
@@ -373,6 +407,7 @@ impl<'a> Planner<'a> {
     /// reason that cannot go away rejects every pod of its class.
     fn classify(&mut self) {
         let mut ids: HashMap<String, usize> = HashMap::new();
+        let mut shapes: HashMap<String, usize> = HashMap::new();
         for (i, p) in self.input.pods.iter().enumerate() {
             let key = format!(
                 "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}",
@@ -388,7 +423,26 @@ impl<'a> Planner<'a> {
             let next = ids.len();
             let id = *ids.entry(key).or_insert(next);
             self.class_of.push(id);
+            // The same without the requests: what decides rejections that size does not change.
+            let shape = format!(
+                "{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}",
+                p.node_requirements,
+                p.preferred_node_requirements,
+                p.tolerations,
+                p.spread,
+                p.affinity,
+                p.namespace,
+                p.labels
+            );
+            let next = shapes.len();
+            let id = *shapes.entry(shape).or_insert(next);
+            self.shape_of.push(id);
         }
+        self.rejected_shape = (0..shapes.len() * 2).map(|_| Rejected::default()).collect();
+        let classes = ids.len();
+        self.remaining = vec![0; classes];
+        self.rejected = (0..classes * 2).map(|_| Rejected::default()).collect();
+        *self.class_views.borrow_mut() = vec![None; classes * 2];
     }
 
     fn load_existing(&mut self) {
@@ -534,15 +588,9 @@ impl<'a> Planner<'a> {
         for &strict in attempts {
             let mut rejections = NewRejections::default();
             let found = self.find(p, strict, &mut rejections);
-            let set = self.rejected.entry((self.class_of[p], strict)).or_default();
-            rejections
-                .nodes
-                .into_iter()
-                .for_each(|n| set_bit(&mut set.nodes, n));
-            rejections
-                .claims
-                .into_iter()
-                .for_each(|c| set_bit(&mut set.claims, c));
+            let s = usize::from(strict);
+            self.rejected[self.class_of[p] * 2 + s].absorb(&rejections.class);
+            self.rejected_shape[self.shape_of[p] * 2 + s].absorb(&rejections.shape);
             if let Some(placement) = found {
                 self.apply(p, placement);
                 return true;
@@ -560,48 +608,59 @@ impl<'a> Planner<'a> {
         (self.existing.len() + c) as u32
     }
 
+    /// What every pod of `p`'s class computes alike, computed once.
+    fn class_view(&self, p: usize, strict: bool) -> Rc<ClassView> {
+        let slot = self.class_of[p] * 2 + usize::from(strict);
+        if let Some(Some(view)) = self.class_views.borrow().get(slot) {
+            return view.clone();
+        }
+        let alts = self.alternatives(p, strict);
+        let view = Rc::new(ClassView {
+            zones: self.pod_zones(&alts),
+            alts,
+            has_affinity: self
+                .topology
+                .constraints(p)
+                .iter()
+                .any(|c| c.kind == Constraint::Affinity),
+        });
+        if let Some(cell) = self.class_views.borrow_mut().get_mut(slot) {
+            *cell = Some(view.clone());
+        }
+        view
+    }
+
     fn find(&self, p: usize, strict: bool, rejections: &mut NewRejections) -> Option<Placement> {
         let pod = &self.input.pods[p];
-        let alts = self.alternatives(p, strict);
+        let view = self.class_view(p, strict);
+        let (alts, zones, pod_has_affinity) = (&view.alts, &view.zones, view.has_affinity);
         if alts.is_empty() {
             return None;
         }
         let req = &self.requests[p];
-        let zones = self.pod_zones(&alts);
-        let pod_has_affinity = self
-            .topology
-            .constraints(p)
-            .iter()
-            .any(|c| c.kind == Constraint::Affinity);
-        let empty = Rejected::default();
-        let skip = self
-            .rejected
-            .get(&(self.class_of[p], strict))
-            .unwrap_or(&empty);
+        let skip = &self.rejected[self.class_of[p] * 2 + usize::from(strict)];
+        let skip_shape = &self.rejected_shape[self.shape_of[p] * 2 + usize::from(strict)];
 
         // 1. Existing nodes.
-        for n in clear_bits(&skip.nodes, self.existing.len()) {
+        for n in clear_bits(&skip.nodes, &skip_shape.nodes, self.existing.len()) {
             let node = &self.existing[n];
-            if !resources::fits_in(req, &node.free)
-                || taints::first_untolerated(&self.input.nodes[n].taints, &pod.tolerations)
-                    .is_some()
+            if taints::first_untolerated(&self.input.nodes[n].taints, &pod.tolerations).is_some()
                 || !alts.iter().any(|a| a.matches(&node.labels))
             {
-                rejections.nodes.push(n);
+                set_bit(&mut rejections.shape.nodes, n);
                 continue;
             }
-            match self.topology.check(
-                p,
-                Domains {
-                    hostname: self.node_domain(n),
-                    zone: node.zone,
-                },
-                strict,
-                &zones,
-            ) {
-                Ok(()) => return Some(Placement::Existing(n)),
-                Err(v) if v.is_permanent() => rejections.nodes.push(n),
+            let at = Domains {
+                hostname: self.node_domain(n),
+                zone: node.zone,
+            };
+            match self.topology.check(p, at, strict, zones) {
+                Err(v) if v.is_permanent() => set_bit(&mut rejections.shape.nodes, n),
                 Err(_) => {}
+                Ok(()) if !resources::fits_in(req, &node.free) => {
+                    set_bit(&mut rejections.class.nodes, n)
+                }
+                Ok(()) => return Some(Placement::Existing(n)),
             }
         }
 
@@ -609,28 +668,33 @@ impl<'a> Planner<'a> {
         // only pays when it costs less per pod than a new node, so the new node is priced
         // first and bounds the search.
         let mut growable = Vec::new();
-        for c in clear_bits(&skip.claims, self.claims.len()) {
+        for c in clear_bits(&skip.claims, &skip_shape.claims, self.claims.len()) {
             let claim = &self.claims[c];
             let pool = &self.pools[claim.pool];
             if taints::first_untolerated(&pool.input.taints, &pod.tolerations).is_some() {
-                rejections.claims.push(c);
+                set_bit(&mut rejections.shape.claims, c);
                 continue;
             }
             // Pods with affinity may need exactly the node their peers are on to grow.
             let may_grow = self.claims.len() - c <= GROW_WINDOW || pod_has_affinity;
-            let (mut permanent, mut room) = (true, false);
-            for alt in &alts {
-                match self.evaluate_claim(p, c, alt, strict, Price::ZERO, &zones) {
+            let (mut never, mut not_now, mut room) = (true, false, false);
+            for alt in alts {
+                match self.evaluate_claim(p, c, alt, strict, Price::ZERO, zones) {
                     Ok(change) => return Some(Placement::Claim(change)),
-                    Err(Rejection::NoRoom { growable }) => room |= growable,
-                    Err(Rejection::NotNow) => permanent = false,
+                    Err(Rejection::NoRoom { growable }) => {
+                        never = false;
+                        room |= growable;
+                    }
+                    Err(Rejection::NotNow) => not_now = true,
                     Err(Rejection::Never) => {}
                 }
             }
             if may_grow && room {
                 growable.push(c);
-            } else if permanent {
-                rejections.claims.push(c);
+            } else if never && !not_now {
+                set_bit(&mut rejections.shape.claims, c);
+            } else if !not_now {
+                set_bit(&mut rejections.class.claims, c);
             }
         }
         let new = self.new_claim(p, &alts, strict, &zones);
@@ -646,7 +710,7 @@ impl<'a> Planner<'a> {
         };
         for c in growable.into_iter().rev().take(window) {
             let bound = best_grow.as_ref().map_or(per_pod, |b| b.delta.min(per_pod));
-            for alt in &alts {
+            for alt in alts {
                 if let Ok(change) = self.evaluate_claim(p, c, alt, strict, bound, &zones)
                     && best_grow.as_ref().is_none_or(|b| change.delta < b.delta)
                 {
@@ -716,19 +780,22 @@ impl<'a> Planner<'a> {
             && let Some(&(_, o)) = claim.allowed.get(claim.chosen)
             && !self.option_holds_more(pool, o, &claim.used, p)
         {
-            let growable = self
-                .topology
-                .check(
-                    p,
-                    Domains {
-                        hostname,
-                        zone: claim.zone,
-                    },
-                    strict,
-                    zones,
-                )
-                .is_ok();
-            return Err(Rejection::NoRoom { growable });
+            // Full; but if topology rules the NodeClaim out for good, say so, since that holds
+            // for every pod of this shape whatever its size.
+            let at = Domains {
+                hostname,
+                zone: claim.zone,
+            };
+            return Err(match self.topology.check(p, at, strict, zones) {
+                // A full NodeClaim whose zone is still open is not worth growing for a pod
+                // that would have to fix its zone: a new node serves it as well.
+                Ok(()) if claim.zone.is_none() && self.topology.needs_zone(p) => {
+                    Rejection::NoRoom { growable: false }
+                }
+                Ok(()) => Rejection::NoRoom { growable: true },
+                Err(v) if v.is_permanent() => Rejection::Never,
+                Err(_) => Rejection::NoRoom { growable: false },
+            });
         }
         self.topology
             .check(
@@ -854,7 +921,7 @@ impl<'a> Planner<'a> {
         let used = self.requests[p].clone();
         let expected = self
             .remaining
-            .get(&self.class_of[p])
+            .get(self.class_of[p])
             .copied()
             .unwrap_or(1)
             .min(self.topology.per_node_cap(p, strict))
@@ -1055,7 +1122,7 @@ impl<'a> Planner<'a> {
     }
 
     fn apply(&mut self, p: usize, placement: Placement) {
-        if let Some(r) = self.remaining.get_mut(&self.class_of[p]) {
+        if let Some(r) = self.remaining.get_mut(self.class_of[p]) {
             *r = r.saturating_sub(1);
         }
         match placement {

@@ -77,22 +77,27 @@ pub struct Domains {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Violation {
     Spread(TopologyKey),
-    Affinity(TopologyKey),
+    /// No member in this domain; `settled` once the group has members elsewhere.
+    Affinity(TopologyKey, bool),
     AntiAffinity(TopologyKey),
     /// A pod already there repels this one.
     Repelled(TopologyKey),
 }
 
 impl Violation {
-    /// Whether the violation can only persist as more pods are placed: counts only grow, so
-    /// anti-affinity and hostname spread (whose minimum is always zero) never recover, while
-    /// zone spread and affinity may become satisfiable.
+    /// Whether the violation persists as more pods are placed: counts only grow, so
+    /// anti-affinity and hostname spread (whose minimum is always zero) never recover. Zone
+    /// spread may. Affinity is treated as settled once the group has members: its later
+    /// members go where the first ones are, so a domain without members stays without them
+    /// (only a pod that matches the selector without sharing the affinity could change that,
+    /// and the planner accepts missing that rare case to stay linear).
     pub fn is_permanent(&self) -> bool {
         matches!(
             self,
             Violation::Spread(TopologyKey::Hostname)
                 | Violation::AntiAffinity(_)
                 | Violation::Repelled(_)
+                | Violation::Affinity(_, true)
         )
     }
 }
@@ -107,7 +112,7 @@ impl std::fmt::Display for Violation {
             Violation::Spread(k) => {
                 write!(f, "topology spread over {} would exceed maxSkew", key(k))
             }
-            Violation::Affinity(k) => write!(
+            Violation::Affinity(k, _) => write!(
                 f,
                 "pod affinity needs a matching pod in the same {}",
                 key(k)
@@ -260,7 +265,7 @@ impl Topology {
                     // The first pod of a self-affine group may go anywhere.
                     let first = g.total_members == 0 && me == 1;
                     if here == 0 && !first {
-                        return Err(Violation::Affinity(g.key));
+                        return Err(Violation::Affinity(g.key, g.total_members > 0));
                     }
                 }
                 Constraint::AntiAffinity => {
