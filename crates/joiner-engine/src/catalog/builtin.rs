@@ -98,6 +98,7 @@ fn instance_type(raw: &RawType, region: &str, zones: &[String], vm_ppm: u32) -> 
         offerings: offerings(raw, zones),
         gpu: raw.gpu.as_ref().map(gpu_info),
         overhead_override: None,
+        devices: super::devices::builtin_templates(&raw.name),
     }
 }
 

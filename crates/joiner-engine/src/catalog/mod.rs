@@ -7,17 +7,25 @@
 //! replace types by name ([`Catalog::upsert`], [`user_instance_type`]). Allocatable follows
 //! Karpenter's AWS provider for AL2023 exactly, so that Joiner packs nodes the way Karpenter
 //! would: see [`InstanceType::allocatable`].
+//!
+//! For Dynamic Resource Allocation, a type also carries the devices its DRA drivers will publish
+//! ([`InstanceType::devices`], [`devices`]): built in for the AWS GPU types, from `spec.devices`
+//! for user-defined ones ([`devices::DeviceTemplates::from_spec`]).
 
 mod builtin;
+pub mod devices;
 pub mod labels;
 mod overhead;
 mod user;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use joiner_model::api::KubeletConfiguration;
 use joiner_model::{Format, Price, Quantity, QuantityError, ResourceList};
+
+use devices::DeviceTemplates;
 
 pub use builtin::{BUILTIN_PRICE_REGION, DEFAULT_VM_MEMORY_OVERHEAD_PPM};
 pub use overhead::Overhead;
@@ -131,6 +139,11 @@ pub struct InstanceType {
     /// Overhead given by the user for a user-defined type. When set it stands in for Karpenter's
     /// computed defaults; the node class's explicit kubelet reservations still add to it.
     pub overhead_override: Option<ResourceList>,
+    /// What the DRA drivers will publish on a node of this type (see [`devices`]), if known:
+    /// set for the built-in GPU types and for user-defined types that list `spec.devices`.
+    /// Shared, because catalogs are copied while planning and a template can hold dozens of
+    /// devices.
+    pub devices: Option<Arc<DeviceTemplates>>,
 }
 
 /// What the EC2NodeClass says about the nodes it makes, as far as it changes their resources.

@@ -333,12 +333,57 @@ fn user_types_add_to_and_replace_builtin_ones() {
     let it = c.get("g4dn.xlarge").unwrap();
     assert_eq!(it.offerings[0].capacity_type, CapacityType::Reserved);
     assert!(it.gpu.is_none());
+    assert!(it.devices.is_none(), "the caller attaches spec.devices");
     let alloc = it.allocatable(&NodeShape::default()).unwrap();
     // No VM overhead on user capacity: 16384 - 574 - 100.
     assert_eq!(alloc["memory"], q("15710Mi"));
     assert_eq!(alloc["cpu"], q("3920m"));
     assert!(c.remove("g4dn.xlarge").is_some());
     assert!(c.get("g4dn.xlarge").is_none());
+}
+
+#[test]
+fn every_builtin_gpu_type_has_dra_templates_that_agree_with_its_gpu_info() {
+    use devices::{DRANET_DRIVER, NVIDIA_GPU_DRIVER};
+    let c = catalog();
+    let mut with_templates = 0;
+    for it in c.types() {
+        let (Some(gpu), Some(t)) = (&it.gpu, &it.devices) else {
+            assert!(it.gpu.is_none() && it.devices.is_none(), "{}", it.name);
+            continue;
+        };
+        with_templates += 1;
+        let gpus: Vec<_> = t
+            .pools_of(NVIDIA_GPU_DRIVER)
+            .flat_map(|p| &p.devices)
+            .collect();
+        assert_eq!(gpus.len(), gpu.devices as usize, "{}", it.name);
+        let efas = t.pools_of(DRANET_DRIVER).flat_map(|p| &p.devices).count();
+        assert_eq!(
+            efas as i128 * 1_000_000_000,
+            it.capacity_of(resource::EFA).nanos(),
+            "{}",
+            it.name
+        );
+        for d in gpus {
+            let a = d.attributes.as_ref().unwrap();
+            let product = a["productName"].string.as_deref();
+            assert_eq!(product, gpu.product_name.as_deref(), "{}", it.name);
+            let (major, minor) = gpu.compute_capability.unwrap();
+            let version = a["cudaComputeCapability"].version.as_deref();
+            assert_eq!(
+                version,
+                Some(format!("{major}.{minor}.0").as_str()),
+                "{}",
+                it.name
+            );
+        }
+    }
+    assert_eq!(with_templates, 53);
+    assert_eq!(
+        devices::builtin_templates("p5.48xlarge"),
+        c.get("p5.48xlarge").unwrap().devices
+    );
 }
 
 #[test]

@@ -87,6 +87,8 @@ pub fn user_instance_type(
         offerings,
         gpu,
         overhead_override: overhead,
+        // Set by the caller from `spec.devices` ([`super::devices::DeviceTemplates::from_spec`]).
+        devices: None,
     }
 }
 

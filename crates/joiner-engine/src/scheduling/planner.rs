@@ -697,7 +697,7 @@ impl<'a> Planner<'a> {
                 set_bit(&mut rejections.class.claims, c);
             }
         }
-        let new = self.new_claim(p, &alts, strict, &zones);
+        let new = self.new_claim(p, alts, strict, zones);
         let per_pod = new.as_ref().map_or(Price::MAX, |n| {
             Price::from_nano_usd(n.price.nano_usd() / i64::from(n.copies.max(1)))
         });
@@ -711,7 +711,7 @@ impl<'a> Planner<'a> {
         for c in growable.into_iter().rev().take(window) {
             let bound = best_grow.as_ref().map_or(per_pod, |b| b.delta.min(per_pod));
             for alt in alts {
-                if let Ok(change) = self.evaluate_claim(p, c, alt, strict, bound, &zones)
+                if let Ok(change) = self.evaluate_claim(p, c, alt, strict, bound, zones)
                     && best_grow.as_ref().is_none_or(|b| change.delta < b.delta)
                 {
                     best_grow = Some(change);

@@ -1,0 +1,126 @@
+//! The ResourceSlices a hypothetical node would carry, so the DRA allocator can place claims on
+//! a node before it is launched.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::resource::v1::{
+    Device, DeviceAttribute, ResourcePool, ResourceSlice, ResourceSliceSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::{
+    ConsumableCapacity, DRANET_DRIVER, DeviceTemplates, NVIDIA_GPU_DRIVER, RuntimeAttribute,
+    TemplatePool,
+};
+
+/// The value runtime-only attributes get in predicted slices. One string shared by all the
+/// listed devices keeps `matchAttribute` true across a node's GPUs (they do share one driver
+/// version), while a selector that compares it to a real value, or as a version, fails: the
+/// prediction never promises what only the running node can tell.
+pub const RUNTIME_PLACEHOLDER: &str = "<runtime>";
+
+/// What the node's class says about its DRA drivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TemplateOptions {
+    /// The NVIDIA GPU DRA driver runs on the node (`gpu.nvidia.com` slices).
+    pub nvidia_gpu: bool,
+    /// DRANET runs on the node (`dra.net` slices).
+    pub efa: bool,
+    /// GPU sharing mode, applied to `gpu.nvidia.com` devices.
+    pub consumable: ConsumableCapacity,
+}
+
+impl TemplateOptions {
+    /// Whether the node runs `driver`. Drivers Joiner has no switch for (those of user-defined
+    /// types) are assumed to run: the user declared them for this type.
+    pub fn driver_enabled(&self, driver: &str) -> bool {
+        match driver {
+            NVIDIA_GPU_DRIVER => self.nvidia_gpu,
+            DRANET_DRIVER => self.efa,
+            _ => true,
+        }
+    }
+}
+
+impl DeviceTemplates {
+    /// The node-local slices of a node named `node_name`: one per enabled driver and template
+    /// pool, complete in one slice (`resourceSliceCount: 1`, generation 0), pooled under the
+    /// node's name as the real drivers do, so each hypothetical node has pools of its own. A
+    /// driver with several template pools gets `<node>/<pool>` for each instead.
+    pub fn node_slices(&self, node_name: &str, opts: &TemplateOptions) -> Vec<ResourceSlice> {
+        self.pools
+            .iter()
+            .filter(|p| opts.driver_enabled(&p.driver))
+            .map(|p| {
+                let single = self.pools_of(&p.driver).count() == 1;
+                let pool_name = if single {
+                    node_name.to_string()
+                } else {
+                    format!("{node_name}/{}", p.pool)
+                };
+                self.slice(p, node_name, pool_name, opts)
+            })
+            .collect()
+    }
+
+    fn slice(
+        &self,
+        p: &TemplatePool,
+        node_name: &str,
+        pool_name: String,
+        opts: &TemplateOptions,
+    ) -> ResourceSlice {
+        let runtime: Vec<&RuntimeAttribute> = self
+            .runtime_attributes
+            .iter()
+            .filter(|r| r.driver == p.driver)
+            .collect();
+        let devices = p
+            .devices
+            .iter()
+            .map(|d| node_device(d, &p.driver, &runtime, opts))
+            .collect();
+        let name = format!("{}-{}", pool_name.replace('/', "-"), p.driver);
+        ResourceSlice {
+            metadata: ObjectMeta {
+                name: Some(name),
+                ..ObjectMeta::default()
+            },
+            spec: ResourceSliceSpec {
+                driver: p.driver.clone(),
+                node_name: Some(node_name.to_string()),
+                pool: ResourcePool {
+                    name: pool_name,
+                    generation: 0,
+                    resource_slice_count: 1,
+                },
+                devices: Some(devices),
+                shared_counters: (!p.shared_counters.is_empty()).then(|| p.shared_counters.clone()),
+                ..ResourceSliceSpec::default()
+            },
+        }
+    }
+}
+
+fn node_device(
+    template: &Device,
+    driver: &str,
+    runtime: &[&RuntimeAttribute],
+    opts: &TemplateOptions,
+) -> Device {
+    let mut device = template.clone();
+    for r in runtime.iter().filter(|r| r.devices.contains(&device.name)) {
+        let attributes = device.attributes.get_or_insert_with(BTreeMap::new);
+        attributes.insert(
+            r.attribute.clone(),
+            DeviceAttribute {
+                string: Some(RUNTIME_PLACEHOLDER.to_string()),
+                ..DeviceAttribute::default()
+            },
+        );
+    }
+    if driver == NVIDIA_GPU_DRIVER {
+        opts.consumable.apply(&mut device);
+    }
+    device
+}
