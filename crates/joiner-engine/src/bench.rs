@@ -67,6 +67,7 @@ fn instance_types() -> Vec<LaunchOption> {
                 allocatable,
                 offerings,
                 at_most_one_per_pod: vec![],
+                devices: None,
             }
         })
         .collect()
@@ -137,6 +138,7 @@ pub fn scheduling_input(pods: usize) -> SchedulingInput {
             limits: Default::default(),
             options: instance_types(),
         }],
+        dra: None,
     }
 }
 

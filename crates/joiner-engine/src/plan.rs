@@ -19,6 +19,9 @@ pub struct Plan {
     /// Every pending pod that was placed, on an existing node or a planned NodeClaim.
     pub bindings: Vec<Binding>,
     pub unschedulable: Vec<Unschedulable>,
+    /// Device allocations of the pods' ResourceClaims (DRA), one per claim allocated.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<ClaimAllocation>,
     pub total_price_per_hour: Price,
 }
 
@@ -30,6 +33,7 @@ impl Plan {
             node_claims: Vec::new(),
             bindings: Vec::new(),
             unschedulable: Vec::new(),
+            claims: Vec::new(),
             total_price_per_hour: Price::ZERO,
         }
     }
@@ -70,6 +74,18 @@ pub struct PlannedNodeClaim {
 pub struct ClaimResources {
     pub requested: ResourceList,
     pub allocatable: ResourceList,
+}
+
+/// Where a ResourceClaim's devices come from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimAllocation {
+    /// `namespace/name`; claims made from a template are named `<pod>-<podClaimName>`.
+    pub claim: String,
+    /// The existing node or planned NodeClaim that holds the devices.
+    pub node: String,
+    /// Exactly a `resource.k8s.io/v1` AllocationResult.
+    pub allocation: k8s_openapi::api::resource::v1::AllocationResult,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -114,6 +114,25 @@ fn table(plan: &Plan, wide: bool) -> String {
         );
         out.push_str(&columns(&rows));
     }
+    if !plan.claims.is_empty() {
+        out.push('\n');
+        let mut rows = vec![vec![
+            "CLAIM".to_string(),
+            "NODE".to_string(),
+            "DEVICES".to_string(),
+        ]];
+        for c in &plan.claims {
+            let devices: Vec<String> = c
+                .allocation
+                .devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+                .map(|r| format!("{}: {}/{}", r.request, r.driver, r.device))
+                .collect();
+            rows.push(vec![c.claim.clone(), c.node.clone(), devices.join(", ")]);
+        }
+        out.push_str(&columns(&rows));
+    }
     if !plan.unschedulable.is_empty() {
         out.push_str("\nUnschedulable:\n");
         for u in &plan.unschedulable {

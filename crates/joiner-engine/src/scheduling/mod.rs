@@ -15,8 +15,13 @@ mod resources;
 pub mod taints;
 mod topology;
 
+use std::sync::Arc;
+
 use joiner_model::{Price, ResourceList};
 use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+
+use crate::catalog::devices::{DeviceTemplates, TemplateOptions};
 
 use crate::requirements::{Labels, Requirements};
 pub use planner::schedule;
@@ -59,6 +64,31 @@ pub struct LaunchOption {
     /// Extended resources of which a pod may request at most one (the NVIDIA device plugin's
     /// `failRequestsGreaterThanOne`).
     pub at_most_one_per_pod: Vec<String>,
+    /// The DRA devices a node of this type will publish once it runs, when DRA is modelled.
+    pub devices: Option<DeviceSource>,
+}
+
+/// The DRA device templates of an instance type and how a NodePool's nodes publish them.
+#[derive(Debug, Clone)]
+pub struct DeviceSource {
+    pub templates: Arc<DeviceTemplates>,
+    pub options: TemplateOptions,
+}
+
+/// Dynamic Resource Allocation inputs, present when DRA is on.
+#[derive(Debug, Clone, Default)]
+pub struct DraInput {
+    pub features: joiner_dra::Features,
+    pub classes: Vec<DeviceClass>,
+    /// Published slices (and the templates of nodes not yet initialized).
+    pub slices: Vec<ResourceSlice>,
+    /// Every claim pods use, by `namespace/name`: existing objects and claims generated from
+    /// templates (`<pod>-<podClaimName>`). Allocated claims hold devices.
+    pub claims: std::collections::BTreeMap<String, ResourceClaim>,
+    /// Claims allocated in the cluster that no input pod uses: devices in use.
+    pub in_use: Vec<ResourceClaim>,
+    /// Per pod (same index as `SchedulingInput::pods`): the keys of its claims.
+    pub pod_claims: Vec<Vec<String>>,
 }
 
 /// A NodePool, with its instance types resolved.
@@ -89,4 +119,6 @@ pub struct SchedulingInput {
     pub pods: Vec<PodInfo>,
     pub daemon_sets: Vec<DaemonInput>,
     pub pools: Vec<PoolInput>,
+    /// `None` when DRA is off: pods with claims are decided before scheduling.
+    pub dra: Option<DraInput>,
 }

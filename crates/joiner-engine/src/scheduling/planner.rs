@@ -31,10 +31,15 @@ use super::topology::{Constraint, Domains, Topology};
 use super::{LaunchOffering, PoolInput, SchedulingInput};
 use crate::plan::{Binding, ClaimResources, Plan, PlannedNodeClaim, Unschedulable};
 use crate::requirements::{Labels, Requirement, Requirements};
+use dra::Dra;
+use joiner_dra::ClaimAllocation;
 
+mod dra;
 mod explain;
 
 pub const CAPACITY_TYPE_KEY: &str = "karpenter.sh/capacity-type";
+/// NodeClaim annotation listing the DRA drivers whose devices its pods were given.
+pub const REQUESTED_DRA_DRIVERS: &str = "karpenter.sh/requested-dra-drivers";
 pub const NODEPOOL_KEY: &str = "karpenter.sh/nodepool";
 pub const INSTANCE_TYPE_KEY: &str = "node.kubernetes.io/instance-type";
 
@@ -53,6 +58,8 @@ struct Opt {
     /// Template labels, instance type labels, NodePool label.
     labels: Labels,
     at_most_one: Vec<usize>,
+    /// Index of this option in the NodePool input (options the NodePool rules out are dropped).
+    source: usize,
 }
 
 struct Pool<'a> {
@@ -96,6 +103,8 @@ struct Claim {
     used: Amounts,
     pods: Vec<usize>,
     zone: Option<u32>,
+    /// Holds DRA allocations, so its instance type (and so its devices) may not change.
+    devices_pinned: bool,
 }
 
 impl Claim {
@@ -196,7 +205,8 @@ impl Rejection {
 
 /// A placement found for a pod, not yet applied.
 enum Placement {
-    Existing(usize),
+    /// An existing node, with the DRA allocations the pod's claims get there.
+    Existing(usize, Vec<ClaimAllocation>),
     Claim(ClaimChange),
     New(NewClaim),
 }
@@ -208,6 +218,7 @@ struct ClaimChange {
     chosen: usize,
     zone: Option<u32>,
     delta: Price,
+    allocations: Vec<ClaimAllocation>,
 }
 
 struct NewClaim {
@@ -248,6 +259,7 @@ struct Planner<'a> {
     allowed_cache: RefCell<AllowedCache>,
     pin_cache: RefCell<HashMap<(usize, u32), Pinned>>,
     bindings: Vec<(usize, String)>,
+    dra: Option<Dra>,
 }
 
 /// The orders in which pending pods may be taken. Packing largest-first is a heuristic, and which
@@ -396,6 +408,10 @@ impl<'a> Planner<'a> {
             allowed_cache: RefCell::new(vec![HashMap::new(); input.pools.len()]),
             pin_cache: RefCell::new(HashMap::new()),
             bindings: Vec::new(),
+            dra: input
+                .dra
+                .as_ref()
+                .map(|d| Dra::new(d, &input.pools, &input.nodes, input.pods.len())),
             index,
         };
         planner.classify();
@@ -410,7 +426,7 @@ impl<'a> Planner<'a> {
         let mut shapes: HashMap<String, usize> = HashMap::new();
         for (i, p) in self.input.pods.iter().enumerate() {
             let key = format!(
-                "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}",
+                "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}|{}",
                 self.requests[i],
                 p.node_requirements,
                 p.preferred_node_requirements,
@@ -418,7 +434,11 @@ impl<'a> Planner<'a> {
                 p.spread,
                 p.affinity,
                 p.namespace,
-                p.labels
+                p.labels,
+                self.dra
+                    .as_ref()
+                    .map(|d| d.class_key(i))
+                    .unwrap_or_default()
             );
             let next = ids.len();
             let id = *ids.entry(key).or_insert(next);
@@ -660,7 +680,14 @@ impl<'a> Planner<'a> {
                 Ok(()) if !resources::fits_in(req, &node.free) => {
                     set_bit(&mut rejections.class.nodes, n)
                 }
-                Ok(()) => return Some(Placement::Existing(n)),
+                Ok(()) => match &self.dra {
+                    Some(dra) if dra.uses_claims(p) => match dra.fits_existing(p, n) {
+                        Some(allocations) => return Some(Placement::Existing(n, allocations)),
+                        // Devices only get taken, so this node will not do later either.
+                        None => set_bit(&mut rejections.class.nodes, n),
+                    },
+                    _ => return Some(Placement::Existing(n, Vec::new())),
+                },
             }
         }
 
@@ -774,6 +801,14 @@ impl<'a> Planner<'a> {
         let claim = &self.claims[c];
         let pool = &self.pools[claim.pool];
         let hostname = self.claim_domain(c);
+        // A pod with claims only joins a NodeClaim whose devices are already set (one made for
+        // such a pod), and such a NodeClaim keeps its instance type.
+        let dra_pod = self.dra.as_ref().is_some_and(|d| d.uses_claims(p));
+        if dra_pod && !claim.devices_pinned {
+            return Err(Rejection::NoRoom { growable: false });
+        }
+        let fixed_type = dra_pod || claim.devices_pinned;
+        let max_growth = if fixed_type { Price::ZERO } else { max_growth };
         // Cheap rejections first: room when the claim may not grow (a permanent reason, so
         // checked before topology, whose reasons may pass), then topology.
         if max_growth == Price::ZERO
@@ -854,7 +889,7 @@ impl<'a> Planner<'a> {
             if price.saturating_sub(current) > max_growth {
                 return Err(Rejection::NoRoom { growable: true });
             }
-            if !self.option_holds(pool, o, &used, p) {
+            if !self.option_holds(pool, o, &used, p) || (fixed_type && Some(o) != current_option) {
                 continue;
             }
             if Some(o) != current_option
@@ -875,6 +910,12 @@ impl<'a> Planner<'a> {
             ) {
                 continue;
             }
+            let allocations = match &self.dra {
+                Some(dra) if dra_pod => dra
+                    .fits_claim(p, c)
+                    .ok_or(Rejection::NoRoom { growable: false })?,
+                _ => Vec::new(),
+            };
             return Ok(ClaimChange {
                 claim: c,
                 requirements,
@@ -882,6 +923,7 @@ impl<'a> Planner<'a> {
                 chosen: i,
                 zone,
                 delta: price.saturating_sub(current),
+                allocations,
             });
         }
         Err(Rejection::NoRoom { growable: false })
@@ -942,7 +984,21 @@ impl<'a> Planner<'a> {
             {
                 continue;
             }
-            let copies = copies_that_fit(&used, &pool.options[o].room, expected);
+            let mut copies = copies_that_fit(&used, &pool.options[o].room, expected);
+            if let Some(dra) = self.dra.as_ref().filter(|d| d.uses_claims(p)) {
+                // The node must serve the pod's claims from the devices its type publishes.
+                let served = dra.probe_copies(
+                    p,
+                    self.class_of[p],
+                    pool_index,
+                    pool.options[o].source,
+                    expected,
+                );
+                if served == 0 {
+                    continue;
+                }
+                copies = copies.min(served);
+            }
             let better = best.is_none_or(|(b, bc)| {
                 let (bp, _) = allowed[b];
                 // price / copies < bp / bc, compared exactly.
@@ -1126,7 +1182,10 @@ impl<'a> Planner<'a> {
             *r = r.saturating_sub(1);
         }
         match placement {
-            Placement::Existing(n) => {
+            Placement::Existing(n, allocations) => {
+                if let Some(dra) = &mut self.dra {
+                    dra.commit(&self.existing[n].name, allocations);
+                }
                 resources::sub(&mut self.existing[n].free, &self.requests[p]);
                 self.topology.place(
                     p,
@@ -1161,6 +1220,9 @@ impl<'a> Planner<'a> {
                 resources::add(&mut claim.used, &self.requests[p]);
                 claim.pods.push(p);
                 let (name, zone) = (claim.name.clone(), claim.zone);
+                if let Some(dra) = &mut self.dra {
+                    dra.commit(&name, change.allocations);
+                }
                 let hostname = self.claim_domain(change.claim);
                 self.topology.place(p, Domains { hostname, zone });
                 self.bindings.push((p, name));
@@ -1190,7 +1252,47 @@ impl<'a> Planner<'a> {
                     used: self.requests[p].clone(),
                     pods: vec![p],
                     zone: n.zone,
+                    devices_pinned: false,
                 });
+                self.give_devices(p);
+            }
+        }
+    }
+
+    /// A NodeClaim just made for pod `p`: if the pod has claims, the node gets its instance
+    /// type's devices and the claims their allocation there.
+    fn give_devices(&mut self, p: usize) {
+        let c = self.claims.len() - 1;
+        let Some(dra) = self.dra.as_mut().filter(|d| d.uses_claims(p)) else {
+            return;
+        };
+        let claim = &mut self.claims[c];
+        let pool = &self.pools[claim.pool];
+        let Some(&(_, o)) = claim.allowed.get(claim.chosen) else {
+            return;
+        };
+        let opt = &pool.options[o];
+        let Some(source) = pool
+            .input
+            .options
+            .get(opt.source)
+            .and_then(|x| x.devices.as_ref())
+        else {
+            return;
+        };
+        dra.add_claim_node(
+            c,
+            &claim.name,
+            &opt.labels,
+            claim.pool,
+            opt.source,
+            &source.options,
+        );
+        claim.devices_pinned = true;
+        match dra.fits_claim(p, c) {
+            Some(allocations) => dra.commit(&claim.name, allocations),
+            None => {
+                tracing::warn!(pod = %self.input.pods[p].key(), node = %claim.name, "claims did not fit the planned node they were probed for")
             }
         }
     }
@@ -1238,6 +1340,16 @@ impl<'a> Planner<'a> {
                 .map(|(_, o)| pool.options[*o].name.clone())
                 .take(20)
                 .collect();
+            let mut annotations = BTreeMap::new();
+            if let Some(dra) = &self.dra {
+                let drivers = dra.drivers_on(&claim.name);
+                if !drivers.is_empty() {
+                    annotations.insert(
+                        REQUESTED_DRA_DRIVERS.to_string(),
+                        drivers.into_iter().collect::<Vec<_>>().join(","),
+                    );
+                }
+            }
             plan.node_claims.push(PlannedNodeClaim {
                 name: claim.name.clone(),
                 node_pool: pool.input.name.clone(),
@@ -1251,7 +1363,7 @@ impl<'a> Planner<'a> {
                     allocatable: like.clone(),
                 },
                 labels,
-                annotations: BTreeMap::new(),
+                annotations,
                 instance_type_options,
             });
         }
@@ -1267,6 +1379,18 @@ impl<'a> Planner<'a> {
         plan.bindings.sort_by(|a, b| a.pod.cmp(&b.pod));
         plan.unschedulable = unschedulable;
         plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+        if let Some(dra) = self.dra {
+            plan.claims = dra
+                .results
+                .into_iter()
+                .map(|(claim, node, allocation)| crate::plan::ClaimAllocation {
+                    claim,
+                    node,
+                    allocation,
+                })
+                .collect();
+            plan.claims.sort_by(|a, b| a.claim.cmp(&b.claim));
+        }
         plan
     }
 
@@ -1351,7 +1475,7 @@ fn build_pool<'a>(
         .collect();
     let mut options = Vec::new();
     let mut offerings = Vec::new();
-    for o in &input.options {
+    for (source, o) in input.options.iter().enumerate() {
         let mut labels = o.labels.clone();
         labels.extend(input.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         labels.insert(NODEPOOL_KEY.into(), input.name.clone());
@@ -1394,6 +1518,7 @@ fn build_pool<'a>(
                 .iter()
                 .filter_map(|r| index.position(r))
                 .collect(),
+            source,
         });
         offerings.push(allowed);
     }

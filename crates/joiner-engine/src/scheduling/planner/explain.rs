@@ -16,6 +16,14 @@ use super::{Planner, option_price};
 const NAMES_SHOWN: usize = 3;
 
 pub(super) fn explain(pl: &Planner, p: usize) -> String {
+    // One line: CEL expressions and the like may span several.
+    reasons(pl, p)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn reasons(pl: &Planner, p: usize) -> String {
     let pod = &pl.input.pods[p];
     let alts = pl.alternatives(p, false);
     if alts.is_empty() {
@@ -52,6 +60,8 @@ pub(super) fn explain(pl: &Planner, p: usize) -> String {
                 &zones,
             ) {
                 v.to_string()
+            } else if let Some(dra) = pl.dra.as_ref().filter(|d| d.uses_claims(p)) {
+                format!("claims: {}", dra.why_not_existing(p, n))
             } else {
                 "no room left after other pending pods".into()
             };
@@ -146,6 +156,10 @@ pub(super) fn explain(pl: &Planner, p: usize) -> String {
                 format!("insufficient {} (pod requests {need})", pl.index.name(i))
             } else if !pl.within_limits(pi, None, o) {
                 "NodePool limits would be exceeded".into()
+            } else if let Some(dra) = pl.dra.as_ref().filter(|d| d.uses_claims(p))
+                && dra.probe_copies(p, pl.class_of[p], pi, opt.source, 1) == 0
+            {
+                dra.why_not_probe(p, pi, opt.source)
             } else {
                 "fits, but the pod's topology constraints cannot be met".into()
             };

@@ -51,6 +51,7 @@ fn option(name: &str, cpu: &str, memory: &str, gpus: &str, price: f64) -> Launch
             })
             .collect(),
         at_most_one_per_pod: vec![],
+        devices: None,
     }
 }
 
@@ -72,6 +73,7 @@ fn input(pods: Vec<PodInfo>, pools: Vec<PoolInput>) -> SchedulingInput {
         pods,
         daemon_sets: vec![],
         pools,
+        dra: None,
     }
 }
 

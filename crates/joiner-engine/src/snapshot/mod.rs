@@ -5,7 +5,10 @@
 //! device-plugin config turns GPUs into time-sliced replicas and GPU feature discovery labels,
 //! workloads become pods, and every object is validated with errors that name it.
 
+mod dra;
+
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use joiner_model::api::EC2NodeClass;
 use joiner_model::api::nodepool::NodePool;
@@ -15,6 +18,7 @@ use joiner_model::workloads::{daemon_set_pod, expand_workloads};
 use joiner_model::{InputError, Manifests, ObjectRef, Quantity, ResourceList, Sourced};
 use k8s_openapi::api::core::v1::Node;
 
+use crate::catalog::devices::{DeviceTemplates, TemplateOptions, builtin_templates};
 use crate::catalog::{
     CapacityType, Catalog, InstanceType, NodeShape, Offering, user_instance_type,
 };
@@ -23,8 +27,8 @@ use crate::plan::{Plan, Unschedulable};
 use crate::requirements::{Requirement, Requirements};
 use crate::scheduling::planner::NODEPOOL_KEY;
 use crate::scheduling::{
-    DaemonInput, ExistingNode, LaunchOffering, LaunchOption, PodInfo, PoolInput, SchedulingInput,
-    schedule,
+    DaemonInput, DeviceSource, ExistingNode, LaunchOffering, LaunchOption, PodInfo, PoolInput,
+    SchedulingInput, schedule,
 };
 
 /// How to build a snapshot beyond what the settings say.
@@ -68,6 +72,9 @@ impl ClusterSnapshot {
             .filter_map(|c| c.object.metadata.name.as_deref().map(|n| (n, c)))
             .collect();
 
+        // DRA is modelled unless the settings say to ignore claims (Karpenter's default).
+        let dra_on = !settings.ignore_dra_requests;
+        let mut template_options = BTreeMap::new();
         let mut pools = Vec::new();
         for np in &m.node_pools {
             let name = np.object.metadata.name.clone().unwrap_or_default();
@@ -79,7 +86,11 @@ impl ClusterSnapshot {
                 ));
                 continue;
             };
-            pools.push(build_pool(np, class, &catalog, plugin.as_ref())?);
+            let devices = dra_on.then(|| dra::template_options(settings, class, &mut warnings));
+            if let Some(opts) = devices {
+                template_options.insert(name.clone(), opts);
+            }
+            pools.push(build_pool(np, class, &catalog, plugin.as_ref(), devices)?);
         }
 
         let nodes = m
@@ -90,22 +101,33 @@ impl ClusterSnapshot {
 
         let mut pods = Vec::new();
         let mut decided = Vec::new();
-        for p in expand_workloads(m) {
+        let expanded = expand_workloads(m);
+        let mut with_claims = Vec::new();
+        for p in &expanded {
             let info = PodInfo::compile(&p.object, &p.origin)?;
-            if info.has_resource_claims && info.node_name.is_none() {
-                let reason = if settings.ignore_dra_requests {
-                    "the pod uses ResourceClaims and DRA support is off (set settings.enableDRA=true); no node is launched for it"
-                } else {
-                    "the pod uses ResourceClaims; DRA allocation is not available in this version of joiner"
-                };
+            let pending_dra = info.has_resource_claims && info.node_name.is_none();
+            if pending_dra && !dra_on {
                 decided.push(Unschedulable {
                     pod: info.key(),
-                    reason: reason.to_string(),
+                    reason: "the pod uses ResourceClaims and DRA support is off (set settings.enableDRA=true); no node is launched for it".into(),
                 });
                 continue;
             }
+            with_claims.push(pending_dra.then_some(p));
             pods.push(info);
         }
+        let dra = if dra_on {
+            Some(dra::build(
+                m,
+                settings,
+                &catalog,
+                &with_claims,
+                &template_options,
+                &mut warnings,
+            )?)
+        } else {
+            None
+        };
         let daemon_sets = m
             .daemon_sets
             .iter()
@@ -122,6 +144,7 @@ impl ClusterSnapshot {
                 pods,
                 daemon_sets,
                 pools,
+                dra,
             },
             decided,
             warnings,
@@ -176,14 +199,26 @@ fn build_catalog(
             })
             .collect::<Result<Vec<_>, InputError>>()?;
         let overhead = (!spec.overhead.is_empty()).then(|| spec.overhead.clone());
-        catalog.upsert(user_instance_type(
+        let mut user = user_instance_type(
             &name,
             spec.architecture.as_str(),
             spec.capacity.clone(),
             overhead,
             spec.labels.clone(),
             offerings,
-        ));
+        );
+        // Devices as given; a type that redefines a built-in one without listing devices (to
+        // correct a price, say) keeps the built-in devices.
+        user.devices = if spec.devices.is_empty() && spec.runtime_attributes.is_empty() {
+            builtin_templates(&name)
+        } else {
+            let templates = DeviceTemplates::from_spec(&spec.devices, &spec.runtime_attributes)
+                .map_err(|e| {
+                    e.into_input_error(&it.origin, &ObjectRef::new("InstanceType", None, &name))
+                })?;
+            Some(Arc::new(templates))
+        };
+        catalog.upsert(user);
     }
     Ok(catalog)
 }
@@ -229,6 +264,7 @@ fn build_pool(
     class: &Sourced<EC2NodeClass>,
     catalog: &Catalog,
     plugin: Option<&DevicePluginConfigs>,
+    devices: Option<TemplateOptions>,
 ) -> Result<PoolInput, InputError> {
     let name = np.object.metadata.name.clone().unwrap_or_default();
     let object = ObjectRef::new("NodePool", None, &name);
@@ -265,14 +301,16 @@ fn build_pool(
     );
     let mut options = Vec::new();
     for it in catalog.types() {
-        options.push(launch_option(it, &shape, &labels, plugin).map_err(|e| {
-            InputError::new(
-                &class.origin,
-                &class_ref,
-                format!("spec.kubelet.{}", e.field()),
-                e,
-            )
-        })?);
+        options.push(
+            launch_option(it, &shape, &labels, plugin, devices).map_err(|e| {
+                InputError::new(
+                    &class.origin,
+                    &class_ref,
+                    format!("spec.kubelet.{}", e.field()),
+                    e,
+                )
+            })?,
+        );
     }
     Ok(PoolInput {
         name,
@@ -290,6 +328,7 @@ fn launch_option(
     shape: &NodeShape,
     template_labels: &BTreeMap<String, String>,
     plugin: Option<&DevicePluginConfigs>,
+    devices: Option<TemplateOptions>,
 ) -> Result<LaunchOption, crate::catalog::CatalogError> {
     let mut allocatable = it.allocatable(shape)?;
     let capacity = it.capacity_for(shape)?;
@@ -323,6 +362,11 @@ fn launch_option(
             })
             .collect(),
         at_most_one_per_pod: at_most_one,
+        devices: devices.and_then(|options| {
+            it.devices
+                .clone()
+                .map(|templates| DeviceSource { templates, options })
+        }),
     })
 }
 

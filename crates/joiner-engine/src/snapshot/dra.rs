@@ -1,0 +1,254 @@
+//! The DRA half of the snapshot: device classes, published slices, the claims pods use (those
+//! generated from templates included), and which nodes are judged by templates instead of
+//! slices.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use joiner_dra::{Features, KubeVersion};
+use joiner_model::settings::Settings;
+use joiner_model::{InputError, Manifests, ObjectRef, Sourced};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::catalog::Catalog;
+use crate::catalog::devices::{TemplateOptions, default_device_classes};
+use crate::scheduling::DraInput;
+use crate::scheduling::planner::{INSTANCE_TYPE_KEY, NODEPOOL_KEY};
+
+/// Karpenter marks a node initialized once its resources and drivers are ready.
+const INITIALIZED_KEY: &str = "karpenter.sh/initialized";
+
+/// The cluster's DRA feature gates: the Kubernetes version's defaults, then the explicit ones.
+pub(super) fn features(settings: &Settings, warnings: &mut Vec<String>) -> Features {
+    let version = KubeVersion::parse(&settings.cluster.kubernetes_version).unwrap_or_else(|| {
+        warnings.push(format!(
+            "settings.cluster.kubernetesVersion: {:?} is not major.minor; using 1.36",
+            settings.cluster.kubernetes_version
+        ));
+        KubeVersion {
+            major: 1,
+            minor: 36,
+        }
+    });
+    let mut features = Features::for_version(version);
+    for (gate, on) in &settings.cluster.feature_gates {
+        if !features.set(gate, *on) {
+            warnings.push(format!(
+                "settings.cluster.featureGates.{gate}: not a DRA gate Joiner models; ignored"
+            ));
+        }
+    }
+    features
+}
+
+/// Builds the DRA inputs. `pods` are aligned with the scheduler's pods: the pending ones with
+/// claims are given, others are `None`. `template_options` gives, per NodePool, how its nodes
+/// publish devices.
+pub(super) fn build(
+    m: &Manifests,
+    settings: &Settings,
+    catalog: &Catalog,
+    pods: &[Option<&Sourced<Pod>>],
+    template_options: &BTreeMap<String, TemplateOptions>,
+    warnings: &mut Vec<String>,
+) -> Result<DraInput, InputError> {
+    let mut classes: Vec<_> = m.device_classes.iter().map(|c| c.object.clone()).collect();
+    for default in default_device_classes() {
+        let name = default.metadata.name.clone().unwrap_or_default();
+        if !classes
+            .iter()
+            .any(|c| c.metadata.name.as_deref() == Some(name.as_str()))
+        {
+            warnings.push(format!(
+                "DeviceClass {name} is not in the input; using the one its driver's chart creates"
+            ));
+            classes.push(default);
+        }
+    }
+
+    // Nodes Joiner manages that are not initialized yet are judged by their instance type's
+    // templates, never by whatever slices they already published.
+    let mut slices: Vec<ResourceSlice> = Vec::new();
+    let mut by_template = BTreeSet::new();
+    for n in &m.nodes {
+        let labels = n.object.metadata.labels.clone().unwrap_or_default();
+        let (Some(pool), Some(it)) = (labels.get(NODEPOOL_KEY), labels.get(INSTANCE_TYPE_KEY))
+        else {
+            continue;
+        };
+        if labels.get(INITIALIZED_KEY).map(String::as_str) == Some("true") {
+            continue;
+        }
+        let name = n.object.metadata.name.clone().unwrap_or_default();
+        if let (Some(templates), Some(opts)) = (
+            catalog.get(it).and_then(|t| t.devices.clone()),
+            template_options.get(pool),
+        ) {
+            slices.extend(templates.node_slices(&name, opts));
+        }
+        by_template.insert(name);
+    }
+    slices.extend(
+        m.resource_slices
+            .iter()
+            .filter(|s| {
+                s.object
+                    .spec
+                    .node_name
+                    .as_ref()
+                    .is_none_or(|n| !by_template.contains(n))
+            })
+            .map(|s| s.object.clone()),
+    );
+
+    // Claims held only by pods that are being deleted free their devices.
+    let deleting: BTreeSet<String> = m
+        .pods
+        .iter()
+        .filter(|p| p.object.metadata.deletion_timestamp.is_some())
+        .filter_map(|p| p.object.metadata.name.clone())
+        .collect();
+    let mut claims: BTreeMap<String, ResourceClaim> = BTreeMap::new();
+    for c in &m.resource_claims {
+        let mut claim = c.object.clone();
+        if let Some(status) = claim.status.as_mut() {
+            let reserved = status.reserved_for.as_deref().unwrap_or_default();
+            if !reserved.is_empty()
+                && reserved
+                    .iter()
+                    .all(|r| r.resource == "pods" && deleting.contains(&r.name))
+            {
+                status.allocation = None;
+                status.reserved_for = None;
+            }
+        }
+        claims.insert(
+            key(
+                c.object.metadata.namespace.as_deref(),
+                c.object.metadata.name.as_deref(),
+            ),
+            claim,
+        );
+    }
+    let templates: BTreeMap<String, _> = m
+        .resource_claim_templates
+        .iter()
+        .map(|t| {
+            (
+                key(
+                    t.object.metadata.namespace.as_deref(),
+                    t.object.metadata.name.as_deref(),
+                ),
+                &t.object,
+            )
+        })
+        .collect();
+
+    let mut pod_claims = Vec::with_capacity(pods.len());
+    for pod in pods {
+        let Some(pod) = pod else {
+            pod_claims.push(Vec::new());
+            continue;
+        };
+        let ns = pod
+            .object
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let pod_name = pod.object.metadata.name.clone().unwrap_or_default();
+        let object = ObjectRef::new("Pod", Some(&ns), &pod_name);
+        let mut keys = Vec::new();
+        let refs = pod
+            .object
+            .spec
+            .as_ref()
+            .and_then(|s| s.resource_claims.as_ref());
+        for (i, r) in refs.into_iter().flatten().enumerate() {
+            let field = format!("spec.resourceClaims[{i}]");
+            if let Some(name) = &r.resource_claim_name {
+                let k = format!("{ns}/{name}");
+                if !claims.contains_key(&k) {
+                    return Err(InputError::new(
+                        &pod.origin,
+                        &object,
+                        format!("{field}.resourceClaimName"),
+                        format!("ResourceClaim {k} is not in the input"),
+                    ));
+                }
+                keys.push(k);
+            } else if let Some(template) = &r.resource_claim_template_name {
+                let Some(t) = templates.get(&format!("{ns}/{template}")) else {
+                    return Err(InputError::new(
+                        &pod.origin,
+                        &object,
+                        format!("{field}.resourceClaimTemplateName"),
+                        format!("ResourceClaimTemplate {ns}/{template} is not in the input"),
+                    ));
+                };
+                // Kubernetes names generated claims after the pod and the pod's claim name.
+                let name = format!("{pod_name}-{}", r.name);
+                let k = format!("{ns}/{name}");
+                claims.entry(k.clone()).or_insert_with(|| ResourceClaim {
+                    metadata: ObjectMeta {
+                        name: Some(name),
+                        namespace: Some(ns.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: t.spec.spec.clone(),
+                    status: None,
+                });
+                keys.push(k);
+            } else {
+                return Err(InputError::new(
+                    &pod.origin,
+                    &object,
+                    field,
+                    "names neither resourceClaimName nor resourceClaimTemplateName",
+                ));
+            }
+        }
+        pod_claims.push(keys);
+    }
+
+    Ok(DraInput {
+        features: features(settings, warnings),
+        classes,
+        slices,
+        claims,
+        in_use: Vec::new(),
+        pod_claims,
+    })
+}
+
+fn key(namespace: Option<&str>, name: Option<&str>) -> String {
+    format!(
+        "{}/{}",
+        namespace.unwrap_or("default"),
+        name.unwrap_or_default()
+    )
+}
+
+/// How a NodePool's nodes publish devices, from the settings' driver gates and the EC2NodeClass
+/// consumable-capacity annotation (a bad value is reported and treated as disabled).
+pub(super) fn template_options(
+    settings: &Settings,
+    class: &Sourced<joiner_model::api::EC2NodeClass>,
+    warnings: &mut Vec<String>,
+) -> TemplateOptions {
+    use crate::catalog::devices::{CONSUMABLE_CAPACITY_ANNOTATION, ConsumableCapacity};
+    let consumable = ConsumableCapacity::from_annotations(class.object.metadata.annotations.as_ref()).unwrap_or_else(|e| {
+        warnings.push(format!(
+            "{}: EC2NodeClass/{}: metadata.annotations.{CONSUMABLE_CAPACITY_ANNOTATION}: {e}; GPU sharing is disabled for its nodes",
+            class.origin,
+            class.object.metadata.name.as_deref().unwrap_or_default()
+        ));
+        ConsumableCapacity::Disabled
+    });
+    TemplateOptions {
+        nvidia_gpu: settings.dra_nvidia_gpu,
+        efa: settings.dra_efa,
+        consumable,
+    }
+}
