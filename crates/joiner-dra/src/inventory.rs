@@ -147,6 +147,10 @@ pub struct Inventory {
     by_name: HashMap<(Arc<str>, Arc<str>, String), DeviceId>,
     /// Pools sorted by driver then name: the allocation order.
     order: Vec<PoolId>,
+    /// Pools local to one node, by node, and the others (in allocation order): a node's view
+    /// needs only its own pools and the shared ones, not every node's.
+    local: HashMap<String, Vec<PoolId>>,
+    shared: Vec<PoolId>,
 }
 
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
@@ -165,6 +169,8 @@ impl Default for Inventory {
             pool_index: HashMap::new(),
             by_name: HashMap::new(),
             order: Vec::new(),
+            local: HashMap::new(),
+            shared: Vec::new(),
         }
     }
 }
@@ -179,6 +185,8 @@ impl Clone for Inventory {
             pool_index: self.pool_index.clone(),
             by_name: self.by_name.clone(),
             order: self.order.clone(),
+            local: self.local.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -223,6 +231,7 @@ impl Inventory {
             let key = (slice.spec.driver.clone(), slice.spec.pool.name.clone());
             groups.entry(key).or_default().push(slice);
         }
+        let first_new = self.pools.len();
         for ((driver, pool_name), group) in groups {
             let driver: Arc<str> = driver.into();
             let pool_name: Arc<str> = pool_name.into();
@@ -234,16 +243,37 @@ impl Inventory {
             }
             self.add_pool(driver, pool_name, group);
         }
-        let pools = &self.pools;
-        self.order = pools.iter().map(|p| p.id).collect();
-        self.order.sort_by(|a, b| {
-            let key = |id: &PoolId| {
-                pools
-                    .get(id.0 as usize)
-                    .map(|p| (p.driver.clone(), p.name.clone()))
-            };
-            key(a).cmp(&key(b))
-        });
+        // Insert the new pools in order rather than sorting everything again: planners add
+        // one node's pools at a time to inventories of thousands.
+        for i in first_new..self.pools.len() {
+            let id = self.pools[i].id;
+            let at = self.position_in(&self.order, id);
+            self.order.insert(at, id);
+            match self.pools[i].local_node.clone() {
+                Some(node) => {
+                    let list = self.local.entry(node).or_default();
+                    let at = {
+                        let key = |p: &PoolId| {
+                            self.pools
+                                .get(p.0 as usize)
+                                .map(|p| (p.driver.clone(), p.name.clone()))
+                        };
+                        list.partition_point(|x| key(x) < key(&id))
+                    };
+                    list.insert(at, id);
+                }
+                None => {
+                    let at = self.position_in(&self.shared, id);
+                    self.shared.insert(at, id);
+                }
+            }
+        }
+    }
+
+    /// Where pool `id` goes in a list sorted by driver then name.
+    fn position_in(&self, list: &[PoolId], id: PoolId) -> usize {
+        let key = |p: &PoolId| self.pools.get(p.0 as usize).map(|p| (&*p.driver, &*p.name));
+        list.partition_point(|x| key(x) < key(&id))
     }
 
     fn add_pool(&mut self, driver: Arc<str>, pool_name: Arc<str>, group: Vec<&ResourceSlice>) {
@@ -458,7 +488,12 @@ impl Inventory {
     /// The devices `node` can see, pools sorted by driver then name.
     pub fn node_view(&self, node: &NodeInfo) -> NodeView {
         let mut out = Vec::new();
-        for pool in self.order.iter().filter_map(|id| self.pool(*id)) {
+        let mut ids: Vec<PoolId> = self.shared.clone();
+        for id in self.local.get(&node.name).into_iter().flatten() {
+            let at = self.position_in(&ids, *id);
+            ids.insert(at, *id);
+        }
+        for pool in ids.iter().filter_map(|id| self.pool(*id)) {
             if pool.local_node.as_ref().is_some_and(|n| *n != node.name) {
                 continue;
             }

@@ -142,6 +142,79 @@ pub fn scheduling_input(pods: usize) -> SchedulingInput {
     }
 }
 
+/// The DRA benchmark cluster: `nodes` existing nodes with `gpus` H100s each in node-local
+/// ResourceSlices, and `pods` pending pods with one claim template each (one GPU, a CEL
+/// selector on product name and memory). With `launch`, a NodePool may also launch any GPU
+/// instance type of the built-in catalog, whose devices come from the catalog's templates.
+/// Returns the manifests and the settings (DRA on).
+pub fn dra_manifests(
+    nodes: usize,
+    gpus: usize,
+    pods: usize,
+    launch: bool,
+) -> (joiner_model::Manifests, joiner_model::settings::Settings) {
+    use joiner_model::Manifests;
+    let origin = Source::new("bench", 0);
+    let mut m = Manifests::default();
+    let mut add = |v: serde_json::Value| -> Option<()> {
+        let kind = v.get("kind")?.as_str()?.to_string();
+        let _ = m
+            .add_document(origin.clone(), v)
+            .map_err(|e| panic_free_warning(&kind, &e.to_string()));
+        Some(())
+    };
+    for n in 0..nodes {
+        let name = format!("gpu-node-{n}");
+        add(
+            serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"allocatable": {"cpu": "192", "memory": "2000Gi", "pods": "110"}}}),
+        );
+        let devices: Vec<serde_json::Value> = (0..gpus)
+            .map(|g| serde_json::json!({"name": format!("gpu-{g}"), "attributes": {"type": {"string": "gpu"}, "productName": {"string": "NVIDIA H100 80GB HBM3"}},
+                "capacity": {"memory": {"value": "81559Mi"}}}))
+            .collect();
+        add(
+            serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": format!("{name}-gpu")},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": name, "pool": {"name": name, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}),
+        );
+    }
+    add(
+        serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "h100", "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {"expression":
+            "device.attributes[\"gpu.nvidia.com\"].productName.startsWith(\"NVIDIA H100\") && device.capacity[\"gpu.nvidia.com\"].memory.compareTo(quantity(\"40Gi\")) >= 0"}}]}}]}}}}),
+    );
+    for p in 0..pods {
+        add(
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("infer-{p}"), "namespace": "default"},
+            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "h100"}],
+                "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]}}]}}),
+        );
+    }
+    if launch {
+        add(
+            serde_json::json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"},
+            "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"},
+                "requirements": [{"key": "karpenter.k8s.aws/instance-gpu-manufacturer", "operator": "In", "values": ["nvidia"]}]}}}}),
+        );
+        add(
+            serde_json::json!({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "gpu"},
+            "spec": {"role": "KarpenterNodeRole", "amiSelectorTerms": [{"alias": "al2023@latest"}]}}),
+        );
+    }
+    m.finish();
+    let values = serde_json::json!({"settings": {"enableDRA": true}});
+    let settings = joiner_model::settings::Settings::from_values(&values)
+        .map(|(s, _)| s)
+        .unwrap_or_default();
+    (m, settings)
+}
+
+/// Benchmark inputs are generated, so a rejected one is a bug in this file; it is reported
+/// and skipped rather than aborting the run.
+fn panic_free_warning(kind: &str, error: &str) {
+    tracing::error!(kind, error, "benchmark object rejected");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,5 +237,26 @@ mod tests {
             .filter(|p| p.labels.get("kind").map(String::as_str) == Some("anti"))
             .count();
         assert!(plan.node_claims.len() >= anti);
+    }
+
+    #[test]
+    fn dra_benchmark_input_plans_on_existing_nodes_then_new_ones() {
+        let (m, settings) = dra_manifests(2, 2, 5, true);
+        let snapshot =
+            crate::snapshot::ClusterSnapshot::build(&m, &settings, &Default::default()).unwrap();
+        let plan = snapshot.plan();
+        assert!(
+            plan.unschedulable.is_empty(),
+            "{:?}",
+            plan.unschedulable.first()
+        );
+        assert_eq!(
+            plan.bindings
+                .iter()
+                .filter(|b| b.node.starts_with("gpu-node-"))
+                .count(),
+            4
+        );
+        assert_eq!(plan.claims.len(), 5);
     }
 }

@@ -46,3 +46,41 @@ pub fn scheduling(sizes: &[usize]) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The DRA benchmarks: claims on existing nodes' slices, then with new nodes from templates.
+pub fn dra(nodes: usize, gpus: usize, pods: usize) -> anyhow::Result<()> {
+    use joiner_engine::snapshot::{ClusterSnapshot, Options};
+    println!(
+        "\nDRA benchmark ({nodes} existing nodes x {gpus} GPUs in node-local slices; {pods} pending pods, one claim template each: 1 GPU, CEL selector on productName and memory)"
+    );
+    println!(
+        "{:<44}  {:>8}  {:>8}  {:>8}  {:>10}  {:>10}",
+        "CASE", "ON NODES", "NEW", "UNSCHED", "SECONDS", "PODS/S"
+    );
+    for (label, launch) in [
+        ("existing nodes only", false),
+        ("existing nodes + 53-type catalog (templates)", true),
+    ] {
+        let (manifests, settings) = joiner_engine::bench::dra_manifests(nodes, gpus, pods, launch);
+        let snapshot = ClusterSnapshot::build(&manifests, &settings, &Options::default())?;
+        let start = Instant::now();
+        let plan = snapshot.plan();
+        let secs = start.elapsed().as_secs_f64();
+        let new_nodes: std::collections::BTreeSet<&str> =
+            plan.node_claims.iter().map(|c| c.name.as_str()).collect();
+        let on_new = plan
+            .bindings
+            .iter()
+            .filter(|b| new_nodes.contains(b.node.as_str()))
+            .count();
+        println!(
+            "{label:<44}  {:>8}  {:>8}  {:>8}  {secs:>10.3}  {:>10.0}",
+            plan.bindings.len() - on_new,
+            on_new,
+            plan.unschedulable.len(),
+            pods as f64 / secs
+        );
+    }
+    println!("peak RSS {:.1} MiB", peak_rss_mib().unwrap_or(f64::NAN));
+    Ok(())
+}

@@ -70,7 +70,7 @@ fn main() -> ExitCode {
             no_builtin_catalog,
             output,
         } => plan(&files, &values, &set, no_builtin_catalog, output),
-        Command::Bench { pods } => bench::scheduling(&pods),
+        Command::Bench { pods } => bench::scheduling(&pods).and_then(|()| bench::dra(500, 8, 5000)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -412,3 +412,6 @@ fn existing_node(n: &Sourced<Node>) -> Result<ExistingNode, InputError> {
         name,
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -36,6 +36,7 @@ fn reasons(pl: &Planner, p: usize) -> String {
 
     if !pl.existing.is_empty() {
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        let mut dra_detail = Some(());
         for (n, node) in pl.existing.iter().enumerate() {
             let reason = if let Some(t) =
                 taints::first_untolerated(&pl.input.nodes[n].taints, &pod.tolerations)
@@ -61,7 +62,14 @@ fn reasons(pl: &Planner, p: usize) -> String {
             ) {
                 v.to_string()
             } else if let Some(dra) = pl.dra.as_ref().filter(|d| d.uses_claims(p)) {
-                format!("claims: {}", dra.why_not_existing(p, n))
+                // The allocator's full reason for the first such node; the others are counted.
+                match dra_detail.take() {
+                    Some(()) => format!(
+                        "cannot serve the pod's claims (first: {})",
+                        dra.why_not_existing(p, n)
+                    ),
+                    None => "cannot serve the pod's claims".into(),
+                }
             } else {
                 "no room left after other pending pods".into()
             };
