@@ -29,20 +29,16 @@ enum Command {
     /// Show which nodes would be launched for the pending pods in some manifests, where every
     /// pod goes, what it costs, and why anything cannot fit.
     Plan {
-        /// Manifest files or directories (recursive: *.yaml, *.yml, *.json); `-` reads stdin.
-        #[arg(short = 'f', long = "filename", required = true)]
-        files: Vec<PathBuf>,
-        /// Helm values files, as given to the chart (repeatable; later ones win).
-        #[arg(long = "values")]
-        values: Vec<PathBuf>,
-        /// Set a value, Helm style: `settings.region=us-west-2` (repeatable).
-        #[arg(long = "set")]
-        set: Vec<String>,
-        /// Use only InstanceType objects from the input, not the built-in AWS catalog.
-        #[arg(long)]
-        no_builtin_catalog: bool,
+        #[command(flatten)]
+        input: InputArgs,
         #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
         output: output::Format,
+    },
+    /// Explain one pod: where the plan puts it, and what every instance type of every NodePool
+    /// makes of it.
+    Explain {
+        #[command(subcommand)]
+        what: Explain,
     },
     /// Run the benchmarks and print their figures.
     Bench {
@@ -50,6 +46,33 @@ enum Command {
         #[arg(long, value_delimiter = ',', default_values_t = [1000, 5000, 20000])]
         pods: Vec<usize>,
     },
+}
+
+#[derive(Subcommand)]
+enum Explain {
+    /// A pod, as `namespace/name`.
+    Pod {
+        pod: String,
+        #[command(flatten)]
+        input: InputArgs,
+    },
+}
+
+/// Where the cluster's objects and the settings come from.
+#[derive(clap::Args)]
+struct InputArgs {
+    /// Manifest files or directories (recursive: *.yaml, *.yml, *.json); `-` reads stdin.
+    #[arg(short = 'f', long = "filename", required = true)]
+    files: Vec<PathBuf>,
+    /// Helm values files, as given to the chart (repeatable; later ones win).
+    #[arg(long = "values")]
+    values: Vec<PathBuf>,
+    /// Set a value, Helm style: `settings.region=us-west-2` (repeatable).
+    #[arg(long = "set")]
+    set: Vec<String>,
+    /// Use only InstanceType objects from the input, not the built-in AWS catalog.
+    #[arg(long)]
+    no_builtin_catalog: bool,
 }
 
 fn main() -> ExitCode {
@@ -63,13 +86,10 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Plan {
-            files,
-            values,
-            set,
-            no_builtin_catalog,
-            output,
-        } => plan(&files, &values, &set, no_builtin_catalog, output),
+        Command::Plan { input, output } => plan(&input, output),
+        Command::Explain {
+            what: Explain::Pod { pod, input },
+        } => explain_pod(&input, &pod),
         Command::Bench { pods } => bench::scheduling(&pods).and_then(|()| bench::dra(500, 8, 5000)),
     };
     match result {
@@ -81,15 +101,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn plan(
-    files: &[PathBuf],
-    values: &[PathBuf],
-    set: &[String],
-    no_builtin_catalog: bool,
-    format: output::Format,
-) -> anyhow::Result<()> {
-    let manifests = load::load_manifests(files)?;
-    let values = load::load_values(values, set)?;
+/// Reads the input and builds the snapshot, printing warnings on stderr.
+fn snapshot(input: &InputArgs) -> anyhow::Result<joiner_engine::snapshot::ClusterSnapshot> {
+    let manifests = load::load_manifests(&input.files)?;
+    let values = load::load_values(&input.values, &input.set)?;
     let (settings, setting_warnings) = joiner_model::settings::Settings::from_values(&values)?;
     for w in manifests
         .warnings
@@ -100,15 +115,34 @@ fn plan(
         eprintln!("warning: {w}");
     }
     let options = joiner_engine::snapshot::Options {
-        builtin_catalog: !no_builtin_catalog,
+        builtin_catalog: !input.no_builtin_catalog,
     };
     let snapshot =
         joiner_engine::snapshot::ClusterSnapshot::build(&manifests, &settings, &options)?;
     for w in &snapshot.warnings {
         eprintln!("warning: {w}");
     }
-    let plan = snapshot.plan();
+    Ok(snapshot)
+}
+
+fn plan(input: &InputArgs, format: output::Format) -> anyhow::Result<()> {
+    let plan = snapshot(input)?.plan();
     let text = output::render(&plan, format)?;
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(())
+}
+
+fn explain_pod(input: &InputArgs, pod: &str) -> anyhow::Result<()> {
+    let Some(account) = snapshot(input)?.explain_pod(pod) else {
+        anyhow::bail!("no pod {pod} in the input (give it as namespace/name)");
+    };
+    let mut text = format!("Pod {}: {}\n", account.pod, account.outcome);
+    if !account.instance_types.is_empty() {
+        text.push_str("\nAs the only pod on a new node:\n");
+        for line in &account.instance_types {
+            text.push_str(&format!("  {line}\n"));
+        }
+    }
     std::io::stdout().write_all(text.as_bytes())?;
     Ok(())
 }

@@ -247,3 +247,63 @@ fn a_bad_sharing_annotation_is_reported_and_treated_as_disabled() {
         devices(&p).into_iter().map(|(n, _, d)| (n, d)).collect();
     assert_eq!(gpus.len(), 8);
 }
+
+#[test]
+fn explain_pod_gives_every_instance_type_its_verdict() {
+    let dir = example("dra-gpu-efa-aligned");
+    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .args([
+            "explain",
+            "pod",
+            "default/trainer",
+            "-f",
+            &dir.display().to_string(),
+            "--values",
+            &dir.join("values.yaml").display().to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("Pod default/trainer: placed on gpu-dra-0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("NodePool gpu-dra / p5.4xlarge (6.88 USD/h): fits"),
+        "{text}"
+    );
+    assert!(text.contains("NodePool gpu-dra / g6.xlarge (0.8048 USD/h): claim default/trainer-devices, request efa: no device matches"), "{text}");
+    assert!(text.contains("g6.12xlarge (4.6016 USD/h): claim default/trainer-devices, request efa: no combination of devices satisfies constraint matchAttribute: resource.kubernetes.io/pcieRoot"), "{text}");
+    let missing = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .args([
+            "explain",
+            "pod",
+            "default/nope",
+            "-f",
+            &dir.display().to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+}
+
+#[test]
+fn a_selector_that_matches_nothing_shows_what_the_types_have() {
+    let dir = variant("dra-specific-gpu", "workload.yaml", |t| {
+        t.replace("count: 1\n", "count: 16\n")
+    });
+    let reason = unschedulable_reason(&plan(&dir, true));
+    assert!(
+        reason.contains("(its devices have cudaComputeCapability=8.9.0, memory=23034Mi)"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("(its devices have cudaComputeCapability=9.0.0, memory=81152Mi)"),
+        "{reason}"
+    );
+}

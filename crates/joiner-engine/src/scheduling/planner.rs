@@ -300,6 +300,41 @@ pub fn schedule(input: &SchedulingInput) -> Plan {
     best.unwrap_or_default()
 }
 
+/// The full account of one pod, for `joiner explain pod`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodAccount {
+    /// `namespace/name`.
+    pub pod: String,
+    /// Where the plan puts the pod, or why it cannot.
+    pub outcome: String,
+    /// One line per NodePool and instance type: what a new node of that type makes of the
+    /// pod, on its own.
+    pub instance_types: Vec<String>,
+}
+
+/// Explains one pending pod (`namespace/name`); `None` if there is no such pod.
+pub fn explain_pod(input: &SchedulingInput, pod: &str) -> Option<PodAccount> {
+    let p = input.pods.iter().position(|x| x.key() == pod)?;
+    let plan = schedule(input);
+    let outcome = match (
+        plan.bindings.iter().find(|b| b.pod == pod),
+        plan.unschedulable.iter().find(|u| u.pod == pod),
+    ) {
+        (Some(b), _) => format!("placed on {}", b.node),
+        (None, Some(u)) => format!("unschedulable: {}", u.reason),
+        (None, None) => match &input.pods[p].node_name {
+            Some(node) => format!("already bound to {node}"),
+            None => "not planned".into(),
+        },
+    };
+    let planner = Planner::new(input);
+    Some(PodAccount {
+        pod: pod.to_string(),
+        outcome,
+        instance_types: explain::account(&planner, p),
+    })
+}
+
 fn schedule_in_order(input: &SchedulingInput, order: Order) -> Plan {
     let mut planner = Planner::new(input);
     let mut pending: Vec<usize> = (0..input.pods.len())

@@ -151,6 +151,18 @@ impl ClusterSnapshot {
         })
     }
 
+    /// The full account of one pod (`namespace/name`), or `None` if it is not in the input.
+    pub fn explain_pod(&self, pod: &str) -> Option<crate::scheduling::PodAccount> {
+        if let Some(u) = self.decided.iter().find(|u| u.pod == pod) {
+            return Some(crate::scheduling::PodAccount {
+                pod: pod.to_string(),
+                outcome: format!("unschedulable: {}", u.reason),
+                instance_types: Vec::new(),
+            });
+        }
+        crate::scheduling::explain_pod(&self.input, pod)
+    }
+
     /// Plans this snapshot.
     pub fn plan(&self) -> Plan {
         let mut plan = schedule(&self.input);

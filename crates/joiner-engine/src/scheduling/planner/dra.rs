@@ -272,10 +272,74 @@ impl Dra {
 
     /// Why a new node of option `o` of `pool` cannot serve the pod's claims.
     pub fn why_not_probe(&self, p: usize, pool: usize, o: usize) -> String {
-        match self.probes.get(pool).and_then(|v| v.get(o)) {
-            Some(Some(view)) => self.why_not(p, view, true),
-            _ => "publishes no DRA devices Joiner knows of".into(),
+        let Some(Some(view)) = self.probes.get(pool).and_then(|v| v.get(o)) else {
+            return "publishes no DRA devices Joiner knows of".into();
+        };
+        let mut text = self.why_not(p, view, true);
+        // For a selector that matched nothing, what this type has instead.
+        if text.contains("no device matches")
+            && let Some(Some(templates)) = self.templates.get(pool).and_then(|v| v.get(o))
+        {
+            let values = self.referenced_values(p, templates);
+            if !values.is_empty() {
+                text.push_str(&format!(" (its devices have {values})"));
+            }
         }
+        text
+    }
+
+    /// The values this type's template devices have for the attributes and capacities the
+    /// pod's claims' selectors read, e.g. `productName=NVIDIA L4, memory=23034Mi`.
+    fn referenced_values(&self, p: usize, templates: &DeviceTemplates) -> String {
+        let text: String = self
+            .pod_claims
+            .get(p)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.claims.get(k))
+            .map(|c| serde_json::to_string(&c.spec).unwrap_or_default())
+            .collect();
+        let mut out: Vec<String> = Vec::new();
+        for (kind, domain, name) in referenced_names(&text) {
+            for pool in &templates.pools {
+                let Some(device) = pool.devices.first() else {
+                    continue;
+                };
+                // Names in the device's own driver domain are published unqualified.
+                let key = if pool.driver == domain {
+                    name.clone()
+                } else {
+                    format!("{domain}/{name}")
+                };
+                let value = if kind == "capacity" {
+                    device
+                        .capacity
+                        .as_ref()
+                        .and_then(|c| c.get(&key))
+                        .map(|c| c.value.0.clone())
+                } else {
+                    device
+                        .attributes
+                        .as_ref()
+                        .and_then(|a| a.get(&key))
+                        .map(|a| {
+                            a.string
+                                .clone()
+                                .or_else(|| a.version.clone())
+                                .or_else(|| a.int.map(|i| i.to_string()))
+                                .or_else(|| a.bool.map(|b| b.to_string()))
+                                .unwrap_or_default()
+                        })
+                };
+                if let Some(v) = value {
+                    let entry = format!("{name}={v}");
+                    if !out.contains(&entry) {
+                        out.push(entry);
+                    }
+                }
+            }
+        }
+        out.join(", ")
     }
 
     fn why_not(&self, p: usize, view: &NodeView, before_launch: bool) -> String {
@@ -334,6 +398,36 @@ impl Dra {
             })
             .collect()
     }
+}
+
+/// `(kind, domain, name)` for every `device.attributes["domain"].name` and
+/// `device.capacity["domain"].name` in some (JSON-escaped) selector text.
+fn referenced_names(text: &str) -> Vec<(&'static str, String, String)> {
+    let mut out = Vec::new();
+    for kind in ["attributes", "capacity"] {
+        let mut rest = text;
+        let open = format!("{kind}[\\\"");
+        while let Some(at) = rest.find(&open) {
+            rest = &rest[at + open.len()..];
+            let Some(end) = rest.find("\\\"]") else { break };
+            let domain = rest[..end].to_string();
+            rest = &rest[end + 3..];
+            let name: String = rest
+                .strip_prefix('.')
+                .unwrap_or("")
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty()
+                && !out
+                    .iter()
+                    .any(|(k, d, n)| *k == kind && *d == domain && *n == name)
+            {
+                out.push((kind, domain, name));
+            }
+        }
+    }
+    out
 }
 
 fn node_info(name: &str, labels: &BTreeMap<String, String>) -> NodeInfo {

@@ -120,57 +120,8 @@ fn reasons(pl: &Planner, p: usize) -> String {
         }
         let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
         for (o, opt) in pool.options.iter().enumerate() {
-            let reason = if option_price(pool, o, reqs).is_none() {
-                let mismatch = reqs.iter().find(|(k, r)| {
-                    *k != ZONE_KEY
-                        && *k != super::CAPACITY_TYPE_KEY
-                        && match opt.labels.get(*k) {
-                            Some(v) => !r.matches(Some(v)),
-                            None => !pool.defined_keys.contains(*k) && !r.matches(None),
-                        }
-                });
-                match mismatch {
-                    Some((k, r)) => format!(
-                        "{k} {} does not satisfy {r}",
-                        opt.labels.get(k).map(String::as_str).unwrap_or("(absent)")
-                    ),
-                    None => "no offering in the allowed zones and capacity types".into(),
-                }
-            } else if let Some(&r) = opt.at_most_one.iter().find(|&&r| req[r] > 1_000_000_000) {
-                format!(
-                    "requests more than one {} where the device plugin sets failRequestsGreaterThanOne",
-                    pl.index.name(r)
-                )
-            } else if let Some(i) = resources::first_shortfall(&zero, req, &opt.room) {
-                let like = pool
-                    .input
-                    .options
-                    .iter()
-                    .find(|x| x.instance_type == opt.name)
-                    .map(|x| x.allocatable.clone())
-                    .unwrap_or_default();
-                let need = pl.index.list(
-                    &req.iter()
-                        .enumerate()
-                        .map(|(j, v)| if j == i { *v } else { 0 })
-                        .collect::<Vec<_>>(),
-                    &like,
-                );
-                let need = need
-                    .values()
-                    .next()
-                    .map(|q| q.to_string())
-                    .unwrap_or_default();
-                format!("insufficient {} (pod requests {need})", pl.index.name(i))
-            } else if !pl.within_limits(pi, None, o) {
-                "NodePool limits would be exceeded".into()
-            } else if let Some(dra) = pl.dra.as_ref().filter(|d| d.uses_claims(p))
-                && dra.probe_copies(p, pl.class_of[p], pi, opt.source, 1) == 0
-            {
-                dra.why_not_probe(p, pi, opt.source)
-            } else {
-                "fits, but the pod's topology constraints cannot be met".into()
-            };
+            let reason = option_reason(pl, p, pi, o, reqs)
+                .unwrap_or_else(|| "fits, but the pod's topology constraints cannot be met".into());
             match groups.iter_mut().find(|(r, _)| *r == reason) {
                 Some((_, names)) => names.push(&opt.name),
                 None => groups.push((reason, vec![&opt.name])),
@@ -196,6 +147,126 @@ fn reasons(pl: &Planner, p: usize) -> String {
         parts.push(format!("{prefix}: {}", described.join("; ")));
     }
     parts.join("; ")
+}
+
+/// The first reason option `o` of pool `pi` cannot take pod `p` as a new node, under the
+/// pool's requirements merged with the pod's (`reqs`); `None` when it could.
+fn option_reason(
+    pl: &Planner,
+    p: usize,
+    pi: usize,
+    o: usize,
+    reqs: &crate::requirements::Requirements,
+) -> Option<String> {
+    let pool = &pl.pools[pi];
+    let opt = &pool.options[o];
+    let req = &pl.requests[p];
+    let zero = vec![0; req.len()];
+    let reason: String = if option_price(pool, o, reqs).is_none() {
+        let mismatch = reqs.iter().find(|(k, r)| {
+            *k != ZONE_KEY
+                && *k != super::CAPACITY_TYPE_KEY
+                && match opt.labels.get(*k) {
+                    Some(v) => !r.matches(Some(v)),
+                    None => !pool.defined_keys.contains(*k) && !r.matches(None),
+                }
+        });
+        match mismatch {
+            Some((k, r)) => format!(
+                "{k} {} does not satisfy {r}",
+                opt.labels.get(k).map(String::as_str).unwrap_or("(absent)")
+            ),
+            None => "no offering in the allowed zones and capacity types".into(),
+        }
+    } else if let Some(&r) = opt.at_most_one.iter().find(|&&r| req[r] > 1_000_000_000) {
+        format!(
+            "requests more than one {} where the device plugin sets failRequestsGreaterThanOne",
+            pl.index.name(r)
+        )
+    } else if let Some(i) = resources::first_shortfall(&zero, req, &opt.room) {
+        let like = pool
+            .input
+            .options
+            .iter()
+            .find(|x| x.instance_type == opt.name)
+            .map(|x| x.allocatable.clone())
+            .unwrap_or_default();
+        let need = pl.index.list(
+            &req.iter()
+                .enumerate()
+                .map(|(j, v)| if j == i { *v } else { 0 })
+                .collect::<Vec<_>>(),
+            &like,
+        );
+        let need = need
+            .values()
+            .next()
+            .map(|q| q.to_string())
+            .unwrap_or_default();
+        format!("insufficient {} (pod requests {need})", pl.index.name(i))
+    } else if !pl.within_limits(pi, None, o) {
+        "NodePool limits would be exceeded".into()
+    } else if let Some(dra) = pl.dra.as_ref().filter(|d| d.uses_claims(p))
+        && dra.probe_copies(p, pl.class_of[p], pi, opt.source, 1) == 0
+    {
+        dra.why_not_probe(p, pi, opt.source)
+    } else {
+        return None;
+    };
+    Some(reason)
+}
+
+/// Every NodePool's every instance type, and what each makes of pod `p`: the full account
+/// `joiner explain pod` prints.
+pub(super) fn account(pl: &Planner, p: usize) -> Vec<String> {
+    let alts = pl.alternatives(p, false);
+    let mut lines = Vec::new();
+    for &pi in &pl.pool_order {
+        let pool = &pl.pools[pi];
+        let Some(reqs) = alts
+            .iter()
+            .find_map(|a| pool.requirements.intersect(a).ok())
+        else {
+            lines.push(format!(
+                "NodePool {}: the pod's node requirements conflict with the NodePool's",
+                pool.input.name
+            ));
+            continue;
+        };
+        if let Some(t) =
+            taints::first_untolerated(&pool.input.taints, &pl.input.pods[p].tolerations)
+        {
+            lines.push(format!(
+                "NodePool {}: taint {} not tolerated",
+                pool.input.name,
+                taints::describe(t)
+            ));
+            continue;
+        }
+        // Cheapest first: the nearest alternatives lead.
+        let mut order: Vec<usize> = (0..pool.options.len()).collect();
+        order.sort_by_key(|&o| {
+            (
+                option_price(pool, o, &reqs).is_none(),
+                option_price(pool, o, &reqs),
+                o,
+            )
+        });
+        for o in order {
+            let opt = &pool.options[o];
+            let price = option_price(pool, o, &reqs)
+                .map(|p| format!("{p} USD/h"))
+                .unwrap_or_else(|| "-".into());
+            let verdict = option_reason(pl, p, pi, o, &reqs).unwrap_or_else(|| "fits".into());
+            lines.push(format!(
+                "NodePool {} / {} ({price}): {}",
+                pool.input.name,
+                opt.name,
+                verdict.split_whitespace().collect::<Vec<_>>().join(" ")
+            ));
+        }
+    }
+    lines
 }
 
 fn single(key: &str, r: &crate::requirements::Requirement) -> crate::requirements::Requirements {
