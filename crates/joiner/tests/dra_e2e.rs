@@ -12,12 +12,11 @@ fn example(name: &str) -> PathBuf {
 
 /// A copy of an example in a fresh directory, with `edit` applied to one file's text.
 fn variant(name: &str, file: &str, edit: impl Fn(&str) -> String) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "joiner-dra-e2e-{}-{}-{}",
-        std::process::id(),
-        name,
-        file.replace('.', "_")
-    ));
+    // Tests run in parallel: every variant gets a directory of its own.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir =
+        std::env::temp_dir().join(format!("joiner-dra-e2e-{}-{n}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for entry in std::fs::read_dir(example(name)).unwrap() {
         let path = entry.unwrap().path();
@@ -306,4 +305,20 @@ fn a_selector_that_matches_nothing_shows_what_the_types_have() {
         reason.contains("(its devices have cudaComputeCapability=9.0.0, memory=81152Mi)"),
         "{reason}"
     );
+}
+
+#[test]
+fn unlimited_sharing_puts_every_claim_on_one_gpu() {
+    let dir = variant("dra-shared-gpu", "nodeclass-sharing.yaml", |t| {
+        t.replace(
+            "nvidia-consumable-capacity: \"4\"",
+            "nvidia-consumable-capacity: \"unlimited\"",
+        )
+    });
+    let p = plan(&dir, true);
+    assert_eq!(claims(&p).len(), 1);
+    assert_eq!(claims(&p)[0]["instanceType"], "g6.xlarge");
+    let gpus: std::collections::BTreeSet<(String, String)> =
+        devices(&p).into_iter().map(|(n, _, d)| (n, d)).collect();
+    assert_eq!(gpus.len(), 1);
 }

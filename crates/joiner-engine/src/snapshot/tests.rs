@@ -371,3 +371,26 @@ fn with_dra_ignored_pods_with_claims_launch_nothing() {
     let plan = plan_with(&[POOL, extended], false);
     assert_eq!(plan.node_claims.len(), 1);
 }
+
+#[test]
+fn gpu_pairs_on_one_pcie_root_need_a_type_that_has_them() {
+    let template = "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {name: pair, namespace: default}\nspec:\n  spec:\n    devices:\n      requests:\n      - name: gpus\n        exactly: {deviceClassName: gpu.nvidia.com, count: 2}\n      constraints:\n      - matchAttribute: resource.kubernetes.io/pcieRoot\n";
+    let a = pod("a", "  - {name: gpus, resourceClaimTemplateName: pair}\n");
+    // g6 types give every GPU a root of its own; g5.12xlarge has four GPUs on one.
+    let pool = POOL.replace("values: [g6, g6e, p5, p5en]", "values: [g5, g6]");
+    let plan = plan_dra(&[&pool, template, &a]);
+    assert_eq!(
+        plan.node_claims[0].instance_type, "g5.12xlarge",
+        "{:?}",
+        plan.unschedulable
+    );
+    let pool = POOL.replace("values: [g6, g6e, p5, p5en]", "values: [g6]");
+    let plan = plan_dra(&[&pool, template, &a]);
+    assert!(
+        plan.unschedulable[0]
+            .reason
+            .contains("matchAttribute: resource.kubernetes.io/pcieRoot"),
+        "{}",
+        plan.unschedulable[0].reason
+    );
+}

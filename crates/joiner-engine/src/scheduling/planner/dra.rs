@@ -41,6 +41,10 @@ pub(super) struct Dra {
     probes: Vec<Vec<Option<NodeView>>>,
     templates: Vec<Vec<Option<std::sync::Arc<DeviceTemplates>>>>,
     prepared: RefCell<Vec<Option<Rc<PreparedClaims>>>>,
+    /// The drivers each DeviceClass's selectors name (`device.driver == "..."`).
+    class_drivers: HashMap<String, BTreeSet<String>>,
+    /// Drivers whose devices some instance type that may be launched publishes.
+    launchable_drivers: BTreeSet<String>,
     /// Per (class, pool, option): how many pods of the class a new node of that type serves.
     probe_copies: RefCell<HashMap<(usize, usize, usize, u32), u32>>,
     /// Allocations made, in order: claim, node, result.
@@ -109,7 +113,32 @@ impl Dra {
         }
         let mut pod_claims = input.pod_claims.clone();
         pod_claims.resize(pod_count, Vec::new());
+        let class_drivers = input
+            .classes
+            .iter()
+            .map(|c| {
+                let text = serde_json::to_string(&c.spec.selectors).unwrap_or_default();
+                (
+                    c.metadata.name.clone().unwrap_or_default(),
+                    named_drivers(&text),
+                )
+            })
+            .collect();
+        let launchable_drivers = pools
+            .iter()
+            .flat_map(|p| &p.options)
+            .filter_map(|o| o.devices.as_ref())
+            .flat_map(|d| {
+                d.templates
+                    .pools
+                    .iter()
+                    .filter(|t| d.options.driver_enabled(&t.driver))
+                    .map(|t| t.driver.clone())
+            })
+            .collect();
         Dra {
+            class_drivers,
+            launchable_drivers,
             allocator: Allocator::new(input.features, input.classes.iter().cloned()),
             inventory,
             state,
@@ -276,6 +305,15 @@ impl Dra {
             return "publishes no DRA devices Joiner knows of".into();
         };
         let mut text = self.why_not(p, view, true);
+        // A class of a driver no launchable type publishes can never be served by a new node.
+        let unknown = self.unlaunchable_drivers(p);
+        if text.contains("no device matches") && !unknown.is_empty() {
+            text.push_str(&format!(
+                " (no instance type Joiner may launch publishes devices of driver {})",
+                unknown.join(", ")
+            ));
+            return text;
+        }
         // For a selector that matched nothing, what this type has instead.
         if text.contains("no device matches")
             && let Some(Some(templates)) = self.templates.get(pool).and_then(|v| v.get(o))
@@ -286,6 +324,40 @@ impl Dra {
             }
         }
         text
+    }
+
+    /// Drivers the pod's claims' classes name that no launchable instance type publishes.
+    fn unlaunchable_drivers(&self, p: usize) -> Vec<String> {
+        let mut out = BTreeSet::new();
+        for claim in self
+            .pod_claims
+            .get(p)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.claims.get(k))
+        {
+            let requests = claim
+                .spec
+                .devices
+                .as_ref()
+                .and_then(|d| d.requests.as_ref());
+            for r in requests.into_iter().flatten() {
+                let classes = r.exactly.iter().map(|e| e.device_class_name.clone()).chain(
+                    r.first_available
+                        .iter()
+                        .flatten()
+                        .map(|s| s.device_class_name.clone()),
+                );
+                for class in classes {
+                    for driver in self.class_drivers.get(&class).into_iter().flatten() {
+                        if !self.launchable_drivers.contains(driver) {
+                            out.insert(driver.clone());
+                        }
+                    }
+                }
+            }
+        }
+        out.into_iter().collect()
     }
 
     /// The values this type's template devices have for the attributes and capacities the
@@ -398,6 +470,32 @@ impl Dra {
             })
             .collect()
     }
+}
+
+/// The drivers a (JSON-escaped) selector text compares `device.driver` with.
+fn named_drivers(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("device.driver") {
+        rest = &rest[at + "device.driver".len()..];
+        let tail = rest
+            .trim_start()
+            .strip_prefix("==")
+            .map(str::trim_start)
+            .unwrap_or("");
+        let tail = tail
+            .strip_prefix("\\\"")
+            .or_else(|| tail.strip_prefix('\''))
+            .unwrap_or("");
+        let name: String = tail
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '/'))
+            .collect();
+        if !name.is_empty() {
+            out.insert(name);
+        }
+    }
+    out
 }
 
 /// `(kind, domain, name)` for every `device.attributes["domain"].name` and
