@@ -66,6 +66,17 @@ pub struct PlannedNodeClaim {
     pub annotations: BTreeMap<String, String>,
     /// Other instance types of equal fit, cheapest first, that a launch may fall back to.
     pub instance_type_options: Vec<String>,
+    /// The chosen type's offerings this NodeClaim may use, cheapest first.
+    pub offerings: Vec<PlannedOffering>,
+}
+
+/// A zone and capacity type an instance type can be launched in, at its hourly price.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedOffering {
+    pub zone: String,
+    pub capacity_type: String,
+    pub price_per_hour: Price,
 }
 
 /// What a planned node's pods (and DaemonSet pods) request against what it offers.

@@ -61,7 +61,7 @@ fn table(plan: &Plan, wide: bool) -> String {
             "PODS",
         ];
         if wide {
-            header.extend(["REQUESTED/ALLOCATABLE", "FALLBACK-TYPES"]);
+            header.extend(["REQUESTED/ALLOCATABLE", "OFFERINGS", "FALLBACK-TYPES"]);
         }
         let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
         for c in &plan.node_claims {
@@ -90,6 +90,13 @@ fn table(plan: &Plan, wide: bool) -> String {
                     })
                     .collect();
                 row.push(usage.join(","));
+                let offerings: Vec<String> = c
+                    .offerings
+                    .iter()
+                    .take(4)
+                    .map(|o| format!("{}/{}={}", o.zone, o.capacity_type, o.price_per_hour))
+                    .collect();
+                row.push(offerings.join(","));
                 row.push(
                     c.instance_type_options
                         .iter()

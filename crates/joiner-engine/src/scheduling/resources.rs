@@ -63,6 +63,15 @@ impl ResourceIndex {
                     .get(name)
                     .map(|q| q.format())
                     .unwrap_or_else(|| default_format(name));
+                // Binary notation only where it reads well (whole mebibytes): 6G of requests
+                // should not print as 5859375Ki.
+                let format = if format == joiner_model::Format::BinarySI
+                    && v % (1_000_000_000i128 << 20) != 0
+                {
+                    joiner_model::Format::DecimalSI
+                } else {
+                    format
+                };
                 (name.clone(), Quantity::from_nanos(*v, format))
             })
             .collect()

@@ -1,0 +1,167 @@
+//! Turning the planner's state into the plan document.
+
+use std::collections::BTreeMap;
+
+use super::super::pod::ZONE_KEY;
+use super::super::resources;
+use super::pools::offering_allowed;
+use super::{CAPACITY_TYPE_KEY, Planner, REQUESTED_DRA_DRIVERS, cheapest_offering};
+use crate::plan::{
+    Binding, ClaimResources, Plan, PlannedNodeClaim, PlannedOffering, Unschedulable,
+};
+
+impl Planner<'_> {
+    pub(super) fn finish(self, unschedulable: Vec<Unschedulable>) -> Plan {
+        let mut plan = Plan::new();
+        for claim in &self.claims {
+            let pool = &self.pools[claim.pool];
+            let Some(&(price, o)) = claim.allowed.get(claim.chosen) else {
+                continue;
+            };
+            let opt = &pool.options[o];
+            let Some(offering) = cheapest_offering(pool, o, &claim.requirements) else {
+                continue;
+            };
+            let mut labels = opt.labels.clone();
+            for (k, r) in claim.requirements.iter() {
+                if !labels.contains_key(k)
+                    && let Some(v) = r.any_value()
+                {
+                    labels.insert(k.clone(), v.to_string());
+                }
+            }
+            labels.insert(ZONE_KEY.into(), offering.zone.clone());
+            labels.insert(CAPACITY_TYPE_KEY.into(), offering.capacity_type.clone());
+            let mut requested = claim.used.clone();
+            resources::add(&mut requested, &opt.daemon);
+            let option_input = pool
+                .input
+                .options
+                .iter()
+                .find(|x| x.instance_type == opt.name);
+            let like = option_input
+                .map(|x| x.allocatable.clone())
+                .unwrap_or_default();
+            let mut pods: Vec<String> = claim
+                .pods
+                .iter()
+                .map(|&p| self.input.pods[p].key())
+                .collect();
+            pods.sort();
+            let instance_type_options = claim.allowed[claim.chosen..]
+                .iter()
+                .filter(|(_, o)| resources::fits_in(&claim.used, &pool.options[*o].room))
+                .map(|(_, o)| pool.options[*o].name.clone())
+                .take(20)
+                .collect();
+            let mut annotations = BTreeMap::new();
+            if let Some(dra) = &self.dra {
+                let drivers = dra.drivers_on(&claim.name);
+                if !drivers.is_empty() {
+                    annotations.insert(
+                        REQUESTED_DRA_DRIVERS.to_string(),
+                        drivers.into_iter().collect::<Vec<_>>().join(","),
+                    );
+                }
+            }
+            plan.node_claims.push(PlannedNodeClaim {
+                name: claim.name.clone(),
+                node_pool: pool.input.name.clone(),
+                instance_type: opt.name.clone(),
+                capacity_type: offering.capacity_type.clone(),
+                zone: offering.zone.clone(),
+                price_per_hour: price,
+                pods,
+                resources: ClaimResources {
+                    requested: self.index.list(&requested, &like),
+                    allocatable: like.clone(),
+                },
+                labels,
+                annotations,
+                instance_type_options,
+                offerings: {
+                    let mut offs: Vec<PlannedOffering> = pool.offerings[o]
+                        .iter()
+                        .filter(|off| offering_allowed(off, &claim.requirements))
+                        .map(|off| PlannedOffering {
+                            zone: off.zone.clone(),
+                            capacity_type: off.capacity_type.clone(),
+                            price_per_hour: off.price,
+                        })
+                        .collect();
+                    offs.sort_by(|a, b| {
+                        (a.price_per_hour, &a.zone, &a.capacity_type).cmp(&(
+                            b.price_per_hour,
+                            &b.zone,
+                            &b.capacity_type,
+                        ))
+                    });
+                    offs
+                },
+            });
+        }
+        plan.total_price_per_hour = plan.node_claims.iter().map(|c| c.price_per_hour).sum();
+        plan.bindings = self
+            .bindings
+            .iter()
+            .map(|(p, n)| Binding {
+                pod: self.input.pods[*p].key(),
+                node: n.clone(),
+            })
+            .collect();
+        plan.bindings.sort_by(|a, b| a.pod.cmp(&b.pod));
+        plan.unschedulable = unschedulable;
+        plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+        if let Some(dra) = self.dra {
+            plan.claims = dra
+                .results
+                .into_iter()
+                .map(|(claim, node, allocation)| crate::plan::ClaimAllocation {
+                    claim,
+                    node,
+                    allocation,
+                })
+                .collect();
+            plan.claims.sort_by(|a, b| a.claim.cmp(&b.claim));
+        }
+        plan
+    }
+
+    /// A NodeClaim just made for pod `p`: if the pod has claims, the node gets its instance
+    /// type's devices and the claims their allocation there.
+    pub(super) fn give_devices(&mut self, p: usize) {
+        let c = self.claims.len() - 1;
+        let Some(dra) = self.dra.as_mut().filter(|d| d.uses_claims(p)) else {
+            return;
+        };
+        let claim = &mut self.claims[c];
+        let pool = &self.pools[claim.pool];
+        let Some(&(_, o)) = claim.allowed.get(claim.chosen) else {
+            return;
+        };
+        let opt = &pool.options[o];
+        let Some(source) = pool
+            .input
+            .options
+            .get(opt.source)
+            .and_then(|x| x.devices.as_ref())
+        else {
+            return;
+        };
+        dra.add_claim_node(
+            c,
+            &claim.name,
+            &opt.labels,
+            claim.pool,
+            opt.source,
+            &source.options,
+        );
+        claim.devices_pinned = true;
+        match dra.fits_claim(p, c) {
+            Some(allocations) => dra.commit(&claim.name, allocations),
+            None => {
+                tracing::warn!(pod = %self.input.pods[p].key(), node = %claim.name, "claims did not fit the planned node they were probed for")
+            }
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! A NodePool's instance types as the planner packs them: room left after DaemonSets,
+//! capacity for limits, labels, and the offerings the NodePool allows.
+
+use std::collections::BTreeSet;
+
+use joiner_model::Price;
+
+use super::super::pod::ZONE_KEY;
+use super::super::resources::{self, Amounts, ResourceIndex};
+use super::super::taints;
+use super::super::{LaunchOffering, PoolInput, SchedulingInput};
+use super::{CAPACITY_TYPE_KEY, INSTANCE_TYPE_KEY, NODEPOOL_KEY};
+use crate::requirements::{Labels, Requirement, Requirements};
+
+/// An instance type of one NodePool, resolved for packing.
+pub(super) struct Opt {
+    pub(super) name: String,
+    /// Allocatable less DaemonSet overhead.
+    pub(super) room: Amounts,
+    pub(super) daemon: Amounts,
+    pub(super) capacity: Amounts,
+    /// Template labels, instance type labels, NodePool label.
+    pub(super) labels: Labels,
+    pub(super) at_most_one: Vec<usize>,
+    /// Index of this option in the NodePool input (options the NodePool rules out are dropped).
+    pub(super) source: usize,
+}
+
+pub(super) struct Pool<'a> {
+    pub(super) input: &'a PoolInput,
+    pub(super) requirements: Requirements,
+    pub(super) options: Vec<Opt>,
+    /// Per option, offerings allowed by the NodePool.
+    pub(super) offerings: Vec<Vec<&'a LaunchOffering>>,
+    /// Keys the NodePool defines beyond instance-type labels (custom requirement keys).
+    pub(super) defined_keys: BTreeSet<String>,
+    pub(super) limits: Option<Amounts>,
+    pub(super) usage: Amounts,
+    pub(super) claims_made: usize,
+}
+
+/// How many copies of a pod with requests `one` fit in `room`, at most `limit`.
+pub(super) fn copies_that_fit(one: &[i128], room: &[i128], limit: u32) -> u32 {
+    one.iter()
+        .zip(room)
+        .filter(|(r, _)| **r > 0)
+        .map(|(r, c)| (c / r).clamp(0, limit as i128) as u32)
+        .min()
+        .unwrap_or(limit)
+}
+
+/// The cheapest offering of option `o` allowed by `reqs` (zone and capacity type), ties broken
+/// by zone then capacity type so the result is deterministic.
+pub(super) fn cheapest_offering<'p>(
+    pool: &'p Pool,
+    o: usize,
+    reqs: &Requirements,
+) -> Option<&'p LaunchOffering> {
+    pool.offerings[o]
+        .iter()
+        .copied()
+        .filter(|off| offering_allowed(off, reqs))
+        .min_by(|a, b| {
+            a.price
+                .cmp(&b.price)
+                .then_with(|| a.zone.cmp(&b.zone))
+                .then_with(|| a.capacity_type.cmp(&b.capacity_type))
+        })
+}
+
+pub(super) fn offering_allowed(off: &LaunchOffering, reqs: &Requirements) -> bool {
+    reqs.get(ZONE_KEY)
+        .is_none_or(|r| r.matches(Some(&off.zone)))
+        && reqs
+            .get(CAPACITY_TYPE_KEY)
+            .is_none_or(|r| r.matches(Some(&off.capacity_type)))
+}
+
+/// The price of option `o` under `reqs`, or `None` when its labels or offerings do not allow it.
+pub(super) fn option_price(pool: &Pool, o: usize, reqs: &Requirements) -> Option<Price> {
+    let opt = &pool.options[o];
+    let labels_ok = reqs.iter().all(|(k, r)| {
+        if k == ZONE_KEY || k == CAPACITY_TYPE_KEY {
+            return true;
+        }
+        match opt.labels.get(k) {
+            Some(v) => r.matches(Some(v)),
+            // Keys the NodePool defines take their value from the requirements themselves.
+            None => pool.defined_keys.contains(k) || r.matches(None),
+        }
+    });
+    if !labels_ok {
+        return None;
+    }
+    cheapest_offering(pool, o, reqs).map(|off| off.price)
+}
+
+pub(super) fn build_pool<'a>(
+    input: &'a PoolInput,
+    all: &'a SchedulingInput,
+    index: &ResourceIndex,
+    zones: &mut BTreeSet<String>,
+) -> Pool<'a> {
+    let mut requirements = input.requirements.clone();
+    // Karpenter launches on-demand capacity unless a NodePool explicitly allows other types.
+    if requirements.get(CAPACITY_TYPE_KEY).is_none() {
+        requirements.add(CAPACITY_TYPE_KEY, Requirement::equals("on-demand"));
+    }
+    let defined_keys: BTreeSet<String> = requirements
+        .iter()
+        .map(|(k, _)| k.clone())
+        .chain(input.labels.keys().cloned())
+        .collect();
+    let mut options = Vec::new();
+    let mut offerings = Vec::new();
+    for (source, o) in input.options.iter().enumerate() {
+        let mut labels = o.labels.clone();
+        labels.extend(input.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        labels.insert(NODEPOOL_KEY.into(), input.name.clone());
+        labels.insert(INSTANCE_TYPE_KEY.into(), o.instance_type.clone());
+        // The NodePool's requirements on instance-type labels filter its instance types.
+        let fits_pool = requirements.iter().all(|(k, r)| {
+            k == ZONE_KEY
+                || k == CAPACITY_TYPE_KEY
+                || labels.get(k).map(|v| r.matches(Some(v))).unwrap_or(true)
+        });
+        let allowed: Vec<&LaunchOffering> = o
+            .offerings
+            .iter()
+            .filter(|off| offering_allowed(off, &requirements))
+            .collect();
+        if !fits_pool || allowed.is_empty() {
+            continue;
+        }
+        for off in &allowed {
+            zones.insert(off.zone.clone());
+        }
+        let mut daemon = vec![0; index.len()];
+        for d in &all.daemon_sets {
+            if taints::first_untolerated(&input.taints, &d.pod.tolerations).is_none()
+                && d.pod.node_requirements.iter().any(|r| r.matches(&labels))
+            {
+                resources::add(&mut daemon, &index.amounts(&d.pod.requests));
+            }
+        }
+        let mut room = index.amounts(&o.allocatable);
+        resources::sub(&mut room, &daemon);
+        options.push(Opt {
+            name: o.instance_type.clone(),
+            room,
+            daemon,
+            capacity: index.amounts(&o.capacity),
+            labels,
+            at_most_one: o
+                .at_most_one_per_pod
+                .iter()
+                .filter_map(|r| index.position(r))
+                .collect(),
+            source,
+        });
+        offerings.push(allowed);
+    }
+    let limits = (!input.limits.is_empty()).then(|| {
+        let mut l = vec![i128::MAX; index.len()];
+        for (name, q) in &input.limits {
+            if let Some(i) = index.position(name) {
+                l[i] = q.nanos();
+            }
+        }
+        l
+    });
+    Pool {
+        input,
+        requirements,
+        options,
+        offerings,
+        defined_keys,
+        limits,
+        usage: vec![0; index.len()],
+        claims_made: 0,
+    }
+}
