@@ -31,6 +31,9 @@ use crate::scheduling::{
     SchedulingInput, schedule,
 };
 
+/// The taint Kubernetes gives a cordoned node.
+const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+
 /// How to build a snapshot beyond what the settings say.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -104,6 +107,28 @@ impl ClusterSnapshot {
         let expanded = expand_workloads(m);
         let mut with_claims = Vec::new();
         for p in &expanded {
+            // Finished pods hold nothing; gated pods are not for scheduling yet.
+            let status = p.object.status.as_ref();
+            if matches!(
+                status.and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            ) {
+                continue;
+            }
+            let spec = p.object.spec.as_ref();
+            if spec
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .is_some_and(|g| !g.is_empty())
+                && spec.and_then(|s| s.node_name.as_ref()).is_none()
+            {
+                warnings.push(format!(
+                    "{}: Pod/{}/{}: spec.schedulingGates: the pod waits for its scheduling gates; not planned",
+                    p.origin,
+                    p.object.metadata.namespace.as_deref().unwrap_or("default"),
+                    p.object.metadata.name.as_deref().unwrap_or_default()
+                ));
+                continue;
+            }
             let info = PodInfo::compile(&p.object, &p.origin)?;
             let pending_dra = info.has_resource_claims && info.node_name.is_none();
             if pending_dra && !dra_on {
@@ -406,14 +431,22 @@ fn existing_node(n: &Sourced<Node>) -> Result<ExistingNode, InputError> {
     let allocatable = parse(status.and_then(|s| s.allocatable.as_ref()), "allocatable")?;
     let capacity = parse(status.and_then(|s| s.capacity.as_ref()), "capacity")?;
     let labels = n.object.metadata.labels.clone().unwrap_or_default();
+    let spec = n.object.spec.as_ref();
+    let mut taints = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
+    // A cordoned node takes no new pods: Kubernetes expresses that as this taint.
+    if spec.and_then(|s| s.unschedulable) == Some(true)
+        && !taints.iter().any(|t| t.key == UNSCHEDULABLE_TAINT)
+    {
+        taints.push(k8s_openapi::api::core::v1::Taint {
+            key: UNSCHEDULABLE_TAINT.into(),
+            effect: "NoSchedule".into(),
+            value: None,
+            time_added: None,
+        });
+    }
     Ok(ExistingNode {
         node_pool: labels.get(NODEPOOL_KEY).cloned(),
-        taints: n
-            .object
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.clone())
-            .unwrap_or_default(),
+        taints,
         capacity: if capacity.is_empty() {
             allocatable.clone()
         } else {

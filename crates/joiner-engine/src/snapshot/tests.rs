@@ -394,3 +394,16 @@ fn gpu_pairs_on_one_pcie_root_need_a_type_that_has_them() {
         plan.unschedulable[0].reason
     );
 }
+
+#[test]
+fn cordoned_nodes_finished_pods_and_gated_pods() {
+    let node = "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {kubernetes.io/arch: amd64, kubernetes.io/os: linux}}\nspec: {unschedulable: true}\nstatus: {allocatable: {cpu: \"4\", memory: 16Gi, pods: \"100\"}}\n";
+    let web = "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: 100m}}}]\n";
+    let done = "apiVersion: v1\nkind: Pod\nmetadata: {name: done, namespace: default}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: 100m}}}]\nstatus: {phase: Succeeded}\n";
+    let gated = "apiVersion: v1\nkind: Pod\nmetadata: {name: gated, namespace: default}\nspec:\n  schedulingGates: [{name: example.com/wait}]\n  containers: [{name: c}]\n";
+    let plan = plan_with(&[POOL, node, web, done, gated], false);
+    // The cordoned node takes nothing; the finished and the gated pod are not planned.
+    assert_ne!(node_of(&plan, "default/web"), "n1");
+    assert_eq!(plan.bindings.len(), 1);
+    assert!(plan.unschedulable.is_empty());
+}
