@@ -137,6 +137,7 @@ pub fn scheduling_input(pods: usize) -> SchedulingInput {
             requirements,
             limits: Default::default(),
             options: instance_types(),
+            consolidation: Default::default(),
         }],
         dra: None,
     }

@@ -15,6 +15,7 @@
 pub mod bench;
 pub mod catalog;
 pub mod deviceplugin;
+pub mod disruption;
 pub mod plan;
 pub mod requirements;
 pub mod scheduling;

@@ -201,15 +201,22 @@ impl Requirement {
         match &self.values {
             Values::Only(set) => set.iter().any(|v| self.within_bounds(v)),
             Values::AllExcept(excluded) => {
+                // Exclusive bounds; a missing one lies just outside the i64 range, so that
+                // `Lt -9223372036854775807` still admits i64::MIN (and `Gt` i64::MAX - 1,
+                // i64::MAX).
                 let (lo, hi) = match (self.greater_than, self.less_than) {
                     (None, None) => return true,
-                    (g, l) => (g.unwrap_or(i64::MIN), l.unwrap_or(i64::MAX)),
+                    (g, l) => (
+                        g.map_or(i64::MIN as i128 - 1, i128::from),
+                        l.map_or(i64::MAX as i128 + 1, i128::from),
+                    ),
                 };
                 // Integers strictly between lo and hi, minus those excluded.
-                let span = (hi as i128) - (lo as i128) - 1;
+                let span = hi - lo - 1;
                 let excluded_in_range = excluded
                     .iter()
                     .filter_map(|v| v.parse::<i64>().ok())
+                    .map(i128::from)
                     .filter(|n| *n > lo && *n < hi)
                     .count() as i128;
                 span - excluded_in_range > 0
@@ -432,6 +439,24 @@ mod tests {
             Requirement::new("Lt", &["1".into(), "2".into()]),
             Err(RequirementError::Integer(..))
         ));
+    }
+
+    #[test]
+    fn bounds_at_the_ends_of_the_integer_range_are_satisfiable() {
+        // Found by the requirement fuzz target: the missing bound was taken as exclusive
+        // i64::MIN / i64::MAX, so the one value these admit was left out.
+        for r in [
+            req("Lt", &["-9223372036854775807"]),
+            req("Gt", &["9223372036854775806"]),
+        ] {
+            assert!(r.is_satisfiable(), "{r}");
+        }
+        assert!(req("Lt", &["-9223372036854775807"]).matches(Some("-9223372036854775808")));
+        assert!(!req("Lt", &["-9223372036854775808"]).is_satisfiable());
+        assert!(!req("Gt", &["9223372036854775807"]).is_satisfiable());
+        let only_max =
+            req("Gt", &["9223372036854775806"]).intersect(&req("NotIn", &["9223372036854775807"]));
+        assert!(!only_max.is_satisfiable());
     }
 
     #[test]

@@ -38,6 +38,21 @@ pub struct ExistingNode {
     pub capacity: ResourceList,
     /// The NodePool that manages it (`karpenter.sh/nodepool` label), if any.
     pub node_pool: Option<String>,
+    /// What it costs per hour (its instance type, zone and capacity type in the catalog), if
+    /// known: consolidation weighs it against replacements.
+    pub price: Option<Price>,
+    /// `karpenter.sh/do-not-disrupt: "true"` on the node.
+    pub do_not_disrupt: bool,
+}
+
+/// When a NodePool lets Joiner remove or replace its nodes to save money.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Consolidation {
+    /// Only nodes with no pods (besides DaemonSet pods).
+    WhenEmpty,
+    /// Also nodes whose pods fit elsewhere, or on cheaper nodes.
+    #[default]
+    WhenEmptyOrUnderutilized,
 }
 
 /// One priced way to launch an instance type: a zone and a capacity type.
@@ -103,6 +118,7 @@ pub struct PoolInput {
     /// Empty means unlimited.
     pub limits: ResourceList,
     pub options: Vec<LaunchOption>,
+    pub consolidation: Consolidation,
 }
 
 /// A DaemonSet: its pod lands on every node it matches and tolerates.

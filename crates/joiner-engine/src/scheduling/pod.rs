@@ -14,6 +14,8 @@ use crate::requirements::{Labels, Requirement, Requirements};
 /// The topology keys Joiner understands for spread and pod (anti-)affinity.
 pub const ZONE_KEY: &str = "topology.kubernetes.io/zone";
 pub const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
+/// Karpenter's annotation that keeps a pod's or node's node from voluntary disruption.
+pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 
 /// Which domain a topology constraint counts in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -99,6 +101,8 @@ pub struct PodInfo {
     pub has_resource_claims: bool,
     /// `namespace/name` of the DaemonSet that owns this pod, if any.
     pub daemon_set: Option<String>,
+    /// `karpenter.sh/do-not-disrupt: "true"`: its node is not consolidated while it runs.
+    pub do_not_disrupt: bool,
 }
 
 impl PodInfo {
@@ -330,6 +334,12 @@ impl PodInfo {
             spread,
             affinity,
             has_resource_claims,
+            do_not_disrupt: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DO_NOT_DISRUPT))
+                .is_some_and(|v| v == "true"),
             daemon_set: pod
                 .metadata
                 .owner_references

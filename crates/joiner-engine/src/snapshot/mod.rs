@@ -25,11 +25,13 @@ use crate::catalog::{
 use crate::deviceplugin::{DevicePluginConfigs, NodeGpus, node_resources};
 use crate::plan::{Plan, Unschedulable};
 use crate::requirements::{Requirement, Requirements};
-use crate::scheduling::planner::NODEPOOL_KEY;
+use crate::scheduling::planner::{CAPACITY_TYPE_KEY, INSTANCE_TYPE_KEY, NODEPOOL_KEY};
+use crate::scheduling::pod::{DO_NOT_DISRUPT, ZONE_KEY};
 use crate::scheduling::{
-    DaemonInput, DeviceSource, ExistingNode, LaunchOffering, LaunchOption, PodInfo, PoolInput,
-    SchedulingInput, schedule,
+    Consolidation, DaemonInput, DeviceSource, ExistingNode, LaunchOffering, LaunchOption, PodInfo,
+    PoolInput, SchedulingInput, schedule,
 };
+use joiner_model::api::nodepool::ConsolidationPolicy;
 
 /// The taint Kubernetes gives a cordoned node.
 const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
@@ -99,7 +101,7 @@ impl ClusterSnapshot {
         let nodes = m
             .nodes
             .iter()
-            .map(existing_node)
+            .map(|n| existing_node(n, &catalog))
             .collect::<Result<Vec<_>, _>>()?;
 
         let mut pods = Vec::new();
@@ -138,7 +140,8 @@ impl ClusterSnapshot {
                 });
                 continue;
             }
-            with_claims.push(pending_dra.then_some(p));
+            // Bound pods keep their claims too: consolidation moves them with their pods.
+            with_claims.push(info.has_resource_claims.then_some(p));
             pods.push(info);
         }
         let dra = if dra_on {
@@ -357,6 +360,12 @@ fn build_pool(
         requirements,
         limits: spec.limits.clone(),
         options,
+        consolidation: match spec.disruption.consolidation_policy {
+            ConsolidationPolicy::WhenEmpty => Consolidation::WhenEmpty,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized => {
+                Consolidation::WhenEmptyOrUnderutilized
+            }
+        },
     })
 }
 
@@ -407,7 +416,7 @@ fn launch_option(
     })
 }
 
-fn existing_node(n: &Sourced<Node>) -> Result<ExistingNode, InputError> {
+fn existing_node(n: &Sourced<Node>, catalog: &Catalog) -> Result<ExistingNode, InputError> {
     let name = n.object.metadata.name.clone().unwrap_or_default();
     let object = ObjectRef::new("Node", None, &name);
     let status = n.object.status.as_ref();
@@ -444,7 +453,32 @@ fn existing_node(n: &Sourced<Node>) -> Result<ExistingNode, InputError> {
             time_added: None,
         });
     }
+    // The price of what it runs on, from the catalog, by its well-known labels.
+    let price = labels
+        .get(INSTANCE_TYPE_KEY)
+        .and_then(|it| catalog.get(it))
+        .and_then(|it| {
+            let capacity = labels
+                .get(CAPACITY_TYPE_KEY)
+                .and_then(|c| CapacityType::parse(c))
+                .unwrap_or(CapacityType::OnDemand);
+            let zone = labels.get(ZONE_KEY).map(String::as_str);
+            it.offerings
+                .iter()
+                .filter(|o| o.capacity_type == capacity && zone.is_none_or(|z| z == o.zone))
+                .map(|o| o.price)
+                .min()
+        });
+    let do_not_disrupt = n
+        .object
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(DO_NOT_DISRUPT))
+        .is_some_and(|v| v == "true");
     Ok(ExistingNode {
+        price,
+        do_not_disrupt,
         node_pool: labels.get(NODEPOOL_KEY).cloned(),
         taints,
         capacity: if capacity.is_empty() {

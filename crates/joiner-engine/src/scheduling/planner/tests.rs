@@ -64,6 +64,7 @@ fn pool(name: &str, options: Vec<LaunchOption>) -> PoolInput {
         requirements: Requirements::new(),
         limits: ResourceList::new(),
         options,
+        consolidation: Default::default(),
     }
 }
 
@@ -154,6 +155,8 @@ fn existing_nodes_are_used_first_and_their_bound_pods_count() {
         allocatable: resources(&[("cpu", "1"), ("memory", "4Gi"), ("pods", "10")]),
         capacity: ResourceList::new(),
         node_pool: None,
+        price: None,
+        do_not_disrupt: false,
     };
     let mut all = pods(
         "web",

@@ -1,0 +1,229 @@
+//! Consolidation: which nodes to remove, or replace with cheaper ones, once the work shrinks.
+//!
+//! Every move is checked by planning again with the candidates gone and their pods pending
+//! (their DRA claims released, their device-plugin GPUs re-counted by the planner), and is taken
+//! only if every one of those pods still fits and the result is strictly cheaper. As in
+//! Karpenter, empty nodes are deleted together, then one multi-node move (the longest prefix of
+//! the candidates, by binary search) or else one single-node move is proposed per round; the
+//! caller acts, and asks again. Unlike Karpenter, a replacement may be several nodes (one large
+//! node split into smaller, cheaper ones) since the planner minimises the total price.
+//!
+//! Not yet modelled here: disruption budgets, `consolidateAfter`, PodDisruptionBudgets,
+//! expiry, drift and interruption (they need the controller's clock and events).
+
+use joiner_model::Price;
+use serde::Serialize;
+
+use crate::plan::PlannedNodeClaim;
+use crate::scheduling::{Consolidation, SchedulingInput, schedule};
+
+/// How many candidates a multi-node move considers at most (Karpenter's limit too).
+const MAX_MULTI_NODE: usize = 100;
+
+/// Why nodes are disrupted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Reason {
+    /// No pods but DaemonSet pods.
+    Empty,
+    /// Their pods fit elsewhere, or on cheaper nodes.
+    Underutilized,
+}
+
+/// One consolidation move.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    pub reason: Reason,
+    /// The nodes to remove.
+    pub nodes: Vec<String>,
+    /// New nodes to launch first (empty: the pods fit on the remaining nodes).
+    pub replacements: Vec<PlannedNodeClaim>,
+    /// Hourly price of the removed nodes less that of the replacements.
+    pub savings_per_hour: Price,
+}
+
+/// A node that may be consolidated, and what it costs.
+struct Candidate {
+    node: usize,
+    price: Price,
+    pods: usize,
+}
+
+/// The consolidation moves for this round.
+pub fn consolidate(input: &SchedulingInput) -> Vec<Decision> {
+    let candidates = candidates(input);
+    let mut decisions = Vec::new();
+    let (empty, busy): (Vec<&Candidate>, Vec<&Candidate>) =
+        candidates.iter().partition(|c| c.pods == 0);
+    if !empty.is_empty() {
+        decisions.push(Decision {
+            reason: Reason::Empty,
+            nodes: empty
+                .iter()
+                .map(|c| input.nodes[c.node].name.clone())
+                .collect(),
+            replacements: Vec::new(),
+            savings_per_hour: empty.iter().map(|c| c.price).sum(),
+        });
+    }
+    // Busy nodes only where the NodePool consolidates underutilized nodes.
+    let busy: Vec<&Candidate> = busy
+        .into_iter()
+        .filter(|c| {
+            pool_of(input, c.node)
+                .is_some_and(|p| p.consolidation == Consolidation::WhenEmptyOrUnderutilized)
+        })
+        .collect();
+    // Multi-node: the longest prefix (cheapest to disrupt first) that is still a saving.
+    let limit = busy.len().min(MAX_MULTI_NODE);
+    let (mut lo, mut hi, mut best) = (2, limit, None);
+    while lo <= hi {
+        let mid = (lo + hi) / 2;
+        match evaluate(input, &busy[..mid]) {
+            Some(d) => {
+                best = Some(d);
+                lo = mid + 1;
+            }
+            None => hi = mid - 1,
+        }
+    }
+    // The longest prefix may save no more than a shorter one that needs no new node.
+    let shorter = best
+        .as_ref()
+        .filter(|b| b.nodes.len() > 2)
+        .and_then(|b| evaluate(input, &busy[..b.nodes.len() - 1]));
+    // Single-node: the first candidate that is a saving.
+    let single = busy
+        .iter()
+        .find_map(|c| evaluate(input, std::slice::from_ref(c)));
+    // The largest saving wins; for equal savings, the move that disrupts fewer nodes.
+    let chosen = [best, shorter, single]
+        .into_iter()
+        .flatten()
+        .min_by(|a, b| {
+            b.savings_per_hour
+                .cmp(&a.savings_per_hour)
+                .then(a.nodes.len().cmp(&b.nodes.len()))
+        });
+    decisions.extend(chosen);
+    decisions
+}
+
+fn pool_of(input: &SchedulingInput, node: usize) -> Option<&crate::scheduling::PoolInput> {
+    let name = input.nodes[node].node_pool.as_ref()?;
+    input.pools.iter().find(|p| &p.name == name)
+}
+
+/// Nodes a NodePool manages, with a known price, not marked do-not-disrupt and running no pod
+/// that is; fewest pods first (cheapest to disrupt), then the most expensive.
+fn candidates(input: &SchedulingInput) -> Vec<Candidate> {
+    let mut out: Vec<Candidate> = input
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, n)| pool_of(input, *i).is_some() && !n.do_not_disrupt)
+        .filter_map(|(i, n)| {
+            let on_node = || {
+                input
+                    .pods
+                    .iter()
+                    .filter(|p| p.node_name.as_deref() == Some(n.name.as_str()))
+            };
+            if on_node().any(|p| p.do_not_disrupt) {
+                return None;
+            }
+            let pods = on_node().filter(|p| p.daemon_set.is_none()).count();
+            Some(Candidate {
+                node: i,
+                price: n.price?,
+                pods,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        a.pods
+            .cmp(&b.pods)
+            .then(b.price.cmp(&a.price))
+            .then(input.nodes[a.node].name.cmp(&input.nodes[b.node].name))
+    });
+    out
+}
+
+/// Plans again without `removed`: a decision if all their pods fit and it saves money.
+fn evaluate(input: &SchedulingInput, removed: &[&Candidate]) -> Option<Decision> {
+    let names: Vec<&str> = removed
+        .iter()
+        .map(|c| input.nodes[c.node].name.as_str())
+        .collect();
+    let mut sim = input.clone();
+    sim.nodes.retain(|n| !names.contains(&n.name.as_str()));
+    // Pods of the removed nodes become pending; pending pods are provisioning's business, and
+    // DaemonSet pods go with their node.
+    let mut moved = Vec::new();
+    let mut keep = Vec::with_capacity(sim.pods.len());
+    let mut dra_keep = Vec::with_capacity(sim.pods.len());
+    for (i, mut pod) in std::mem::take(&mut sim.pods).into_iter().enumerate() {
+        let claims = sim
+            .dra
+            .as_ref()
+            .and_then(|d| d.pod_claims.get(i).cloned())
+            .unwrap_or_default();
+        match pod.node_name.as_deref() {
+            None => continue,
+            Some(n) if names.contains(&n) => {
+                if pod.daemon_set.is_some() {
+                    continue;
+                }
+                pod.node_name = None;
+                moved.push(pod.key());
+            }
+            Some(_) => {}
+        }
+        keep.push(pod);
+        dra_keep.push(claims);
+    }
+    sim.pods = keep;
+    if let Some(dra) = sim.dra.as_mut() {
+        dra.pod_claims = dra_keep;
+        // Devices on removed nodes go with them; their claims are allocated again.
+        dra.slices.retain(|s| {
+            s.spec
+                .node_name
+                .as_deref()
+                .is_none_or(|n| !names.contains(&n))
+        });
+        for claim in dra.claims.values_mut() {
+            let on_removed = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.allocation.as_ref())
+                .is_some_and(|a| {
+                    a.devices
+                        .iter()
+                        .flat_map(|d| d.results.iter().flatten())
+                        .any(|r| names.contains(&r.pool.as_str()))
+                });
+            if on_removed && let Some(status) = claim.status.as_mut() {
+                status.allocation = None;
+                status.reserved_for = None;
+            }
+        }
+    }
+    let plan = schedule(&sim);
+    let placed = moved
+        .iter()
+        .all(|p| plan.bindings.iter().any(|b| &b.pod == p));
+    let old: Price = removed.iter().map(|c| c.price).sum();
+    if !placed || plan.total_price_per_hour >= old {
+        return None;
+    }
+    Some(Decision {
+        reason: Reason::Underutilized,
+        nodes: names.iter().map(|s| s.to_string()).collect(),
+        savings_per_hour: old.saturating_sub(plan.total_price_per_hour),
+        replacements: plan.node_claims,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,175 @@
+use joiner_model::settings::Settings;
+use joiner_model::{Manifests, parse_documents};
+
+use super::*;
+use crate::snapshot::{ClusterSnapshot, Options};
+
+const POOL: &str = r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements:
+      - {key: karpenter.k8s.aws/instance-family, operator: In, values: [m5, g6]}
+  disruption: {consolidationPolicy: WhenEmptyOrUnderutilized}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+"#;
+
+/// A node of the default pool: instance type, allocatable, extra labels.
+fn node(name: &str, it: &str, cpu: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels: {{karpenter.sh/nodepool: default, karpenter.sh/initialized: \"true\", node.kubernetes.io/instance-type: {it}, karpenter.sh/capacity-type: on-demand, topology.kubernetes.io/zone: us-east-1a, kubernetes.io/arch: amd64, kubernetes.io/os: linux, kubernetes.io/hostname: {name}{extra}}}\nstatus: {{allocatable: {{cpu: \"{cpu}\", memory: 60Gi, pods: \"50\"}}}}\n"
+    )
+}
+
+fn pod(name: &str, node: &str, cpu: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  nodeName: {node}\n  containers: [{{name: c, resources: {{requests: {{cpu: {cpu}}}}}}}]\n"
+    )
+}
+
+fn decide(docs: &[&str], dra: bool) -> Vec<Decision> {
+    let mut m = Manifests::default();
+    for (i, text) in docs.iter().enumerate() {
+        for (origin, doc) in parse_documents(&format!("doc{i}.yaml"), text).unwrap() {
+            m.add_document(origin, doc).unwrap();
+        }
+    }
+    m.finish();
+    let (settings, _) =
+        Settings::from_values(&serde_json::json!({"settings": {"enableDRA": dra}})).unwrap();
+    consolidate(
+        &ClusterSnapshot::build(&m, &settings, &Options::default())
+            .unwrap()
+            .input,
+    )
+}
+
+#[test]
+fn empty_nodes_are_deleted() {
+    let (a, b) = (
+        node("a", "m5.xlarge", "3", ""),
+        node("b", "m5.xlarge", "3", ""),
+    );
+    let p = pod("web", "a", "1");
+    let d = decide(&[POOL, &a, &b, &p], false);
+    assert_eq!(d[0].reason, Reason::Empty);
+    assert_eq!(d[0].nodes, vec!["b"]);
+    assert_eq!(d[0].savings_per_hour, Price::from_usd(0.192).unwrap());
+}
+
+#[test]
+fn pods_that_fit_elsewhere_free_their_node() {
+    let (a, b) = (
+        node("a", "m5.2xlarge", "7", ""),
+        node("b", "m5.2xlarge", "7", ""),
+    );
+    let (p, q) = (pod("one", "a", "2"), pod("two", "b", "2"));
+    let d = decide(&[POOL, &a, &b, &p, &q], false);
+    // Replacing both by one m5.2xlarge saves as much as deleting one: the gentler move wins.
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].reason, Reason::Underutilized);
+    assert_eq!(d[0].nodes.len(), 1);
+    assert!(d[0].replacements.is_empty());
+    assert_eq!(d[0].savings_per_hour, Price::from_usd(0.384).unwrap());
+}
+
+#[test]
+fn a_large_node_is_replaced_by_a_cheaper_one() {
+    let big = node("big", "m5.4xlarge", "15", "");
+    let p = pod("small", "big", "500m");
+    let d = decide(&[POOL, &big, &p], false);
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].replacements.len(), 1);
+    assert_eq!(d[0].replacements[0].instance_type, "m5.large");
+    assert_eq!(
+        d[0].savings_per_hour,
+        Price::from_usd(0.768 - 0.096).unwrap()
+    );
+}
+
+#[test]
+fn do_not_disrupt_pods_and_nodes_are_left_alone() {
+    let big = node("big", "m5.4xlarge", "15", "");
+    let p = "apiVersion: v1\nkind: Pod\nmetadata: {name: pinned, namespace: default, annotations: {karpenter.sh/do-not-disrupt: \"true\"}}\nspec:\n  nodeName: big\n  containers: [{name: c, resources: {requests: {cpu: 500m}}}]\n";
+    assert!(decide(&[POOL, &big, p], false).is_empty());
+    let annotated = big.replace(
+        "metadata:\n  name: big\n",
+        "metadata:\n  name: big\n  annotations: {karpenter.sh/do-not-disrupt: \"true\"}\n",
+    );
+    let q = pod("small", "big", "500m");
+    assert!(decide(&[POOL, &annotated, &q], false).is_empty());
+}
+
+#[test]
+fn when_empty_pools_only_delete_empty_nodes() {
+    let pool = POOL.replace(
+        "consolidationPolicy: WhenEmptyOrUnderutilized",
+        "consolidationPolicy: WhenEmpty",
+    );
+    let big = node("big", "m5.4xlarge", "15", "");
+    let p = pod("small", "big", "500m");
+    assert!(decide(&[&pool, &big, &p], false).is_empty());
+}
+
+#[test]
+fn a_node_that_is_cheapest_already_stays() {
+    let small = node("small-node", "m5.large", "1930m", "");
+    let p = pod("busy", "small-node", "1500m");
+    assert!(decide(&[POOL, &small, &p], false).is_empty());
+}
+
+/// One g6.12xlarge (4 L4s) serving eight claims that each take a quarter of a GPU becomes two
+/// g6.xlarge: their claims are allocated again on the replacements.
+#[test]
+fn one_large_gpu_node_splits_into_two_small_ones() {
+    let class = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata:\n  name: default\n  annotations: {karpenter.k8s.aws/nvidia-consumable-capacity: \"4\"}\nspec:\n  role: KarpenterNodeRole\n  amiSelectorTerms: [{alias: al2023@latest}]\n";
+    let pool = POOL.split("---").next().unwrap().to_string();
+    // A node Joiner launched and that is not initialized yet is judged by its templates.
+    let big =
+        node("big", "g6.12xlarge", "47", "").replace("karpenter.sh/initialized: \"true\", ", "");
+    let template = "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {name: quarter, namespace: default}\nspec:\n  spec:\n    devices:\n      requests:\n      - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}\n";
+    let mut docs: Vec<String> = vec![pool, class.to_string(), big, template.to_string()];
+    for i in 0..8 {
+        let gpu = i / 4;
+        docs.push(format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}, namespace: default}}\nspec:\n  nodeName: big\n  resourceClaims: [{{name: gpu, resourceClaimTemplateName: quarter}}]\n  containers: [{{name: c, resources: {{requests: {{cpu: 100m}}, claims: [{{name: gpu}}]}}}}]\n"));
+        docs.push(format!("apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: p{i}-gpu, namespace: default}}\nspec:\n  devices:\n    requests:\n    - {{name: gpu, exactly: {{deviceClassName: gpu.nvidia.com}}}}\nstatus:\n  allocation:\n    devices:\n      results: [{{request: gpu, driver: gpu.nvidia.com, pool: big, device: gpu-{gpu}, consumedCapacity: {{shares: \"1\"}}, shareID: \"00000000-0000-0000-0000-00000000000{i}\"}}]\n  reservedFor: [{{resource: pods, name: p{i}, uid: \"{i}\"}}]\n"));
+    }
+    let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
+    let d = decide(&refs, true);
+    assert_eq!(d.len(), 1, "{d:?}");
+    let types: Vec<&str> = d[0]
+        .replacements
+        .iter()
+        .map(|c| c.instance_type.as_str())
+        .collect();
+    assert_eq!(types, vec!["g6.xlarge", "g6.xlarge"]);
+    assert!(d[0].savings_per_hour > Price::ZERO);
+}
+
+#[test]
+fn several_nodes_are_merged_when_that_saves_most() {
+    let nodes: Vec<String> = (0..3)
+        .map(|i| node(&format!("n{i}"), "m5.xlarge", "3920m", ""))
+        .collect();
+    let pods: Vec<String> = (0..3)
+        .map(|i| pod(&format!("p{i}"), &format!("n{i}"), "1"))
+        .collect();
+    let mut docs = vec![POOL];
+    docs.extend(nodes.iter().map(String::as_str));
+    docs.extend(pods.iter().map(String::as_str));
+    let d = decide(&docs, false);
+    // Three 1-CPU pods fit on one of the three nodes: two can go.
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].nodes.len(), 2, "{d:?}");
+    assert!(d[0].replacements.is_empty());
+}
