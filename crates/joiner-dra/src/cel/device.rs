@@ -40,34 +40,42 @@ fn key_str(idx: &dyn Val) -> Result<&str, ExecutionError> {
         })
 }
 
+/// The `Val` plumbing shared by the map-like values of the `device` variable: each is its own
+/// CEL type, indexable by string, and answers `in`.
+macro_rules! map_like_val {
+    ($name:ident, $ty:ident) => {
+        impl Val for $name {
+            fn get_type(&self) -> &Type {
+                &$ty
+            }
+            fn cel_type() -> &'static Type {
+                &$ty
+            }
+            fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
+                Box::new(self.clone())
+            }
+            fn as_any(&self) -> Option<&dyn Any> {
+                Some(self)
+            }
+            fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
+            where
+                Self: 'v,
+            {
+                Some(self)
+            }
+            fn as_container(&self) -> Option<&dyn Container> {
+                Some(self)
+            }
+        }
+        impl StaticVal for $name {}
+    };
+}
+
 /// The names of one domain and their values.
 #[derive(Debug, Clone, Default)]
 pub struct Names(Arc<HashMap<String, Box<dyn Val>>>);
 
-impl Val for Names {
-    fn get_type(&self) -> &Type {
-        &NAMES_TYPE
-    }
-    fn cel_type() -> &'static Type {
-        &NAMES_TYPE
-    }
-    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
-        Box::new(self.clone())
-    }
-    fn as_any(&self) -> Option<&dyn Any> {
-        Some(self)
-    }
-    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
-    where
-        Self: 'v,
-    {
-        Some(self)
-    }
-    fn as_container(&self) -> Option<&dyn Container> {
-        Some(self)
-    }
-}
-impl StaticVal for Names {}
+map_like_val!(Names, NAMES_TYPE);
 
 impl Indexer for Names {
     fn get<'b, 'v>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
@@ -105,30 +113,7 @@ pub struct Domains {
     empty: Names,
 }
 
-impl Val for Domains {
-    fn get_type(&self) -> &Type {
-        &DOMAINS_TYPE
-    }
-    fn cel_type() -> &'static Type {
-        &DOMAINS_TYPE
-    }
-    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v> {
-        Box::new(self.clone())
-    }
-    fn as_any(&self) -> Option<&dyn Any> {
-        Some(self)
-    }
-    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
-    where
-        Self: 'v,
-    {
-        Some(self)
-    }
-    fn as_container(&self) -> Option<&dyn Container> {
-        Some(self)
-    }
-}
-impl StaticVal for Domains {}
+map_like_val!(Domains, DOMAINS_TYPE);
 
 impl Indexer for Domains {
     fn get<'b, 'v>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
