@@ -1,0 +1,202 @@
+//! The cloud as the controller drives it.
+//!
+//! [`CloudProvider`] is the seam to EC2 (the AWS SDK edge implements it with CreateFleet,
+//! TerminateInstances, DescribeInstances and the pricing calls); [`SimulatedCloud`] implements
+//! it in process with injectable faults.
+
+mod simulated;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use joiner_engine::catalog::CapacityType;
+use joiner_model::Price;
+use k8s_openapi::jiff::Timestamp;
+
+pub use simulated::{Registration, SimulatedCloud};
+
+/// Tag naming the cluster an instance belongs to (`owned`), as Karpenter tags.
+pub fn cluster_tag(cluster_name: &str) -> String {
+    format!("kubernetes.io/cluster/{cluster_name}")
+}
+pub const CLUSTER_NAME_TAG: &str = "eks:eks-cluster-name";
+pub const NODECLAIM_TAG: &str = "karpenter.sh/nodeclaim";
+pub const NODEPOOL_TAG: &str = "karpenter.sh/nodepool";
+pub const NODECLASS_TAG: &str = "karpenter.k8s.aws/ec2nodeclass";
+
+/// One way to buy an instance type: where and how.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OfferingKey {
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: CapacityType,
+}
+
+impl fmt::Display for OfferingKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}/{}",
+            self.instance_type, self.zone, self.capacity_type
+        )
+    }
+}
+
+/// An offering with its price, as a launch request lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offer {
+    pub offering: OfferingKey,
+    pub price: Price,
+}
+
+/// Launch one instance for one NodeClaim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchRequest {
+    pub node_claim: String,
+    pub node_class: String,
+    /// Offerings the NodeClaim allows, cheapest first; the provider takes the first it can
+    /// fill (EC2 CreateFleet `lowest-price` over these overrides).
+    pub offers: Vec<Offer>,
+    /// Tags for the instance: the cluster, the NodeClaim, the NodePool and the node class.
+    pub tags: BTreeMap<String, String>,
+    /// Idempotency token (EC2's `ClientToken`): a retried request with the same token returns
+    /// the instance the first one launched instead of launching another.
+    pub client_token: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceState {
+    Pending,
+    Running,
+    ShuttingDown,
+    Terminated,
+}
+
+/// A cloud instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    pub id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    pub image_id: String,
+    /// The node name the kubelet will register with (EC2's private DNS name).
+    pub private_dns_name: String,
+    pub state: InstanceState,
+    pub tags: BTreeMap<String, String>,
+    pub launch_time: Timestamp,
+}
+
+impl Instance {
+    /// `aws:///<zone>/<instance-id>`, the Node's `spec.providerID`.
+    pub fn provider_id(&self) -> String {
+        format!("aws:///{}/{}", self.zone, self.id)
+    }
+}
+
+/// The instance id in a provider id (`aws:///us-east-1a/i-0123` gives `i-0123`).
+pub fn instance_id_of(provider_id: &str) -> Option<&str> {
+    provider_id
+        .strip_prefix("aws:///")
+        .and_then(|rest| rest.rsplit('/').next())
+        .filter(|id| !id.is_empty())
+}
+
+/// The result of a launch: the instance, and the offerings tried before it that had no
+/// capacity (to be marked unavailable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launched {
+    pub instance: Instance,
+    pub insufficient: Vec<OfferingKey>,
+}
+
+/// An instance type's offerings as the cloud sells them now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloudInstanceType {
+    pub name: String,
+    pub offerings: Vec<CloudOffering>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloudOffering {
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    pub price: Price,
+    pub available: bool,
+}
+
+/// Why a cloud call failed. The reconcilers act differently on each: insufficient capacity
+/// marks offerings unavailable, throttling retries on the next step, anything else is logged and
+/// retried.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CloudError {
+    /// Every offering given had no capacity (EC2 `InsufficientInstanceCapacity`).
+    #[error("insufficient capacity for {}", list(.0))]
+    InsufficientCapacity(Vec<OfferingKey>),
+    /// The API rate limit was hit (EC2 `RequestLimitExceeded`); retry later.
+    #[error("the cloud API is throttling requests")]
+    Throttled,
+    /// The request named no offering the provider can launch.
+    #[error("no offering to launch")]
+    NoOfferings,
+    #[error("cloud API error: {0}")]
+    Other(String),
+}
+
+fn list(offerings: &[OfferingKey]) -> String {
+    offerings
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The operations the controller needs from a cloud.
+pub trait CloudProvider {
+    /// Launches one instance, trying `request.offers` in order.
+    fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError>;
+    /// Terminates an instance. Terminating one that is gone or already terminating succeeds.
+    fn terminate(&self, instance_id: &str) -> Result<(), CloudError>;
+    /// One instance, terminated ones included while the cloud still reports them.
+    fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError>;
+    /// Instances tagged for `cluster_name` that are not terminated.
+    fn list(&self, cluster_name: &str) -> Result<Vec<Instance>, CloudError>;
+    /// Instance types with their offerings and prices.
+    fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError>;
+}
+
+impl<C: CloudProvider + ?Sized> CloudProvider for &C {
+    fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
+        (**self).launch(request)
+    }
+    fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
+        (**self).terminate(instance_id)
+    }
+    fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
+        (**self).get(instance_id)
+    }
+    fn list(&self, cluster_name: &str) -> Result<Vec<Instance>, CloudError> {
+        (**self).list(cluster_name)
+    }
+    fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
+        (**self).instance_types()
+    }
+}
+
+impl<C: CloudProvider + ?Sized> CloudProvider for std::sync::Arc<C> {
+    fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
+        (**self).launch(request)
+    }
+    fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
+        (**self).terminate(instance_id)
+    }
+    fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
+        (**self).get(instance_id)
+    }
+    fn list(&self, cluster_name: &str) -> Result<Vec<Instance>, CloudError> {
+        (**self).list(cluster_name)
+    }
+    fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
+        (**self).instance_types()
+    }
+}

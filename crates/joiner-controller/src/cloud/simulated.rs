@@ -1,0 +1,341 @@
+//! An in-process cloud over the engine's catalog, deterministic and with injectable faults, for
+//! tests and `joiner simulate`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use joiner_engine::catalog::Catalog;
+
+use super::{
+    CloudError, CloudInstanceType, CloudOffering, CloudProvider, Instance, InstanceState,
+    LaunchRequest, Launched, OfferingKey, cluster_tag,
+};
+use crate::clock::Clock;
+
+/// When the kubelet of an instance registers its Node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registration {
+    /// This long after launch.
+    After(Duration),
+    /// Never (a bad AMI, a broken bootstrap): exercises the registration timeout.
+    Never,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Every instance ever launched, terminated ones included, by id.
+    instances: BTreeMap<String, Instance>,
+    launched: u64,
+    /// Client token to instance id, so a retried launch returns the first instance.
+    tokens: BTreeMap<String, String>,
+    no_capacity: BTreeSet<OfferingKey>,
+    /// Messages of launch failures to return, one per launch call, first first.
+    launch_errors: Vec<String>,
+    /// How many more API calls are throttled.
+    throttled_calls: u32,
+    registration: BTreeMap<String, Registration>,
+    launch_calls: u64,
+}
+
+/// A cloud in memory. Instance ids count up from `i-00000000000000001` in launch order.
+pub struct SimulatedCloud {
+    types: Vec<CloudInstanceType>,
+    clock: Box<dyn Clock + Send + Sync>,
+    default_registration: Registration,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for SimulatedCloud {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimulatedCloud")
+            .field("types", &self.types.len())
+            .field("state", &*self.lock())
+            .finish()
+    }
+}
+
+impl SimulatedCloud {
+    /// A cloud selling `catalog`'s offerings at its prices. Instances register 30 s after
+    /// launch unless told otherwise.
+    pub fn new(catalog: &Catalog, clock: impl Clock + Send + Sync + 'static) -> SimulatedCloud {
+        let types = catalog
+            .types()
+            .iter()
+            .map(|t| CloudInstanceType {
+                name: t.name.clone(),
+                offerings: t
+                    .offerings
+                    .iter()
+                    .map(|o| CloudOffering {
+                        zone: o.zone.clone(),
+                        capacity_type: o.capacity_type,
+                        price: o.price,
+                        available: o.available,
+                    })
+                    .collect(),
+            })
+            .collect();
+        SimulatedCloud {
+            types,
+            clock: Box::new(clock),
+            default_registration: Registration::After(Duration::from_secs(30)),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// How instances register unless [`SimulatedCloud::set_registration`] says otherwise.
+    pub fn with_default_registration(mut self, registration: Registration) -> SimulatedCloud {
+        self.default_registration = registration;
+        self
+    }
+
+    /// A poisoned lock means a simulated crash unwound through a caller; the state is a set of
+    /// maps each updated in one operation, so it is still consistent.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes an offering fail with insufficient capacity (or succeed again).
+    pub fn set_insufficient_capacity(&self, offering: OfferingKey, short: bool) {
+        let mut s = self.lock();
+        if short {
+            s.no_capacity.insert(offering);
+        } else {
+            s.no_capacity.remove(&offering);
+        }
+    }
+
+    /// The next `n` launch calls fail with `message` (a non-capacity error).
+    pub fn fail_next_launches(&self, n: usize, message: &str) {
+        let mut s = self.lock();
+        s.launch_errors
+            .extend(std::iter::repeat_n(message.to_string(), n));
+    }
+
+    /// The next `n` API calls of any kind are throttled.
+    pub fn throttle_next_calls(&self, n: u32) {
+        self.lock().throttled_calls = n;
+    }
+
+    /// How the instance with this id (known in advance: ids are sequential) registers.
+    pub fn set_registration(&self, instance_id: &str, registration: Registration) {
+        self.lock()
+            .registration
+            .insert(instance_id.to_string(), registration);
+    }
+
+    /// When the instance registers.
+    pub fn registration_of(&self, instance_id: &str) -> Registration {
+        self.lock()
+            .registration
+            .get(instance_id)
+            .copied()
+            .unwrap_or(self.default_registration)
+    }
+
+    /// The id the `n`th launched instance gets (1-based).
+    pub fn instance_id(n: u64) -> String {
+        format!("i-{n:017x}")
+    }
+
+    /// Every instance ever launched, terminated ones included, by id.
+    pub fn all_instances(&self) -> Vec<Instance> {
+        self.lock().instances.values().cloned().collect()
+    }
+
+    /// How many launch calls reached the cloud (throttled ones included).
+    pub fn launch_calls(&self) -> u64 {
+        self.lock().launch_calls
+    }
+
+    /// Launches an instance tagged as given with no NodeClaim behind it (a leak from elsewhere).
+    pub fn launch_untracked(
+        &self,
+        offering: &OfferingKey,
+        tags: BTreeMap<String, String>,
+    ) -> Instance {
+        let mut s = self.lock();
+        self.start_instance(&mut s, offering, tags)
+    }
+
+    fn throttled(s: &mut State) -> bool {
+        if s.throttled_calls > 0 {
+            s.throttled_calls -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn start_instance(
+        &self,
+        s: &mut State,
+        offering: &OfferingKey,
+        tags: BTreeMap<String, String>,
+    ) -> Instance {
+        s.launched += 1;
+        let n = s.launched;
+        let instance = Instance {
+            id: SimulatedCloud::instance_id(n),
+            instance_type: offering.instance_type.clone(),
+            zone: offering.zone.clone(),
+            capacity_type: offering.capacity_type,
+            image_id: "ami-0000000000000sim0".to_string(),
+            private_dns_name: format!("ip-10-0-{}-{}.ec2.internal", (n >> 8) & 0xff, n & 0xff),
+            state: InstanceState::Running,
+            tags,
+            launch_time: self.clock.now(),
+        };
+        s.instances.insert(instance.id.clone(), instance.clone());
+        instance
+    }
+
+    fn sells(&self, o: &OfferingKey) -> bool {
+        self.types.iter().any(|t| {
+            t.name == o.instance_type
+                && t.offerings
+                    .iter()
+                    .any(|x| x.available && x.zone == o.zone && x.capacity_type == o.capacity_type)
+        })
+    }
+}
+
+impl CloudProvider for SimulatedCloud {
+    fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
+        let mut s = self.lock();
+        s.launch_calls += 1;
+        if Self::throttled(&mut s) {
+            return Err(CloudError::Throttled);
+        }
+        if let Some(id) = s.tokens.get(&request.client_token)
+            && let Some(instance) = s.instances.get(id)
+        {
+            return Ok(Launched {
+                instance: instance.clone(),
+                insufficient: Vec::new(),
+            });
+        }
+        if !s.launch_errors.is_empty() {
+            let message = s.launch_errors.remove(0);
+            return Err(CloudError::Other(message));
+        }
+        let mut insufficient = Vec::new();
+        for offer in &request.offers {
+            if !self.sells(&offer.offering) {
+                continue;
+            }
+            if s.no_capacity.contains(&offer.offering) {
+                insufficient.push(offer.offering.clone());
+                continue;
+            }
+            let instance = self.start_instance(&mut s, &offer.offering, request.tags.clone());
+            s.tokens
+                .insert(request.client_token.clone(), instance.id.clone());
+            return Ok(Launched {
+                instance,
+                insufficient,
+            });
+        }
+        if insufficient.is_empty() {
+            Err(CloudError::NoOfferings)
+        } else {
+            Err(CloudError::InsufficientCapacity(insufficient))
+        }
+    }
+
+    fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
+        let mut s = self.lock();
+        if Self::throttled(&mut s) {
+            return Err(CloudError::Throttled);
+        }
+        if let Some(i) = s.instances.get_mut(instance_id) {
+            i.state = InstanceState::Terminated;
+        }
+        Ok(())
+    }
+
+    fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
+        let mut s = self.lock();
+        if Self::throttled(&mut s) {
+            return Err(CloudError::Throttled);
+        }
+        Ok(s.instances.get(instance_id).cloned())
+    }
+
+    fn list(&self, cluster_name: &str) -> Result<Vec<Instance>, CloudError> {
+        let mut s = self.lock();
+        if Self::throttled(&mut s) {
+            return Err(CloudError::Throttled);
+        }
+        let tag = cluster_tag(cluster_name);
+        Ok(s.instances
+            .values()
+            .filter(|i| i.state != InstanceState::Terminated && i.tags.contains_key(&tag))
+            .cloned()
+            .collect())
+    }
+
+    fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
+        let mut s = self.lock();
+        if Self::throttled(&mut s) {
+            return Err(CloudError::Throttled);
+        }
+        Ok(self.types.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::cloud::Offer;
+    use joiner_engine::catalog::CapacityType;
+
+    fn offer(zone: &str) -> Offer {
+        Offer {
+            offering: OfferingKey {
+                instance_type: "g4dn.xlarge".into(),
+                zone: zone.into(),
+                capacity_type: CapacityType::OnDemand,
+            },
+            price: joiner_model::Price::ZERO,
+        }
+    }
+
+    fn request(token: &str) -> LaunchRequest {
+        let mut tags = BTreeMap::new();
+        tags.insert(cluster_tag("c"), "owned".to_string());
+        LaunchRequest {
+            node_claim: "n".into(),
+            node_class: "default".into(),
+            offers: vec![offer("us-east-1a"), offer("us-east-1b")],
+            tags,
+            client_token: token.into(),
+        }
+    }
+
+    #[test]
+    fn launches_are_idempotent_and_fall_back_past_insufficient_capacity() {
+        let zones = vec!["us-east-1a".to_string(), "us-east-1b".to_string()];
+        let cloud = SimulatedCloud::new(&Catalog::builtin("us-east-1", &zones), ManualClock::new());
+        cloud.set_insufficient_capacity(offer("us-east-1a").offering, true);
+        let first = cloud.launch(&request("t1")).expect("launch");
+        assert_eq!(first.instance.zone, "us-east-1b");
+        assert_eq!(first.insufficient, vec![offer("us-east-1a").offering]);
+        assert_eq!(first.instance.id, SimulatedCloud::instance_id(1));
+        // The same token returns the same instance.
+        let again = cloud.launch(&request("t1")).expect("launch");
+        assert_eq!(again.instance.id, first.instance.id);
+        assert_eq!(cloud.list("c").expect("list").len(), 1);
+        cloud.set_insufficient_capacity(offer("us-east-1b").offering, true);
+        assert!(matches!(
+            cloud.launch(&request("t2")),
+            Err(CloudError::InsufficientCapacity(k)) if k.len() == 2
+        ));
+        cloud.throttle_next_calls(1);
+        assert_eq!(cloud.list("c"), Err(CloudError::Throttled));
+        cloud.terminate(&first.instance.id).expect("terminate");
+        assert!(cloud.list("c").expect("list").is_empty());
+    }
+}

@@ -1,0 +1,53 @@
+//! What the controller is told: the Helm settings the planner reads, and the lifecycle's own
+//! timings.
+
+use std::time::Duration;
+
+use joiner_engine::snapshot::Options;
+use joiner_model::settings::Settings;
+
+use crate::ControllerError;
+
+/// The controller's configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The same settings `joiner plan` takes, so a decision in the cluster equals the plan.
+    pub settings: Settings,
+    pub options: Options,
+    /// `settings.clusterName`: instances are tagged with it and garbage collection only ever
+    /// touches instances carrying it.
+    pub cluster_name: String,
+    /// A NodeClaim whose Node has not registered this long after its creation is deleted and
+    /// its instance terminated (Karpenter's 15 minutes).
+    pub registration_timeout: Duration,
+    /// An instance tagged for the cluster with no NodeClaim is terminated once it is this old,
+    /// so an instance whose NodeClaim update is still in flight is not mistaken for a leak.
+    pub gc_grace: Duration,
+    /// How long an offering that failed with insufficient capacity is not tried again
+    /// (Karpenter's 3 minutes).
+    pub unavailable_ttl: Duration,
+}
+
+impl Config {
+    /// Defaults for everything the settings do not say. Fails without a cluster name: without
+    /// one, garbage collection cannot tell this cluster's instances from any other's.
+    pub fn new(settings: Settings) -> Result<Config, ControllerError> {
+        let cluster_name = settings
+            .cluster_name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                ControllerError::Config(
+                    "settings.clusterName is required: instances are tagged with it".into(),
+                )
+            })?;
+        Ok(Config {
+            settings,
+            options: Options::default(),
+            cluster_name,
+            registration_timeout: Duration::from_secs(15 * 60),
+            gc_grace: Duration::from_secs(30),
+            unavailable_ttl: Duration::from_secs(3 * 60),
+        })
+    }
+}

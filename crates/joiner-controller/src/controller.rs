@@ -1,0 +1,96 @@
+//! The controller: one step of every reconciler at the clock's now.
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::batcher::Batcher;
+use crate::clock::Clock;
+use crate::cloud::CloudProvider;
+use crate::config::Config;
+use crate::context::Ctx;
+use crate::error::StepReport;
+use crate::nodeclaim::NodeClaim;
+use crate::provisioning::{fingerprint, provision};
+use crate::store::ClusterStore;
+use crate::unavailable::UnavailableOfferings;
+use crate::{gc, lifecycle};
+
+/// The reconcilers over one store, one cloud and one clock.
+///
+/// All durable state lives in the store and the cloud; what the controller keeps (the open
+/// batch, offerings out of capacity) is a cache that a new controller rebuilds. Dropping a
+/// controller at any point and building a new one over the same store and cloud is a restart.
+pub struct Controller<S, C, K> {
+    store: S,
+    cloud: C,
+    clock: K,
+    config: Config,
+    batcher: Batcher,
+    unavailable: UnavailableOfferings,
+}
+
+impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
+    pub fn new(store: S, cloud: C, clock: K, config: Config) -> Self {
+        let batcher = Batcher::new(
+            config.settings.batch_idle_duration,
+            config.settings.batch_max_duration,
+        );
+        Controller {
+            store,
+            cloud,
+            clock,
+            config,
+            batcher,
+            unavailable: UnavailableOfferings::default(),
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Runs the lifecycle, garbage collection and provisioning once. Failures are logged and
+    /// reported; each is retried on a later step.
+    pub fn step(&mut self) -> StepReport {
+        let now = self.clock.now();
+        if self.unavailable.expire(now) > 0 {
+            self.batcher.poke();
+        }
+        let mut report = StepReport::default();
+        let mut ctx = Ctx::new(
+            &self.store,
+            &self.cloud,
+            &self.config,
+            now,
+            &mut self.unavailable,
+            &mut report,
+        );
+        if let Err(e) = lifecycle::reconcile(&mut ctx) {
+            ctx.error("lifecycle", e);
+        }
+        if let Err(e) = gc::collect(&mut ctx) {
+            ctx.error("garbage collection", e);
+        }
+        let observed = self
+            .store
+            .list::<Pod>()
+            .and_then(|pods| Ok((pods, self.store.list::<NodeClaim>()?)));
+        match observed {
+            Ok((pods, claims)) => {
+                let (fp, pending) = fingerprint(&pods, &claims);
+                self.batcher.observe(now, fp, pending);
+                if self.batcher.close(now)
+                    && let Err(e) = provision(&mut ctx)
+                {
+                    ctx.error("provisioning", e);
+                    self.batcher.poke();
+                }
+            }
+            Err(e) => ctx.error("reading pods", e),
+        }
+        // A NodeClaim that went away leaves its pods to plan again.
+        if !report.deleted.is_empty() {
+            self.batcher.poke();
+        }
+        report
+    }
+}

@@ -1,0 +1,169 @@
+//! A simulated kubelet (and device plugin, and startup-taint daemon) for tests and
+//! `joiner simulate`: what a real instance does on its own after launch.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::clock::{add, k8s_time};
+use crate::cloud::{InstanceState, NODECLAIM_TAG, Registration, SimulatedCloud};
+use crate::nodeclaim::{NodeClaim, labels};
+use crate::store::{ClusterStore, StoreError};
+
+/// Registers a Node for each running instance once its registration delay has passed (Ready,
+/// with the NodeClaim's taints and startup taints, without extended resources), then after
+/// `device_plugin_delay` publishes the extended resources the plan predicted (the NodeClaim's
+/// `status.allocatable`) and removes the startup taints.
+#[derive(Debug, Clone)]
+pub struct SimulatedKubelet {
+    pub device_plugin_delay: Duration,
+}
+
+impl Default for SimulatedKubelet {
+    fn default() -> Self {
+        SimulatedKubelet {
+            device_plugin_delay: Duration::from_secs(10),
+        }
+    }
+}
+
+fn k8s_list<'a>(
+    list: impl Iterator<Item = (&'a String, &'a joiner_model::Quantity)>,
+) -> BTreeMap<String, K8sQuantity> {
+    list.map(|(k, v)| (k.clone(), K8sQuantity::from(*v)))
+        .collect()
+}
+
+impl SimulatedKubelet {
+    pub fn step<S: ClusterStore>(
+        &self,
+        store: &S,
+        cloud: &SimulatedCloud,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let nodes = store.list::<Node>()?;
+        for instance in cloud.all_instances() {
+            if instance.state != InstanceState::Running {
+                continue;
+            }
+            let Registration::After(delay) = cloud.registration_of(&instance.id) else {
+                continue;
+            };
+            let registered_at = add(instance.launch_time, delay);
+            if now < registered_at {
+                continue;
+            }
+            // The kubelet knows its NodeClaim through the bootstrap Karpenter generated.
+            let claim = match instance.tags.get(NODECLAIM_TAG) {
+                Some(n) => store.get::<NodeClaim>(None, n)?,
+                None => None,
+            };
+            let provider_id = instance.provider_id();
+            let existing = nodes.iter().find(|n| {
+                n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id.as_str())
+            });
+            let expected = claim
+                .as_ref()
+                .map(|c| c.status.allocatable.clone())
+                .unwrap_or_default();
+            match existing {
+                None => {
+                    let mut node_labels = BTreeMap::new();
+                    node_labels.insert(
+                        "kubernetes.io/hostname".to_string(),
+                        instance.private_dns_name.clone(),
+                    );
+                    node_labels.insert(
+                        labels::INSTANCE_TYPE.to_string(),
+                        instance.instance_type.clone(),
+                    );
+                    node_labels.insert(labels::ZONE.to_string(), instance.zone.clone());
+                    let taints: Vec<_> = claim
+                        .iter()
+                        .flat_map(|c| c.spec.taints.iter().chain(&c.spec.startup_taints))
+                        .cloned()
+                        .collect();
+                    let basic = || k8s_list(expected.iter().filter(|(k, _)| !k.contains('/')));
+                    let node = Node {
+                        metadata: ObjectMeta {
+                            name: Some(instance.private_dns_name.clone()),
+                            labels: Some(node_labels),
+                            ..ObjectMeta::default()
+                        },
+                        spec: Some(NodeSpec {
+                            provider_id: Some(provider_id.clone()),
+                            taints: (!taints.is_empty()).then_some(taints),
+                            ..NodeSpec::default()
+                        }),
+                        status: Some(NodeStatus {
+                            allocatable: Some(basic()),
+                            capacity: Some(basic()),
+                            conditions: Some(vec![NodeCondition {
+                                type_: "Ready".into(),
+                                status: "True".into(),
+                                last_transition_time: Some(k8s_time(now)),
+                                reason: Some("KubeletReady".into()),
+                                ..NodeCondition::default()
+                            }]),
+                            ..NodeStatus::default()
+                        }),
+                    };
+                    match store.create(&node) {
+                        Ok(_) | Err(StoreError::AlreadyExists(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Some(node) if now >= add(registered_at, self.device_plugin_delay) => {
+                    let mut node = node.clone();
+                    let status = node.status.get_or_insert_with(Default::default);
+                    let allocatable = status.allocatable.get_or_insert_with(BTreeMap::new);
+                    let missing: Vec<_> = expected
+                        .iter()
+                        .filter(|(k, _)| k.contains('/') && !allocatable.contains_key(*k))
+                        .collect();
+                    let startup: Vec<_> = claim
+                        .iter()
+                        .flat_map(|c| c.spec.startup_taints.clone())
+                        .collect();
+                    let spec = node.spec.get_or_insert_with(Default::default);
+                    let tainted = spec.taints.as_ref().is_some_and(|ts| {
+                        ts.iter().any(|t| {
+                            startup
+                                .iter()
+                                .any(|s| s.key == t.key && s.effect == t.effect)
+                        })
+                    });
+                    if missing.is_empty() && !tainted {
+                        continue;
+                    }
+                    if let Some(ts) = spec.taints.as_mut() {
+                        ts.retain(|t| {
+                            !startup
+                                .iter()
+                                .any(|s| s.key == t.key && s.effect == t.effect)
+                        });
+                    }
+                    let extra = k8s_list(missing.into_iter());
+                    status
+                        .allocatable
+                        .get_or_insert_with(BTreeMap::new)
+                        .extend(extra.clone());
+                    status
+                        .capacity
+                        .get_or_insert_with(BTreeMap::new)
+                        .extend(extra);
+                    match store.update(&node) {
+                        Ok(_) | Err(StoreError::Conflict(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,37 @@
+//! Joiner's live controller, without the network.
+//!
+//! The pure core of the controller: the reconcilers that turn pending pods into NodeClaims and
+//! instances and see each through Launched, Registered and Initialized, over three seams that the
+//! edges implement:
+//!
+//! - [`store::ClusterStore`]: the Kubernetes objects (kube-rs later; [`store::InMemoryCluster`]
+//!   now);
+//! - [`cloud::CloudProvider`]: instances (the AWS SDK later; [`cloud::SimulatedCloud`] now);
+//! - [`clock::Clock`]: time ([`clock::ManualClock`] lets tests and `joiner simulate` run faster
+//!   than real time).
+//!
+//! The core is synchronous: [`Controller::step`] runs every reconciler once at the clock's now.
+//! All durable state is in the store and the cloud, so dropping a controller anywhere and
+//! building a new one is a restart, and the reconcilers are written so that a restart never
+//! duplicates a NodeClaim or an instance and never leaks one past garbage collection.
+
+pub mod batcher;
+pub mod clock;
+pub mod cloud;
+pub mod config;
+mod context;
+mod controller;
+mod error;
+pub mod gc;
+pub mod kubelet;
+pub mod lifecycle;
+pub mod nodeclaim;
+pub mod pools;
+pub mod provisioning;
+pub mod store;
+pub mod unavailable;
+
+pub use config::Config;
+pub use context::Ctx;
+pub use controller::Controller;
+pub use error::{ControllerError, StepReport};

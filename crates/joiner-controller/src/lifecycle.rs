@@ -1,0 +1,570 @@
+//! The NodeClaim lifecycle: Launched, Registered, Initialized, and the termination finalizer.
+//!
+//! Each NodeClaim moves forward one stage per step, reading the cloud and the cluster afresh,
+//! so a controller restarted at any point picks up where the last one stopped. Launching first
+//! looks for an instance already tagged with the NodeClaim (launched before a crash, its
+//! provider ID never recorded) and passes the NodeClaim's uid as the cloud's idempotency token:
+//! a NodeClaim never gets a second instance.
+
+use std::collections::BTreeSet;
+
+use joiner_engine::scheduling::planner::REQUESTED_DRA_DRIVERS;
+use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::resource::v1::ResourceSlice;
+
+use crate::clock::{add, k8s_time};
+use crate::cloud::{
+    CLUSTER_NAME_TAG, CloudError, CloudProvider, Instance, InstanceState, LaunchRequest,
+    NODECLAIM_TAG, NODECLASS_TAG, NODEPOOL_TAG, Offer, OfferingKey, cluster_tag, instance_id_of,
+};
+use crate::context::Ctx;
+use crate::error::ControllerError;
+use crate::nodeclaim::{NodeClaim, TERMINATION_FINALIZER, conditions, labels};
+use crate::store::{ClusterStore, StoreError};
+
+/// One lifecycle pass over every NodeClaim.
+pub fn reconcile<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+) -> Result<(), ControllerError> {
+    let claims = ctx.store.list::<NodeClaim>()?;
+    let nodes = ctx.store.list::<Node>()?;
+    for claim in claims {
+        let name = claim.name().to_string();
+        let result = if claim.is_deleting() {
+            finalize(ctx, claim, &nodes)
+        } else if timed_out(ctx, &claim) {
+            tracing::warn!(nodeclaim = %name, "not registered in time; deleting");
+            delete(ctx, &claim)
+        } else if claim.status.provider_id.is_none() {
+            launch(ctx, claim)
+        } else if !claim.is_true(conditions::REGISTERED) {
+            register(ctx, claim, &nodes)
+        } else if !claim.is_true(conditions::INITIALIZED) {
+            initialize(ctx, claim, &nodes)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = result {
+            ctx.error(&format!("NodeClaim {name}"), e);
+        }
+    }
+    Ok(())
+}
+
+/// Not registered within the registration timeout of its creation.
+fn timed_out<S, C>(ctx: &Ctx<'_, S, C>, claim: &NodeClaim) -> bool {
+    if claim.is_true(conditions::REGISTERED) {
+        return false;
+    }
+    claim
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .is_some_and(|t| add(t.0, ctx.config.registration_timeout) <= ctx.now)
+}
+
+fn delete<S: ClusterStore, C>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: &NodeClaim,
+) -> Result<(), ControllerError> {
+    match ctx.store.delete::<NodeClaim>(None, claim.name()) {
+        Ok(_) | Err(StoreError::NotFound(_)) => {
+            ctx.report.deleted.push(claim.name().to_string());
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Non-terminated instances tagged with this NodeClaim's name, oldest first.
+fn tagged_instances<S, C: CloudProvider>(
+    ctx: &Ctx<'_, S, C>,
+    claim: &NodeClaim,
+) -> Result<Vec<Instance>, ControllerError> {
+    let mut found: Vec<Instance> = ctx
+        .cloud
+        .list(&ctx.config.cluster_name)?
+        .into_iter()
+        .filter(|i| i.tags.get(NODECLAIM_TAG).map(String::as_str) == Some(claim.name()))
+        .collect();
+    found.sort_by(|a, b| (a.launch_time, &a.id).cmp(&(b.launch_time, &b.id)));
+    Ok(found)
+}
+
+/// The offerings the NodeClaim allows, cheapest first, without those out of capacity. Ties keep
+/// the order of the requirements (the planned type and zone first).
+fn offers<S, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: &NodeClaim,
+) -> Result<Vec<Offer>, ControllerError>
+where
+    S: ClusterStore,
+{
+    let types = claim.requirement_values(labels::INSTANCE_TYPE);
+    let zones = claim.requirement_values(labels::ZONE);
+    let capacity_types = claim.requirement_values(labels::CAPACITY_TYPE);
+    let now = ctx.now;
+    let mut ranked = Vec::new();
+    let cloud_types = ctx.instance_types()?.to_vec();
+    for (ti, t) in types.iter().enumerate() {
+        let Some(it) = cloud_types.iter().find(|c| &c.name == t) else {
+            continue;
+        };
+        for o in it.offerings.iter().filter(|o| o.available) {
+            let zi = match zones.iter().position(|z| z == &o.zone) {
+                Some(i) => i,
+                None if zones.is_empty() => 0,
+                None => continue,
+            };
+            if !capacity_types.is_empty()
+                && !capacity_types.iter().any(|c| c == o.capacity_type.as_str())
+            {
+                continue;
+            }
+            let key = OfferingKey {
+                instance_type: t.clone(),
+                zone: o.zone.clone(),
+                capacity_type: o.capacity_type,
+            };
+            if ctx.unavailable.is_unavailable(&key, now) {
+                continue;
+            }
+            ranked.push((
+                o.price,
+                ti,
+                zi,
+                Offer {
+                    offering: key,
+                    price: o.price,
+                },
+            ));
+        }
+    }
+    ranked.sort_by_key(|a| (a.0, a.1, a.2));
+    Ok(ranked.into_iter().map(|r| r.3).collect())
+}
+
+/// Launches the NodeClaim's instance (or adopts the one launched for it before a restart) and
+/// records it: provider ID, image, instance type, zone and capacity type, expected resources.
+pub fn launch<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: NodeClaim,
+) -> Result<(), ControllerError> {
+    let instance = match tagged_instances(ctx, &claim)?.into_iter().next() {
+        Some(adopted) => {
+            tracing::info!(nodeclaim = claim.name(), instance = %adopted.id, "adopting instance launched before a restart");
+            adopted
+        }
+        None => {
+            let offers = offers(ctx, &claim)?;
+            if offers.is_empty() {
+                // Every allowed offering is out of capacity: the NodeClaim goes so its pods are
+                // planned again, on offerings that have capacity.
+                tracing::warn!(
+                    nodeclaim = claim.name(),
+                    "no offering with capacity; deleting"
+                );
+                return delete(ctx, &claim);
+            }
+            let request = launch_request(ctx, &claim, offers);
+            match ctx.cloud.launch(&request) {
+                Ok(launched) => {
+                    mark_unavailable(ctx, &launched.insufficient);
+                    launched.instance
+                }
+                Err(CloudError::InsufficientCapacity(keys)) => {
+                    mark_unavailable(ctx, &keys);
+                    return delete(ctx, &claim);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    ctx.report
+        .launched
+        .push((claim.name().to_string(), instance.id.clone()));
+    record_launch(ctx, claim, &instance)
+}
+
+fn mark_unavailable<S, C>(ctx: &mut Ctx<'_, S, C>, keys: &[OfferingKey]) {
+    for key in keys {
+        tracing::warn!(offering = %key, "insufficient capacity; offering unavailable for a while");
+        ctx.unavailable
+            .mark(key.clone(), ctx.now, ctx.config.unavailable_ttl);
+        ctx.report.unavailable.push(key.to_string());
+    }
+}
+
+fn launch_request<S, C>(
+    ctx: &Ctx<'_, S, C>,
+    claim: &NodeClaim,
+    offers: Vec<Offer>,
+) -> LaunchRequest {
+    let cluster = &ctx.config.cluster_name;
+    let mut tags = std::collections::BTreeMap::new();
+    tags.insert(cluster_tag(cluster), "owned".to_string());
+    tags.insert(CLUSTER_NAME_TAG.to_string(), cluster.clone());
+    tags.insert(NODECLAIM_TAG.to_string(), claim.name().to_string());
+    if let Some(pool) = claim.label(labels::NODEPOOL) {
+        tags.insert(NODEPOOL_TAG.to_string(), pool.to_string());
+    }
+    tags.insert(
+        NODECLASS_TAG.to_string(),
+        claim.spec.node_class_ref.name.clone(),
+    );
+    LaunchRequest {
+        node_claim: claim.name().to_string(),
+        node_class: claim.spec.node_class_ref.name.clone(),
+        offers,
+        tags,
+        // The uid, not the name: a NodeClaim deleted and created again under the same name
+        // (the same need after insufficient capacity) must launch anew.
+        client_token: claim
+            .metadata
+            .uid
+            .clone()
+            .unwrap_or_else(|| claim.name().to_string()),
+    }
+}
+
+fn record_launch<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: NodeClaim,
+    instance: &Instance,
+) -> Result<(), ControllerError> {
+    let pool = claim
+        .label(labels::NODEPOOL)
+        .unwrap_or_default()
+        .to_string();
+    let option = ctx
+        .pool_options()?
+        .option(&pool, &instance.instance_type)
+        .cloned();
+    let now = k8s_time(ctx.now);
+    update_claim(ctx, claim, |c| {
+        let mut l = c.labels();
+        if let Some(o) = &option {
+            l.extend(o.labels.clone());
+            c.status.allocatable = o.allocatable.clone();
+            c.status.capacity = o.capacity.clone();
+        }
+        l.insert(labels::INSTANCE_TYPE.into(), instance.instance_type.clone());
+        l.insert(labels::ZONE.into(), instance.zone.clone());
+        l.insert(
+            labels::CAPACITY_TYPE.into(),
+            instance.capacity_type.as_str().into(),
+        );
+        c.metadata.labels = Some(l);
+        c.status.provider_id = Some(instance.provider_id());
+        c.status.image_id = Some(instance.image_id.clone());
+        c.set_condition(conditions::LAUNCHED, true, "Launched", "", now.clone());
+    })
+}
+
+/// Applies `change` and writes; on a conflict re-reads once and applies it again.
+fn update_claim<S: ClusterStore, C>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: NodeClaim,
+    change: impl Fn(&mut NodeClaim),
+) -> Result<(), ControllerError> {
+    let mut c = claim;
+    change(&mut c);
+    match ctx.store.update(&c) {
+        Ok(_) => Ok(()),
+        Err(StoreError::Conflict(_)) => {
+            let Some(mut fresh) = ctx.store.get::<NodeClaim>(None, c.name())? else {
+                return Ok(());
+            };
+            change(&mut fresh);
+            ctx.store.update(&fresh)?;
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn same_taint(a: &Taint, b: &Taint) -> bool {
+    a.key == b.key && a.effect == b.effect
+}
+
+/// Registered: the Node with the NodeClaim's provider ID exists. The Node gets the NodeClaim's
+/// labels and, once, its taints and startup taints (a daemon removes the startup taints later;
+/// they are not added back).
+fn register<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: NodeClaim,
+    nodes: &[Node],
+) -> Result<(), ControllerError> {
+    let Some(node) = nodes.iter().find(|n| {
+        n.spec.as_ref().and_then(|s| s.provider_id.as_ref()) == claim.status.provider_id.as_ref()
+    }) else {
+        return Ok(());
+    };
+    let mut node = node.clone();
+    let mut node_labels = node.metadata.labels.clone().unwrap_or_default();
+    let first_time = !node_labels.contains_key(labels::REGISTERED);
+    let mut wanted = claim.labels();
+    wanted.remove(labels::NEED_HASH);
+    node_labels.extend(wanted);
+    node_labels.insert(labels::REGISTERED.into(), "true".into());
+    node_labels.insert(labels::NODECLAIM.into(), claim.name().into());
+    node.metadata.labels = Some(node_labels);
+    if first_time {
+        let spec = node.spec.get_or_insert_with(Default::default);
+        let taints = spec.taints.get_or_insert_with(Vec::new);
+        for t in claim.spec.taints.iter().chain(&claim.spec.startup_taints) {
+            if !taints.iter().any(|x| same_taint(x, t)) {
+                taints.push(t.clone());
+            }
+        }
+    }
+    ctx.store.update(&node)?;
+    let node_name = node.metadata.name.clone();
+    let now = k8s_time(ctx.now);
+    ctx.report.registered.push(claim.name().to_string());
+    update_claim(ctx, claim, |c| {
+        c.status.node_name = node_name.clone();
+        c.set_condition(conditions::REGISTERED, true, "Registered", "", now.clone());
+    })
+}
+
+/// Initialized: the Node is Ready, its startup taints are gone, every extended resource the
+/// NodeClaim expects (`nvidia.com/gpu` at its time-sliced count) is allocatable, and every DRA
+/// driver the plan counted on has published a complete pool.
+fn initialize<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: NodeClaim,
+    nodes: &[Node],
+) -> Result<(), ControllerError> {
+    let Some(node) = nodes
+        .iter()
+        .find(|n| n.metadata.name.is_some() && n.metadata.name == claim.status.node_name)
+    else {
+        return Ok(());
+    };
+    let status = node.status.as_ref();
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let starting = claim
+        .spec
+        .startup_taints
+        .iter()
+        .any(|t| taints.iter().any(|x| same_taint(x, t)));
+    let allocatable = status
+        .and_then(|s| s.allocatable.clone())
+        .unwrap_or_default();
+    let resources_ready = claim
+        .status
+        .allocatable
+        .iter()
+        .filter(|(name, q)| name.contains('/') && !q.is_zero())
+        .all(|(name, want)| {
+            allocatable
+                .get(name)
+                .and_then(|q| joiner_model::Quantity::try_from(q).ok())
+                .is_some_and(|have| have >= *want)
+        });
+    if !(ready && !starting && resources_ready) {
+        return Ok(());
+    }
+    let node_name = node.metadata.name.clone().unwrap_or_default();
+    if requested_dra_drivers(&claim).next().is_some() {
+        let slices = ctx.store.list::<ResourceSlice>()?;
+        if !dra_drivers_published(&claim, &node_name, &slices) {
+            return Ok(());
+        }
+    }
+    let mut node = node.clone();
+    let mut node_labels = node.metadata.labels.clone().unwrap_or_default();
+    if node_labels.get(labels::INITIALIZED).map(String::as_str) != Some("true") {
+        node_labels.insert(labels::INITIALIZED.into(), "true".into());
+        node.metadata.labels = Some(node_labels);
+        ctx.store.update(&node)?;
+    }
+    let now = k8s_time(ctx.now);
+    ctx.report.initialized.push(claim.name().to_string());
+    update_claim(ctx, claim, |c| {
+        c.set_condition(
+            conditions::INITIALIZED,
+            true,
+            "Initialized",
+            "",
+            now.clone(),
+        );
+    })
+}
+
+/// The DRA drivers the plan expects on the node (`karpenter.sh/requested-dra-drivers`).
+fn requested_dra_drivers(claim: &NodeClaim) -> impl Iterator<Item = &str> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REQUESTED_DRA_DRIVERS))
+        .into_iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+}
+
+/// Whether every requested driver has published a complete pool for the node: for each of its
+/// pools, all `resourceSliceCount` slices of the newest generation. Until then pods that need
+/// those devices cannot be allocated there.
+pub fn dra_drivers_published(claim: &NodeClaim, node: &str, slices: &[ResourceSlice]) -> bool {
+    requested_dra_drivers(claim).all(|driver| {
+        let mine: Vec<_> = slices
+            .iter()
+            .filter(|s| s.spec.driver == driver && s.spec.node_name.as_deref() == Some(node))
+            .collect();
+        let pools: BTreeSet<&str> = mine.iter().map(|s| s.spec.pool.name.as_str()).collect();
+        !pools.is_empty()
+            && pools.iter().all(|pool| {
+                let of_pool: Vec<_> = mine.iter().filter(|s| s.spec.pool.name == *pool).collect();
+                let newest = of_pool
+                    .iter()
+                    .map(|s| s.spec.pool.generation)
+                    .max()
+                    .unwrap_or(0);
+                let current: Vec<_> = of_pool
+                    .iter()
+                    .filter(|s| s.spec.pool.generation == newest)
+                    .collect();
+                current.iter().all(|s| {
+                    usize::try_from(s.spec.pool.resource_slice_count)
+                        .is_ok_and(|n| n == current.len())
+                })
+            })
+    })
+}
+
+/// The termination finalizer: terminate every instance of the NodeClaim (the recorded one and
+/// any tagged with its name), delete its Node, then let the object go.
+fn finalize<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: NodeClaim,
+    nodes: &[Node],
+) -> Result<(), ControllerError> {
+    let has_finalizer = claim
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == TERMINATION_FINALIZER));
+    if !has_finalizer {
+        return Ok(());
+    }
+    let mut ids: Vec<String> = tagged_instances(ctx, &claim)?
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    if let Some(id) = claim.status.provider_id.as_deref().and_then(instance_id_of)
+        && !ids.iter().any(|x| x == id)
+        && ctx
+            .cloud
+            .get(id)?
+            .is_some_and(|i| i.state != InstanceState::Terminated)
+    {
+        ids.push(id.to_string());
+    }
+    for id in ids {
+        ctx.cloud.terminate(&id)?;
+        tracing::info!(nodeclaim = claim.name(), instance = %id, "terminated instance");
+        ctx.report.terminated.push(id);
+    }
+    for node in nodes.iter().filter(|n| {
+        let pid = n.spec.as_ref().and_then(|s| s.provider_id.as_ref());
+        (pid.is_some() && pid == claim.status.provider_id.as_ref())
+            || (n.metadata.name.is_some() && n.metadata.name == claim.status.node_name)
+    }) {
+        match ctx
+            .store
+            .delete::<Node>(None, node.metadata.name.as_deref().unwrap_or_default())
+        {
+            Ok(_) | Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    update_claim(ctx, claim, |c| {
+        if let Some(f) = c.metadata.finalizers.as_mut() {
+            f.retain(|x| x != TERMINATION_FINALIZER);
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nodeclaim::NodeClaimSpec;
+    use joiner_model::api::nodepool::NodeClassReference;
+    use k8s_openapi::api::resource::v1::{ResourcePool, ResourceSliceSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn slice(driver: &str, node: &str, pool: &str, generation: i64, count: i64) -> ResourceSlice {
+        ResourceSlice {
+            metadata: ObjectMeta::default(),
+            spec: ResourceSliceSpec {
+                driver: driver.into(),
+                node_name: Some(node.into()),
+                pool: ResourcePool {
+                    name: pool.into(),
+                    generation,
+                    resource_slice_count: count,
+                },
+                ..ResourceSliceSpec::default()
+            },
+        }
+    }
+
+    #[test]
+    fn initialization_waits_for_complete_dra_pools() {
+        let mut claim = NodeClaim::new(
+            ObjectMeta::default(),
+            NodeClaimSpec {
+                node_class_ref: NodeClassReference {
+                    group: "karpenter.k8s.aws".into(),
+                    kind: "EC2NodeClass".into(),
+                    name: "default".into(),
+                },
+                requirements: Vec::new(),
+                resources: Default::default(),
+                taints: Vec::new(),
+                startup_taints: Vec::new(),
+                expire_after: None,
+                termination_grace_period: None,
+            },
+        );
+        assert!(dra_drivers_published(&claim, "n", &[]), "nothing requested");
+        claim.metadata.annotations = Some(
+            [(
+                REQUESTED_DRA_DRIVERS.to_string(),
+                "gpu.nvidia.com,dra.net".to_string(),
+            )]
+            .into(),
+        );
+        let gpu = slice("gpu.nvidia.com", "n", "n", 1, 1);
+        assert!(!dra_drivers_published(
+            &claim,
+            "n",
+            std::slice::from_ref(&gpu)
+        ));
+        let half = slice("dra.net", "n", "n", 2, 2);
+        assert!(!dra_drivers_published(
+            &claim,
+            "n",
+            &[gpu.clone(), half.clone()]
+        ));
+        let other_node = slice("dra.net", "m", "n", 2, 2);
+        assert!(!dra_drivers_published(
+            &claim,
+            "n",
+            &[gpu.clone(), half.clone(), other_node]
+        ));
+        let rest = slice("dra.net", "n", "n", 2, 2);
+        assert!(dra_drivers_published(&claim, "n", &[gpu, half, rest]));
+    }
+}

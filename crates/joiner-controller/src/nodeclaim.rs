@@ -1,0 +1,258 @@
+//! Karpenter's NodeClaim (`karpenter.sh/v1`): one node Joiner asked for, from the decision to
+//! launch until the instance is gone. Field names and condition shapes follow Karpenter's CRD so
+//! `kubectl get nodeclaims` and existing tooling read Joiner's objects unchanged.
+
+use std::collections::BTreeMap;
+
+use joiner_model::ResourceList;
+use joiner_model::api::nodepool::{
+    NodeClassReference, NodeSelectorRequirementWithMinValues, Operator,
+};
+use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use serde::{Deserialize, Serialize};
+
+pub const API_VERSION: &str = "karpenter.sh/v1";
+pub const KIND: &str = "NodeClaim";
+
+/// Keeps the NodeClaim until its instance is terminated, so deleting the object never leaks
+/// an instance.
+pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
+
+/// Condition types, as Karpenter names them.
+pub mod conditions {
+    pub const LAUNCHED: &str = "Launched";
+    pub const REGISTERED: &str = "Registered";
+    pub const INITIALIZED: &str = "Initialized";
+    /// True once the three above are.
+    pub const READY: &str = "Ready";
+}
+
+/// Well-known labels and annotations the lifecycle reads and writes.
+pub mod labels {
+    pub const NODEPOOL: &str = "karpenter.sh/nodepool";
+    pub const NODECLAIM: &str = "karpenter.sh/nodeclaim";
+    pub const REGISTERED: &str = "karpenter.sh/registered";
+    pub const INITIALIZED: &str = "karpenter.sh/initialized";
+    pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+    pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+    pub const ZONE: &str = "topology.kubernetes.io/zone";
+    pub const NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
+    /// Joiner's own: the need (NodePool and pods) a NodeClaim was created for, as a hash. The
+    /// same need always gives the same NodeClaim name, so a retried create conflicts instead of
+    /// duplicating.
+    pub const NEED_HASH: &str = "joiner.dev/need";
+    /// Joiner's own annotation: the pods (`namespace/name`, comma separated) the plan put here.
+    pub const PLANNED_PODS: &str = "joiner.dev/planned-pods";
+}
+
+/// A `karpenter.sh/v1` NodeClaim.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaim {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: NodeClaimSpec,
+    #[serde(default)]
+    pub status: NodeClaimStatus,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaimSpec {
+    pub node_class_ref: NodeClassReference,
+    /// What the instance must satisfy: instance types, zones and capacity types allowed, with
+    /// the NodePool's other requirements.
+    #[serde(default)]
+    pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
+    #[serde(default)]
+    pub resources: ResourceRequirements,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+    /// Taints the node starts with and a daemon removes; the NodeClaim is not initialized while
+    /// any remains.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub startup_taints: Vec<Taint>,
+    /// A Go duration or `Never`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_after: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_grace_period: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResourceRequirements {
+    /// The sum of the requests of the pods (and DaemonSet pods) planned onto this node.
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    pub requests: ResourceList,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaimStatus {
+    #[serde(
+        rename = "providerID",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub provider_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    #[serde(rename = "imageID", default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    pub capacity: ResourceList,
+    /// What pods will be able to use, device-plugin sharing included: what the plan expected,
+    /// and what initialization waits for.
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    pub allocatable: ResourceList,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A status condition in the shape Karpenter (and `metav1.Condition`) uses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    pub last_transition_time: Time,
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+impl NodeClaim {
+    /// A NodeClaim with the API version and kind set.
+    pub fn new(metadata: ObjectMeta, spec: NodeClaimSpec) -> NodeClaim {
+        NodeClaim {
+            api_version: API_VERSION.to_string(),
+            kind: KIND.to_string(),
+            metadata,
+            spec,
+            status: NodeClaimStatus::default(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        self.metadata.labels.clone().unwrap_or_default()
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(key))
+            .map(String::as_str)
+    }
+
+    pub fn is_deleting(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.status.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    /// Whether the condition is `True`.
+    pub fn is_true(&self, type_: &str) -> bool {
+        self.condition(type_).is_some_and(|c| c.status == "True")
+    }
+
+    /// Sets a condition, keeping its transition time when the status does not change (as
+    /// Karpenter does), and keeps `Ready` as the conjunction of the lifecycle conditions.
+    pub fn set_condition(
+        &mut self,
+        type_: &str,
+        status: bool,
+        reason: &str,
+        message: &str,
+        now: Time,
+    ) {
+        set(
+            &mut self.status.conditions,
+            type_,
+            status,
+            reason,
+            message,
+            now.clone(),
+            self.metadata.generation,
+        );
+        let ready = [
+            conditions::LAUNCHED,
+            conditions::REGISTERED,
+            conditions::INITIALIZED,
+        ]
+        .iter()
+        .all(|t| self.is_true(t));
+        let (reason, message) = if ready {
+            ("Ready", "")
+        } else {
+            (
+                "NotReady",
+                "the node is not yet launched, registered and initialized",
+            )
+        };
+        set(
+            &mut self.status.conditions,
+            conditions::READY,
+            ready,
+            reason,
+            message,
+            now,
+            self.metadata.generation,
+        );
+    }
+
+    /// The values allowed for `key` by an `In` requirement, in the order written.
+    pub fn requirement_values(&self, key: &str) -> Vec<String> {
+        self.spec
+            .requirements
+            .iter()
+            .filter(|r| r.key == key && r.operator == Operator::In)
+            .flat_map(|r| r.values.iter().cloned())
+            .collect()
+    }
+}
+
+fn set(
+    list: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    now: Time,
+    generation: Option<i64>,
+) {
+    let status = if status { "True" } else { "False" }.to_string();
+    match list.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.status = status;
+                c.last_transition_time = now;
+            }
+            c.reason = reason.to_string();
+            c.message = message.to_string();
+            c.observed_generation = generation;
+        }
+        None => list.push(Condition {
+            type_: type_.to_string(),
+            status,
+            observed_generation: generation,
+            last_transition_time: now,
+            reason: reason.to_string(),
+            message: message.to_string(),
+        }),
+    }
+}

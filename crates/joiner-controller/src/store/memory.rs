@@ -1,0 +1,306 @@
+//! An in-process cluster store with the API server's write semantics, for tests and
+//! `joiner simulate`.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use joiner_model::api::{EC2NodeClass, NodePool};
+use joiner_model::{Manifests, Source, Sourced};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
+
+use super::{ClusterStore, Deleted, ObjectKey, Resource, StoreError};
+use crate::clock::{Clock, k8s_time};
+
+/// Objects kept typed (no serialization round trip, so nothing the serde types skip is lost).
+type Stored = Box<dyn Any + Send + Sync>;
+
+struct Inner {
+    objects: BTreeMap<ObjectKey, Stored>,
+    /// The last resourceVersion handed out; one counter for all kinds, as etcd's revision.
+    revision: u64,
+}
+
+/// A cluster held in memory. Shared by reference between the controller, the simulated kubelet
+/// and the test, which stand for different processes talking to one API server.
+pub struct InMemoryCluster {
+    inner: Mutex<Inner>,
+    clock: Box<dyn Clock + Send + Sync>,
+}
+
+impl std::fmt::Debug for InMemoryCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.lock();
+        f.debug_struct("InMemoryCluster")
+            .field("objects", &inner.objects.len())
+            .field("revision", &inner.revision)
+            .finish()
+    }
+}
+
+impl InMemoryCluster {
+    /// An empty cluster whose timestamps (creation, deletion) come from `clock`.
+    pub fn new(clock: impl Clock + Send + Sync + 'static) -> InMemoryCluster {
+        InMemoryCluster {
+            inner: Mutex::new(Inner {
+                objects: BTreeMap::new(),
+                revision: 0,
+            }),
+            clock: Box::new(clock),
+        }
+    }
+
+    /// Poisoning only means another thread panicked mid-call; every write below is a single
+    /// map operation, so the map is consistent and stays usable (a simulated crash must not
+    /// take the "API server" down with it).
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds every object `m` holds that a cluster would store (workloads are expanded into
+    /// their pods, as their controllers would). Existing names are replaced.
+    pub fn load(&self, m: &Manifests) -> Result<(), StoreError> {
+        fn put<K: Resource>(
+            store: &InMemoryCluster,
+            list: &[Sourced<K>],
+        ) -> Result<(), StoreError> {
+            for o in list {
+                let key = ObjectKey::for_object(&o.object);
+                let existing: Option<K> = store.get(key.namespace.as_deref(), &key.name)?;
+                match existing {
+                    Some(old) => {
+                        let mut new = o.object.clone();
+                        new.meta_mut().resource_version = old.meta().resource_version.clone();
+                        store.update(&new)?;
+                    }
+                    None => {
+                        store.create(&o.object)?;
+                    }
+                }
+            }
+            Ok(())
+        }
+        put(self, &joiner_model::workloads::expand_workloads(m))?;
+        put(self, &m.nodes)?;
+        put(self, &m.daemon_sets)?;
+        put(self, &m.node_pools)?;
+        put(self, &m.node_classes)?;
+        put(self, &m.config_maps)?;
+        put(self, &m.device_classes)?;
+        put(self, &m.resource_claims)?;
+        put(self, &m.resource_claim_templates)?;
+        put(self, &m.resource_slices)?;
+        Ok(())
+    }
+
+    /// The cluster as the planner reads it: every kind [`joiner_model::Manifests`] holds that
+    /// is stored here, each from `cluster`. NodeClaims are not in it; the provisioner adds them
+    /// as nodes.
+    pub fn manifests(&self) -> Result<Manifests, StoreError> {
+        manifests_of(self)
+    }
+
+    fn next_revision(inner: &mut Inner) -> String {
+        inner.revision += 1;
+        inner.revision.to_string()
+    }
+}
+
+/// Reads a planner input from any store.
+pub fn manifests_of<S: ClusterStore + ?Sized>(store: &S) -> Result<Manifests, StoreError> {
+    fn all<K: Resource, S: ClusterStore + ?Sized>(
+        store: &S,
+    ) -> Result<Vec<Sourced<K>>, StoreError> {
+        Ok(store
+            .list::<K>()?
+            .into_iter()
+            .map(|object| Sourced {
+                origin: Source::new("cluster", 0),
+                object,
+            })
+            .collect())
+    }
+    let mut m = Manifests::default();
+    m.pods = all::<Pod, S>(store)?;
+    m.nodes = all::<Node, S>(store)?;
+    m.daemon_sets = all::<DaemonSet, S>(store)?;
+    m.node_pools = all::<NodePool, S>(store)?;
+    m.node_classes = all::<EC2NodeClass, S>(store)?;
+    m.config_maps = all::<ConfigMap, S>(store)?;
+    m.device_classes = all::<DeviceClass, S>(store)?;
+    m.resource_claims = all::<ResourceClaim, S>(store)?;
+    m.resource_claim_templates = all::<ResourceClaimTemplate, S>(store)?;
+    m.resource_slices = all::<ResourceSlice, S>(store)?;
+    Ok(m)
+}
+
+impl ClusterStore for InMemoryCluster {
+    fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
+        let inner = self.lock();
+        Ok(inner
+            .objects
+            .iter()
+            .filter(|(k, _)| k.kind == K::KIND)
+            .filter_map(|(_, v)| v.downcast_ref::<K>().cloned())
+            .collect())
+    }
+
+    fn get<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError> {
+        let key = ObjectKey::of::<K>(namespace, name);
+        Ok(self
+            .lock()
+            .objects
+            .get(&key)
+            .and_then(|v| v.downcast_ref::<K>().cloned()))
+    }
+
+    fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        let key = ObjectKey::for_object(object);
+        if key.name.is_empty() {
+            return Err(StoreError::Invalid(key, "metadata.name is required".into()));
+        }
+        let now = k8s_time(self.clock.now());
+        let mut inner = self.lock();
+        if inner.objects.contains_key(&key) {
+            return Err(StoreError::AlreadyExists(key));
+        }
+        let mut stored = object.clone();
+        let revision = Self::next_revision(&mut inner);
+        let meta = stored.meta_mut();
+        meta.namespace = key.namespace.clone();
+        meta.uid = Some(format!("uid-{revision}"));
+        meta.resource_version = Some(revision);
+        meta.creation_timestamp = Some(now);
+        meta.deletion_timestamp = None;
+        meta.generation = Some(1);
+        inner.objects.insert(key, Box::new(stored.clone()));
+        Ok(stored)
+    }
+
+    fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        let key = ObjectKey::for_object(object);
+        let mut inner = self.lock();
+        let Some(current) = inner.objects.get(&key).and_then(|v| v.downcast_ref::<K>()) else {
+            return Err(StoreError::NotFound(key));
+        };
+        let current = current.meta().clone();
+        if object.meta().resource_version != current.resource_version {
+            return Err(StoreError::Conflict(key));
+        }
+        let mut stored = object.clone();
+        let revision = Self::next_revision(&mut inner);
+        let meta = stored.meta_mut();
+        // Fields only the server sets.
+        meta.namespace = key.namespace.clone();
+        meta.uid = current.uid;
+        meta.creation_timestamp = current.creation_timestamp;
+        meta.deletion_timestamp = current.deletion_timestamp.clone();
+        meta.resource_version = Some(revision);
+        meta.generation = current.generation;
+        let finalized =
+            meta.deletion_timestamp.is_some() && meta.finalizers.as_ref().is_none_or(Vec::is_empty);
+        if finalized {
+            inner.objects.remove(&key);
+        } else {
+            inner.objects.insert(key, Box::new(stored.clone()));
+        }
+        Ok(stored)
+    }
+
+    fn delete<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Deleted, StoreError> {
+        let key = ObjectKey::of::<K>(namespace, name);
+        let now = k8s_time(self.clock.now());
+        let mut inner = self.lock();
+        let Some(current) = inner.objects.get(&key).and_then(|v| v.downcast_ref::<K>()) else {
+            return Err(StoreError::NotFound(key));
+        };
+        if current.meta().finalizers.as_ref().is_none_or(Vec::is_empty) {
+            inner.objects.remove(&key);
+            return Ok(Deleted::Gone);
+        }
+        if current.meta().deletion_timestamp.is_some() {
+            return Ok(Deleted::Pending);
+        }
+        let mut marked = current.clone();
+        let revision = Self::next_revision(&mut inner);
+        marked.meta_mut().deletion_timestamp = Some(now);
+        marked.meta_mut().resource_version = Some(revision);
+        inner.objects.insert(key, Box::new(marked));
+        Ok(Deleted::Pending)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn config_map(name: &str, finalizers: &[&str]) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                finalizers: Some(finalizers.iter().map(|f| f.to_string()).collect()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    #[test]
+    fn writes_follow_the_api_server() {
+        let store = InMemoryCluster::new(ManualClock::new());
+        let created = store.create(&config_map("a", &[])).expect("create");
+        assert_eq!(created.metadata.namespace.as_deref(), Some("default"));
+        assert!(created.metadata.uid.is_some() && created.metadata.creation_timestamp.is_some());
+        assert!(matches!(
+            store.create(&config_map("a", &[])),
+            Err(StoreError::AlreadyExists(_))
+        ));
+        // An update from a stale read conflicts.
+        let updated = store.update(&created).expect("update");
+        assert_ne!(
+            updated.metadata.resource_version,
+            created.metadata.resource_version
+        );
+        assert!(matches!(
+            store.update(&created),
+            Err(StoreError::Conflict(_))
+        ));
+        assert_eq!(store.delete::<ConfigMap>(None, "a"), Ok(Deleted::Gone));
+        assert!(matches!(
+            store.delete::<ConfigMap>(None, "a"),
+            Err(StoreError::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn delete_waits_for_finalizers() {
+        let store = InMemoryCluster::new(ManualClock::new());
+        store.create(&config_map("b", &["x"])).expect("create");
+        assert_eq!(store.delete::<ConfigMap>(None, "b"), Ok(Deleted::Pending));
+        let mut marked: ConfigMap = store.get(None, "b").expect("get").expect("kept");
+        assert!(marked.metadata.deletion_timestamp.is_some());
+        // An update cannot clear deletionTimestamp.
+        marked.metadata.deletion_timestamp = None;
+        let kept = store.update(&marked).expect("update");
+        assert!(kept.metadata.deletion_timestamp.is_some());
+        // Removing the last finalizer lets the object go.
+        let mut last = kept;
+        last.metadata.finalizers = Some(Vec::new());
+        store.update(&last).expect("update");
+        assert!(store.get::<ConfigMap>(None, "b").expect("get").is_none());
+    }
+}

@@ -1,0 +1,122 @@
+//! The cluster as the controller reads and writes it.
+//!
+//! [`ClusterStore`] is the seam between the reconcilers and the API server: the kube-rs edge
+//! implements it over reflector caches and API calls, [`InMemoryCluster`] implements it for
+//! tests and simulation. Semantics follow the API server where the reconcilers depend on them:
+//! create fails on an existing name, update fails on a stale `resourceVersion`, and delete of an
+//! object with finalizers only sets `deletionTimestamp`.
+
+mod memory;
+pub use memory::manifests_of;
+mod object;
+
+pub use memory::InMemoryCluster;
+pub use object::{ObjectKey, Resource};
+
+/// Why a store call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// An object of that kind and name exists (HTTP 409 on create).
+    #[error("{0} already exists")]
+    AlreadyExists(ObjectKey),
+    /// The object changed since it was read (HTTP 409 on update): re-read and retry.
+    #[error("{0} was modified: the resourceVersion given is stale")]
+    Conflict(ObjectKey),
+    #[error("{0} not found")]
+    NotFound(ObjectKey),
+    /// The object cannot be written as given (no name, say).
+    #[error("{0}: invalid: {1}")]
+    Invalid(ObjectKey, String),
+    /// The API server could not be reached or failed; retry later.
+    #[error("the cluster is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// What a delete did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// The object is gone.
+    Gone,
+    /// Finalizers remain: `deletionTimestamp` is set and the object stays until they are removed.
+    Pending,
+}
+
+/// The objects the controller reads and writes.
+///
+/// Methods are generic over [`Resource`] so one trait covers every kind; an implementation
+/// over the API server can route by [`Resource::API_VERSION`], [`Resource::KIND`] and
+/// [`Resource::PLURAL`] and move objects as JSON.
+pub trait ClusterStore {
+    /// Every object of a kind, in name order (namespace, then name).
+    fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError>;
+    fn get<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError>;
+    /// Creates the object and returns it as stored (with `uid`, `resourceVersion` and
+    /// `creationTimestamp`). Fails with [`StoreError::AlreadyExists`] if the name is taken.
+    fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError>;
+    /// Replaces the object. Its `resourceVersion` must be the stored one, else
+    /// [`StoreError::Conflict`]. `deletionTimestamp` cannot be changed by an update; an update
+    /// that removes the last finalizer of a deleting object removes the object.
+    fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError>;
+    /// Deletes the object, or marks it for deletion while finalizers remain.
+    fn delete<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Deleted, StoreError>;
+}
+
+impl<S: ClusterStore + ?Sized> ClusterStore for &S {
+    fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
+        (**self).list()
+    }
+    fn get<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError> {
+        (**self).get(namespace, name)
+    }
+    fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        (**self).create(object)
+    }
+    fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        (**self).update(object)
+    }
+    fn delete<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Deleted, StoreError> {
+        (**self).delete::<K>(namespace, name)
+    }
+}
+
+impl<S: ClusterStore + ?Sized> ClusterStore for std::sync::Arc<S> {
+    fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
+        (**self).list()
+    }
+    fn get<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError> {
+        (**self).get(namespace, name)
+    }
+    fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        (**self).create(object)
+    }
+    fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        (**self).update(object)
+    }
+    fn delete<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Deleted, StoreError> {
+        (**self).delete::<K>(namespace, name)
+    }
+}

@@ -1,0 +1,118 @@
+//! The kinds a [`super::ClusterStore`] holds, and how to name one object.
+
+use std::fmt;
+
+use joiner_model::api::{EC2NodeClass, NodePool};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::nodeclaim::NodeClaim;
+
+/// A kind the controller stores: its API coordinates and its metadata.
+pub trait Resource: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {
+    const API_VERSION: &'static str;
+    const KIND: &'static str;
+    /// The resource name in URLs (`nodeclaims`).
+    const PLURAL: &'static str;
+    const NAMESPACED: bool;
+    fn meta(&self) -> &ObjectMeta;
+    fn meta_mut(&mut self) -> &mut ObjectMeta;
+}
+
+/// `kind/namespace/name` of one object.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    pub kind: &'static str,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn of<K: Resource>(namespace: Option<&str>, name: &str) -> ObjectKey {
+        ObjectKey {
+            kind: K::KIND,
+            // Namespaced objects without a namespace live in `default`, as kubectl puts them.
+            namespace: K::NAMESPACED.then(|| namespace.unwrap_or("default").to_string()),
+            name: name.to_string(),
+        }
+    }
+
+    pub fn for_object<K: Resource>(object: &K) -> ObjectKey {
+        let m = object.meta();
+        ObjectKey::of::<K>(
+            m.namespace.as_deref(),
+            m.name.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{}/{}/{}", self.kind, ns, self.name),
+            None => write!(f, "{}/{}", self.kind, self.name),
+        }
+    }
+}
+
+/// Kubernetes' own kinds take their coordinates from k8s-openapi.
+macro_rules! k8s_resource {
+    ($($t:ty => $namespaced:expr),* $(,)?) => {$(
+        impl Resource for $t {
+            const API_VERSION: &'static str = <$t as k8s_openapi::Resource>::API_VERSION;
+            const KIND: &'static str = <$t as k8s_openapi::Resource>::KIND;
+            const PLURAL: &'static str = <$t as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+            const NAMESPACED: bool = $namespaced;
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    )*};
+}
+
+k8s_resource!(
+    Pod => true,
+    Node => false,
+    ConfigMap => true,
+    DaemonSet => true,
+    DeviceClass => false,
+    ResourceClaim => true,
+    ResourceClaimTemplate => true,
+    ResourceSlice => false,
+);
+
+/// Custom resources Joiner defines the types of.
+macro_rules! custom_resource {
+    ($t:ty, $api:expr, $kind:expr, $plural:expr) => {
+        impl Resource for $t {
+            const API_VERSION: &'static str = $api;
+            const KIND: &'static str = $kind;
+            const PLURAL: &'static str = $plural;
+            const NAMESPACED: bool = false;
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+custom_resource!(NodeClaim, "karpenter.sh/v1", "NodeClaim", "nodeclaims");
+custom_resource!(NodePool, "karpenter.sh/v1", "NodePool", "nodepools");
+custom_resource!(
+    EC2NodeClass,
+    "karpenter.k8s.aws/v1",
+    "EC2NodeClass",
+    "ec2nodeclasses"
+);

@@ -1,0 +1,373 @@
+//! A simulated cluster for the controller's tests: the learning-lab example in an in-memory
+//! store, the built-in catalog as a simulated cloud, a manual clock, a simulated kubelet, and
+//! crash injection around every write.
+
+#![allow(dead_code)]
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use joiner_controller::clock::{Clock, ManualClock};
+use joiner_controller::cloud::{
+    CloudError, CloudInstanceType, CloudProvider, Instance, InstanceState, LaunchRequest, Launched,
+    NODECLAIM_TAG, SimulatedCloud,
+};
+use joiner_controller::kubelet::SimulatedKubelet;
+use joiner_controller::nodeclaim::{NodeClaim, conditions, labels};
+use joiner_controller::store::{ClusterStore, Deleted, InMemoryCluster, Resource, StoreError};
+use joiner_controller::{Config, Controller, StepReport};
+use joiner_engine::catalog::Catalog;
+use joiner_model::Manifests;
+use joiner_model::settings::Settings;
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+pub const CLUSTER: &str = "lab";
+
+pub fn learning_lab() -> Manifests {
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/time-slicing-learning-lab");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("example directory")
+        .map(|e| e.expect("directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let mut m = Manifests::default();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("example file");
+        for (origin, doc) in
+            joiner_model::parse_documents(&f.display().to_string(), &text).expect("YAML")
+        {
+            m.add_document(origin, doc).expect("a valid object");
+        }
+    }
+    m.finish();
+    m
+}
+
+pub fn config() -> Config {
+    let settings = Settings {
+        cluster_name: Some(CLUSTER.to_string()),
+        ..Settings::default()
+    };
+    Config::new(settings).expect("config")
+}
+
+/// The world outside the controller: survives controller restarts.
+pub struct World {
+    pub clock: ManualClock,
+    pub store: InMemoryCluster,
+    pub cloud: SimulatedCloud,
+    pub kubelet: SimulatedKubelet,
+    /// The configuration every (re)started controller gets.
+    pub config: Config,
+}
+
+impl World {
+    pub fn learning_lab() -> World {
+        let clock = ManualClock::new();
+        let settings = config().settings;
+        let catalog = Catalog::builtin(&settings.region, &settings.zones);
+        let world = World {
+            store: InMemoryCluster::new(clock.clone()),
+            cloud: SimulatedCloud::new(&catalog, clock.clone()),
+            kubelet: SimulatedKubelet::default(),
+            config: config(),
+            clock,
+        };
+        world.store.load(&learning_lab()).expect("load");
+        world
+    }
+
+    /// The instance-side world acts, then time moves on by a second.
+    pub fn tick(&self) {
+        self.kubelet
+            .step(&self.store, &self.cloud, self.clock.now())
+            .expect("kubelet");
+        self.clock.advance(Duration::from_secs(1));
+    }
+
+    /// A copy of a learning-lab pod under a new name, as its ReplicaSet would create it.
+    pub fn another_lab_pod(&self, name: &str) {
+        let mut pod = self
+            .store
+            .get::<Pod>(Some("default"), "learning-lab-0")
+            .expect("get")
+            .expect("the lab pod");
+        pod.metadata.name = Some(name.to_string());
+        pod.metadata.uid = None;
+        pod.metadata.resource_version = None;
+        self.store.create(&pod).expect("create");
+    }
+
+    pub fn live_claims(&self) -> Vec<NodeClaim> {
+        self.store
+            .list::<NodeClaim>()
+            .expect("list")
+            .into_iter()
+            .filter(|c| !c.is_deleting())
+            .collect()
+    }
+
+    pub fn running(&self) -> Vec<Instance> {
+        self.cloud
+            .all_instances()
+            .into_iter()
+            .filter(|i| i.state != InstanceState::Terminated)
+            .filter(|i| {
+                i.tags
+                    .contains_key(&joiner_controller::cloud::cluster_tag(CLUSTER))
+            })
+            .collect()
+    }
+
+    /// Never two NodeClaims in flight (not deleting, not yet initialized) for the same need:
+    /// checked after every step.
+    pub fn assert_no_duplicate_need(&self) {
+        let mut seen = BTreeSet::new();
+        for c in self
+            .live_claims()
+            .iter()
+            .filter(|c| !c.is_true(conditions::INITIALIZED))
+        {
+            let need = c.label(labels::NEED_HASH).unwrap_or_default().to_string();
+            assert!(
+                seen.insert(need.clone()),
+                "two in-flight NodeClaims for need {need}"
+            );
+        }
+    }
+
+    /// Never two live instances for one NodeClaim: checked after every step.
+    pub fn assert_one_instance_per_claim(&self) {
+        let mut per: BTreeMap<String, usize> = BTreeMap::new();
+        for i in self.running() {
+            if let Some(n) = i.tags.get(NODECLAIM_TAG) {
+                *per.entry(n.clone()).or_default() += 1;
+            }
+        }
+        for (claim, n) in per {
+            assert!(n <= 1, "NodeClaim {claim} has {n} running instances");
+        }
+    }
+
+    /// The end state of the learning lab: two initialized NodeClaims for distinct needs, each
+    /// with exactly its one instance, no instance without a NodeClaim, two initialized nodes.
+    pub fn assert_settled(&self, instances_ever: usize) {
+        let claims = self.live_claims();
+        assert_eq!(claims.len(), 2, "NodeClaims: {:?}", names(&claims));
+        for c in &claims {
+            assert!(
+                c.is_true(conditions::INITIALIZED),
+                "{} not initialized: {:?}",
+                c.name(),
+                c.status
+            );
+            assert!(c.is_true(conditions::READY));
+            assert_eq!(c.label(labels::INSTANCE_TYPE), Some("g4dn.xlarge"));
+        }
+        let running = self.running();
+        assert_eq!(running.len(), 2, "running instances: {running:#?}");
+        for i in &running {
+            let owners: Vec<_> = claims
+                .iter()
+                .filter(|c| c.status.provider_id.as_deref() == Some(i.provider_id().as_str()))
+                .collect();
+            assert_eq!(
+                owners.len(),
+                1,
+                "instance {} has {} NodeClaims",
+                i.id,
+                owners.len()
+            );
+        }
+        assert_eq!(
+            self.cloud.all_instances().len(),
+            instances_ever,
+            "instances launched"
+        );
+        let nodes = self.store.list::<Node>().expect("nodes");
+        let initialized = nodes
+            .iter()
+            .filter(|n| {
+                n.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(labels::INITIALIZED))
+                    .map(String::as_str)
+                    == Some("true")
+            })
+            .count();
+        assert_eq!(initialized, 2);
+    }
+}
+
+pub fn names(claims: &[NodeClaim]) -> Vec<&str> {
+    claims.iter().map(NodeClaim::name).collect()
+}
+
+/// A simulated crash, unwound with `resume_unwind` so no panic message is printed.
+pub struct Crash;
+
+/// Counts the controller's writes (store creates, updates, deletes; cloud launches and
+/// terminations) and crashes the controller at chosen ones, before or after the write took
+/// effect (after: the effect happened but the controller never saw the answer).
+pub struct Fuse {
+    writes: Cell<u64>,
+    /// Write numbers (1-based) to crash at, with `true` for after the write.
+    at: RefCell<BTreeMap<u64, bool>>,
+    pub crashes: Cell<u64>,
+}
+
+impl Fuse {
+    pub fn new(at: BTreeMap<u64, bool>) -> Fuse {
+        Fuse {
+            writes: Cell::new(0),
+            at: RefCell::new(at),
+            crashes: Cell::new(0),
+        }
+    }
+
+    pub fn writes(&self) -> u64 {
+        self.writes.get()
+    }
+
+    fn write<T>(&self, f: impl FnOnce() -> T) -> T {
+        let n = self.writes.get() + 1;
+        self.writes.set(n);
+        let crash = self.at.borrow_mut().remove(&n);
+        if crash == Some(false) {
+            self.crashes.set(self.crashes.get() + 1);
+            std::panic::resume_unwind(Box::new(Crash));
+        }
+        let out = f();
+        if crash == Some(true) {
+            self.crashes.set(self.crashes.get() + 1);
+            std::panic::resume_unwind(Box::new(Crash));
+        }
+        out
+    }
+}
+
+pub struct FusedStore<'a> {
+    pub inner: &'a InMemoryCluster,
+    pub fuse: &'a Fuse,
+}
+
+impl ClusterStore for FusedStore<'_> {
+    fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
+        self.inner.list()
+    }
+    fn get<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError> {
+        self.inner.get(namespace, name)
+    }
+    fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        self.fuse.write(|| self.inner.create(object))
+    }
+    fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        self.fuse.write(|| self.inner.update(object))
+    }
+    fn delete<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Deleted, StoreError> {
+        self.fuse.write(|| self.inner.delete::<K>(namespace, name))
+    }
+}
+
+pub struct FusedCloud<'a> {
+    pub inner: &'a SimulatedCloud,
+    pub fuse: &'a Fuse,
+}
+
+impl CloudProvider for FusedCloud<'_> {
+    fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
+        self.fuse.write(|| self.inner.launch(request))
+    }
+    fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
+        self.fuse.write(|| self.inner.terminate(instance_id))
+    }
+    fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
+        self.inner.get(instance_id)
+    }
+    fn list(&self, cluster_name: &str) -> Result<Vec<Instance>, CloudError> {
+        self.inner.list(cluster_name)
+    }
+    fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
+        self.inner.instance_types()
+    }
+}
+
+pub type FusedController<'a> = Controller<FusedStore<'a>, FusedCloud<'a>, &'a ManualClock>;
+
+pub fn fused_controller<'a>(world: &'a World, fuse: &'a Fuse) -> FusedController<'a> {
+    Controller::new(
+        FusedStore {
+            inner: &world.store,
+            fuse,
+        },
+        FusedCloud {
+            inner: &world.cloud,
+            fuse,
+        },
+        &world.clock,
+        world.config.clone(),
+    )
+}
+
+/// Runs `steps` seconds of the learning lab with the controller crashing where `fuse` says,
+/// restarting it (a new controller over the same store and cloud) after each crash. `before`
+/// runs before each step (to inject faults). Returns every step's report.
+pub fn run_with_crashes(
+    world: &World,
+    fuse: &Fuse,
+    steps: usize,
+    mut before: impl FnMut(usize, &World),
+) -> Vec<StepReport> {
+    let mut reports = Vec::new();
+    let mut controller = fused_controller(world, fuse);
+    for step in 0..steps {
+        before(step, world);
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| controller.step()));
+        match result {
+            Ok(r) => reports.push(r),
+            Err(payload) => {
+                assert!(payload.is::<Crash>(), "a real panic, not a simulated crash");
+                // The restart: everything the old controller held in memory is gone.
+                controller = fused_controller(world, fuse);
+            }
+        }
+        world.assert_one_instance_per_claim();
+        world.assert_no_duplicate_need();
+        world.tick();
+    }
+    reports
+}
+
+/// A tiny xorshift generator: deterministic, no dependency.
+pub struct XorShift(u64);
+
+impl XorShift {
+    pub fn new(seed: u64) -> XorShift {
+        XorShift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    /// A number in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}

@@ -1,0 +1,313 @@
+//! The controller against the in-memory cluster and the simulated cloud, on the learning-lab
+//! example: two g4dn.xlarge nodes for four time-sliced GPU pods.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{CLUSTER, Fuse, World, config, run_with_crashes};
+use joiner_controller::Controller;
+use joiner_controller::clock::Clock;
+use joiner_controller::cloud::{
+    CloudProvider, InstanceState, NODECLAIM_TAG, OfferingKey, Registration, SimulatedCloud,
+    cluster_tag,
+};
+use joiner_controller::nodeclaim::{NodeClaim, TERMINATION_FINALIZER, conditions, labels};
+use joiner_controller::store::ClusterStore;
+use joiner_engine::catalog::CapacityType;
+use joiner_model::Quantity;
+use k8s_openapi::api::core::v1::Node;
+
+#[test]
+fn pending_pods_become_two_initialized_nodes() {
+    let world = World::learning_lab();
+    let fuse = Fuse::new(BTreeMap::new());
+    let reports = run_with_crashes(&world, &fuse, 60, |_, _| {});
+    world.assert_settled(2);
+
+    // Planned once the batch went idle (1 s after the pods were seen), both at once.
+    let first = reports
+        .iter()
+        .position(|r| r.planned)
+        .expect("a batch closed");
+    assert_eq!(first, 1);
+    assert_eq!(reports[first].created.len(), 2);
+    assert_eq!(reports[first].launched.len(), 2);
+    // Later batches (the NodeClaims changed what is pending) create nothing more.
+    assert!(reports.iter().skip(first + 1).all(|r| r.created.is_empty()));
+    assert!(
+        reports.iter().all(|r| r.errors.is_empty()),
+        "{:?}",
+        reports.iter().flat_map(|r| &r.errors).collect::<Vec<_>>()
+    );
+
+    for c in world.live_claims() {
+        // Karpenter's shape: finalizer, provider ID, predicted time-sliced GPUs.
+        assert_eq!(
+            c.metadata.finalizers.as_deref(),
+            Some(&[TERMINATION_FINALIZER.to_string()][..])
+        );
+        assert!(
+            c.status
+                .provider_id
+                .as_deref()
+                .is_some_and(|p| p.starts_with("aws:///us-east-1"))
+        );
+        assert_eq!(
+            c.status.allocatable.get("nvidia.com/gpu"),
+            Some(&Quantity::from_units(3))
+        );
+        assert_eq!(c.label(labels::CAPACITY_TYPE), Some("on-demand"));
+        assert_eq!(c.label(labels::NODEPOOL), Some("g4-nodepool"));
+        for t in [
+            conditions::LAUNCHED,
+            conditions::REGISTERED,
+            conditions::INITIALIZED,
+            conditions::READY,
+        ] {
+            assert!(c.is_true(t), "{t}");
+        }
+        let json = serde_json::to_value(&c).expect("serializes");
+        assert_eq!(json["apiVersion"], "karpenter.sh/v1");
+        assert!(json["status"]["providerID"].is_string());
+        assert_eq!(json["status"]["conditions"][0]["type"], "Launched");
+        assert!(json["status"]["conditions"][0]["lastTransitionTime"].is_string());
+        let pods = c
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(labels::PLANNED_PODS))
+            .cloned()
+            .unwrap_or_default();
+        assert!(!pods.is_empty());
+    }
+    let planned: usize = world
+        .live_claims()
+        .iter()
+        .map(|c| {
+            c.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(labels::PLANNED_PODS))
+                .map_or(0, |p| p.split(',').count())
+        })
+        .sum();
+    assert_eq!(planned, 4);
+
+    // The nodes carry the NodePool's labels and taint, and the GPUs the plan predicted.
+    for n in world.store.list::<Node>().expect("nodes") {
+        let l = n.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(l.get("nvidia.com/gpu").map(String::as_str), Some("true"));
+        assert_eq!(l.get(labels::REGISTERED).map(String::as_str), Some("true"));
+        let taints = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        assert!(taints.iter().any(|t| t.key == "nvidia.com/gpu"));
+        let gpus = n
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .and_then(|a| a.get("nvidia.com/gpu"))
+            .cloned();
+        assert_eq!(gpus.map(|q| q.0), Some("3".to_string()));
+    }
+}
+
+#[test]
+fn insufficient_capacity_on_the_cheapest_offering_falls_back_to_the_next() {
+    let world = World::learning_lab();
+    let ice = OfferingKey {
+        instance_type: "g4dn.xlarge".into(),
+        zone: "us-east-1a".into(),
+        capacity_type: CapacityType::OnDemand,
+    };
+    world.cloud.set_insufficient_capacity(ice.clone(), true);
+    let fuse = Fuse::new(BTreeMap::new());
+    let reports = run_with_crashes(&world, &fuse, 60, |_, _| {});
+    world.assert_settled(2);
+    // The planned (cheapest, first) zone had no capacity: marked, and the next zone used.
+    assert!(
+        reports
+            .iter()
+            .any(|r| r.unavailable.contains(&ice.to_string())),
+        "the ICE path was not taken"
+    );
+    for i in world.running() {
+        assert_ne!(i.zone, "us-east-1a");
+        assert_eq!(i.instance_type, "g4dn.xlarge");
+    }
+    // One launch call per NodeClaim: the fallback happened inside the launch.
+    assert_eq!(world.cloud.launch_calls(), 2);
+}
+
+#[test]
+fn insufficient_capacity_everywhere_deletes_the_nodeclaim_and_replans_later() {
+    let world = World::learning_lab();
+    let keys: Vec<_> = ["us-east-1a", "us-east-1b", "us-east-1c"]
+        .iter()
+        .map(|z| OfferingKey {
+            instance_type: "g4dn.xlarge".into(),
+            zone: (*z).into(),
+            capacity_type: CapacityType::OnDemand,
+        })
+        .collect();
+    for k in &keys {
+        world.cloud.set_insufficient_capacity(k.clone(), true);
+    }
+    let fuse = Fuse::new(BTreeMap::new());
+    let reports = run_with_crashes(&world, &fuse, 10, |_, _| {});
+    assert!(world.cloud.all_instances().is_empty());
+    assert!(reports.iter().any(|r| !r.deleted.is_empty()));
+    // With every offering out of capacity the pods are unschedulable, and nothing is left over.
+    assert!(world.store.list::<NodeClaim>().expect("list").is_empty());
+    assert!(reports.iter().any(|r| r.unschedulable.len() == 4));
+    // Capacity returns after the 3-minute window: the pods get their nodes.
+    for k in &keys {
+        world.cloud.set_insufficient_capacity(k.clone(), false);
+    }
+    let mut controller = common::fused_controller(&world, &fuse);
+    for _ in 0..240 {
+        controller.step();
+        world.tick();
+    }
+    world.assert_settled(2);
+}
+
+#[test]
+fn registration_timeout_deletes_the_nodeclaim_and_terminates_its_instance() {
+    let world = World::learning_lab();
+    let broken = SimulatedCloud::instance_id(1);
+    world.cloud.set_registration(&broken, Registration::Never);
+    let fuse = Fuse::new(BTreeMap::new());
+    let reports = run_with_crashes(&world, &fuse, 15 * 60 + 90, |_, _| {});
+    let instance = world.cloud.get(&broken).expect("get").expect("exists");
+    assert_eq!(instance.state, InstanceState::Terminated);
+    let timed_out = instance
+        .tags
+        .get(NODECLAIM_TAG)
+        .cloned()
+        .unwrap_or_default();
+    let deleted_at = reports
+        .iter()
+        .position(|r| r.deleted.contains(&timed_out))
+        .expect("deleted");
+    // Deleted 15 minutes after creation (step 1), not before.
+    assert!(
+        (15 * 60..15 * 60 + 5).contains(&deleted_at),
+        "deleted at step {deleted_at}"
+    );
+    // Its pods were planned again: a third instance replaced it, and the end state is whole.
+    world.assert_settled(3);
+}
+
+#[test]
+fn garbage_collection_terminates_an_orphan_after_the_grace_period() {
+    let world = World::learning_lab();
+    let offering = OfferingKey {
+        instance_type: "g4dn.xlarge".into(),
+        zone: "us-east-1b".into(),
+        capacity_type: CapacityType::OnDemand,
+    };
+    let mut ours = BTreeMap::new();
+    ours.insert(cluster_tag(CLUSTER), "owned".to_string());
+    ours.insert(NODECLAIM_TAG.to_string(), "g4-nodepool-gone".to_string());
+    let orphan = world.cloud.launch_untracked(&offering, ours);
+    let mut theirs = BTreeMap::new();
+    theirs.insert(cluster_tag("another-cluster"), "owned".to_string());
+    let foreign = world.cloud.launch_untracked(&offering, theirs);
+    let mut controller = Controller::new(&world.store, &world.cloud, &world.clock, config());
+    let mut terminated_at = None;
+    for step in 0..60 {
+        let r = controller.step();
+        if r.terminated.contains(&orphan.id) {
+            terminated_at = Some(step);
+        }
+        world.tick();
+    }
+    assert_eq!(terminated_at, Some(30), "terminated once 30 s old");
+    let state = |id: &str| world.cloud.get(id).expect("get").map(|i| i.state);
+    assert_eq!(state(&orphan.id), Some(InstanceState::Terminated));
+    assert_eq!(
+        state(&foreign.id),
+        Some(InstanceState::Running),
+        "another cluster's instance"
+    );
+    world.assert_settled(4);
+}
+
+#[test]
+fn throttling_and_launch_errors_are_retried() {
+    let world = World::learning_lab();
+    world.cloud.fail_next_launches(1, "InternalError");
+    let fuse = Fuse::new(BTreeMap::new());
+    let reports = run_with_crashes(&world, &fuse, 90, |step, w| {
+        if step == 1 || step == 20 {
+            w.cloud.throttle_next_calls(3);
+        }
+    });
+    assert!(reports.iter().any(|r| !r.errors.is_empty()));
+    world.assert_settled(2);
+}
+
+#[test]
+fn deleting_a_nodeclaim_terminates_its_instance_before_the_object_goes() {
+    let world = World::learning_lab();
+    let fuse = Fuse::new(BTreeMap::new());
+    run_with_crashes(&world, &fuse, 60, |_, _| {});
+    let claim = world.live_claims().into_iter().next().expect("a NodeClaim");
+    world
+        .store
+        .delete::<NodeClaim>(None, claim.name())
+        .expect("delete");
+    let marked = world
+        .store
+        .get::<NodeClaim>(None, claim.name())
+        .expect("get")
+        .expect("still there");
+    assert!(
+        marked.metadata.deletion_timestamp.is_some(),
+        "the finalizer holds it"
+    );
+    let mut controller = Controller::new(&world.store, &world.cloud, &world.clock, config());
+    let r = controller.step();
+    let id = claim
+        .status
+        .provider_id
+        .as_deref()
+        .and_then(joiner_controller::cloud::instance_id_of)
+        .expect("id");
+    assert!(r.terminated.contains(&id.to_string()));
+    assert!(
+        world
+            .store
+            .get::<NodeClaim>(None, claim.name())
+            .expect("get")
+            .is_none()
+    );
+    let node = claim.status.node_name.clone().expect("node");
+    assert!(world.store.get::<Node>(None, &node).expect("get").is_none());
+    let _ = world.clock.now();
+}
+
+#[test]
+fn pods_arriving_while_nodes_are_in_flight_use_their_room() {
+    // The plan put three pods on one g4dn.xlarge and one on the other: two GPU replicas are
+    // free on the second. A pod arriving while it is launching, and one arriving while it is
+    // registered but its GPUs are not yet advertised, both fit there: no third node.
+    let world = World::learning_lab();
+    let fuse = Fuse::new(BTreeMap::new());
+    let reports = run_with_crashes(&world, &fuse, 90, |step, w| match step {
+        5 => w.another_lab_pod("learning-lab-4"),
+        // Registered at 31 s, GPUs advertised at 41 s.
+        35 => w.another_lab_pod("learning-lab-5"),
+        _ => {}
+    });
+    assert!(
+        reports.iter().filter(|r| r.planned).count() >= 3,
+        "the new pods were planned"
+    );
+    assert!(reports.iter().all(|r| r.unschedulable.is_empty()));
+    world.assert_settled(2);
+}
