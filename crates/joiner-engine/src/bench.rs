@@ -216,6 +216,78 @@ fn panic_free_warning(kind: &str, error: &str) {
     tracing::error!(kind, error, "benchmark object rejected");
 }
 
+/// The consolidation benchmark cluster: `nodes` existing nodes of two NodePools, four in five
+/// m5.2xlarge CPU nodes running 0 to 6 one-CPU pods, one in five g6.xlarge GPU nodes running a
+/// GPU pod or, on every third, only CPU pods (a GPU node whose GPU work is gone). Settings as
+/// the defaults.
+pub fn consolidation_manifests(
+    nodes: usize,
+) -> (joiner_model::Manifests, joiner_model::settings::Settings) {
+    let origin = Source::new("bench", 0);
+    let mut m = joiner_model::Manifests::default();
+    let mut add = |v: serde_json::Value| {
+        let kind = v
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or_default()
+            .to_string();
+        if let Err(e) = m.add_document(origin.clone(), v) {
+            panic_free_warning(&kind, &e.to_string());
+        }
+    };
+    for (pool, family) in [("cpu", "m5"), ("gpu", "g6")] {
+        add(
+            serde_json::json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": pool},
+            "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": [family]}]}},
+                "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized"}}}),
+        );
+    }
+    add(
+        serde_json::json!({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+        "spec": {"role": "KarpenterNodeRole", "amiSelectorTerms": [{"alias": "al2023@latest"}]}}),
+    );
+    let mut pod = 0;
+    for n in 0..nodes {
+        let name = format!("node-{n}");
+        let gpu = n % 5 == 4;
+        let (pool, it, cpu, zone) = if gpu {
+            ("gpu", "g6.xlarge", "3920m", "us-east-1b")
+        } else {
+            ("cpu", "m5.2xlarge", "7910m", "us-east-1a")
+        };
+        let mut allocatable = serde_json::json!({"cpu": cpu, "memory": "28Gi", "pods": "58"});
+        if gpu {
+            allocatable["nvidia.com/gpu"] = serde_json::json!("1");
+        }
+        add(
+            serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
+            "karpenter.sh/nodepool": pool, "karpenter.sh/initialized": "true", "node.kubernetes.io/instance-type": it,
+            "karpenter.sh/capacity-type": "on-demand", "topology.kubernetes.io/zone": zone, "kubernetes.io/hostname": name,
+            "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux"}},
+            "status": {"allocatable": allocatable}}),
+        );
+        let (count, gpu_pod) = if gpu {
+            if n % 3 == 0 { (2, false) } else { (1, true) }
+        } else {
+            (n % 7, false)
+        };
+        for _ in 0..count {
+            let mut requests = serde_json::json!({"cpu": "1", "memory": "1Gi"});
+            if gpu_pod {
+                requests["nvidia.com/gpu"] = serde_json::json!("1");
+            }
+            add(
+                serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("pod-{pod}"), "namespace": "default"},
+                "spec": {"nodeName": name, "containers": [{"name": "c", "resources": {"requests": requests}}]}}),
+            );
+            pod += 1;
+        }
+    }
+    m.finish();
+    (m, joiner_model::settings::Settings::default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,5 +331,21 @@ mod tests {
             4
         );
         assert_eq!(plan.claims.len(), 5);
+    }
+
+    #[test]
+    fn consolidation_benchmark_input_has_moves_to_make() {
+        let (m, settings) = consolidation_manifests(20);
+        let snapshot =
+            crate::snapshot::ClusterSnapshot::build(&m, &settings, &Default::default()).unwrap();
+        assert_eq!(snapshot.input.nodes.len(), 20);
+        assert!(snapshot.input.nodes.iter().all(|n| n.price.is_some()));
+        let decisions = crate::disruption::consolidate(&snapshot.input);
+        assert!(
+            decisions
+                .iter()
+                .any(|d| d.reason == crate::disruption::Reason::Empty)
+        );
+        assert!(crate::disruption::evaluate_every_candidate(&snapshot.input) > 0);
     }
 }

@@ -90,7 +90,9 @@ fn main() -> ExitCode {
         Command::Explain {
             what: Explain::Pod { pod, input },
         } => explain_pod(&input, &pod),
-        Command::Bench { pods } => bench::scheduling(&pods).and_then(|()| bench::dra(500, 8, 5000)),
+        Command::Bench { pods } => bench::scheduling(&pods)
+            .and_then(|()| bench::dra(500, 8, 5000))
+            .and_then(|()| bench::consolidation(1000)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

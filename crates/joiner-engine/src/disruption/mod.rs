@@ -15,7 +15,7 @@ use joiner_model::Price;
 use serde::Serialize;
 
 use crate::plan::PlannedNodeClaim;
-use crate::scheduling::{Consolidation, SchedulingInput, schedule};
+use crate::scheduling::{Baseline, Consolidation, SchedulingInput};
 
 /// How many candidates a multi-node move considers at most (Karpenter's limit too).
 const MAX_MULTI_NODE: usize = 100;
@@ -52,6 +52,7 @@ struct Candidate {
 /// The consolidation moves for this round.
 pub fn consolidate(input: &SchedulingInput) -> Vec<Decision> {
     let candidates = candidates(input);
+    let baseline = Baseline::new(input);
     let mut decisions = Vec::new();
     let (empty, busy): (Vec<&Candidate>, Vec<&Candidate>) =
         candidates.iter().partition(|c| c.pods == 0);
@@ -79,7 +80,7 @@ pub fn consolidate(input: &SchedulingInput) -> Vec<Decision> {
     let (mut lo, mut hi, mut best) = (2, limit, None);
     while lo <= hi {
         let mid = (lo + hi) / 2;
-        match evaluate(input, &busy[..mid]) {
+        match evaluate(input, &baseline, &busy[..mid]) {
             Some(d) => {
                 best = Some(d);
                 lo = mid + 1;
@@ -91,11 +92,11 @@ pub fn consolidate(input: &SchedulingInput) -> Vec<Decision> {
     let shorter = best
         .as_ref()
         .filter(|b| b.nodes.len() > 2)
-        .and_then(|b| evaluate(input, &busy[..b.nodes.len() - 1]));
+        .and_then(|b| evaluate(input, &baseline, &busy[..b.nodes.len() - 1]));
     // Single-node: the first candidate that is a saving.
     let single = busy
         .iter()
-        .find_map(|c| evaluate(input, std::slice::from_ref(c)));
+        .find_map(|c| evaluate(input, &baseline, std::slice::from_ref(c)));
     // The largest saving wins; for equal savings, the move that disrupts fewer nodes.
     let chosen = [best, shorter, single]
         .into_iter()
@@ -150,76 +151,36 @@ fn candidates(input: &SchedulingInput) -> Vec<Candidate> {
 }
 
 /// Plans again without `removed`: a decision if all their pods fit and it saves money.
-fn evaluate(input: &SchedulingInput, removed: &[&Candidate]) -> Option<Decision> {
-    let names: Vec<&str> = removed
+fn evaluate(
+    input: &SchedulingInput,
+    baseline: &Baseline,
+    removed: &[&Candidate],
+) -> Option<Decision> {
+    let nodes: Vec<usize> = removed.iter().map(|c| c.node).collect();
+    let moved = removed
         .iter()
-        .map(|c| input.nodes[c.node].name.as_str())
-        .collect();
-    let mut sim = input.clone();
-    sim.nodes.retain(|n| !names.contains(&n.name.as_str()));
-    // Pods of the removed nodes become pending; pending pods are provisioning's business, and
-    // DaemonSet pods go with their node.
-    let mut moved = Vec::new();
-    let mut keep = Vec::with_capacity(sim.pods.len());
-    let mut dra_keep = Vec::with_capacity(sim.pods.len());
-    for (i, mut pod) in std::mem::take(&mut sim.pods).into_iter().enumerate() {
-        let claims = sim
-            .dra
-            .as_ref()
-            .and_then(|d| d.pod_claims.get(i).cloned())
-            .unwrap_or_default();
-        match pod.node_name.as_deref() {
-            None => continue,
-            Some(n) if names.contains(&n) => {
-                if pod.daemon_set.is_some() {
-                    continue;
-                }
-                pod.node_name = None;
-                moved.push(pod.key());
-            }
-            Some(_) => {}
-        }
-        keep.push(pod);
-        dra_keep.push(claims);
-    }
-    sim.pods = keep;
-    if let Some(dra) = sim.dra.as_mut() {
-        dra.pod_claims = dra_keep;
-        // Devices on removed nodes go with them; their claims are allocated again.
-        dra.slices.retain(|s| {
-            s.spec
-                .node_name
-                .as_deref()
-                .is_none_or(|n| !names.contains(&n))
-        });
-        for claim in dra.claims.values_mut() {
-            let on_removed = claim
-                .status
-                .as_ref()
-                .and_then(|s| s.allocation.as_ref())
-                .is_some_and(|a| {
-                    a.devices
-                        .iter()
-                        .flat_map(|d| d.results.iter().flatten())
-                        .any(|r| names.contains(&r.pool.as_str()))
-                });
-            if on_removed && let Some(status) = claim.status.as_mut() {
-                status.allocation = None;
-                status.reserved_for = None;
-            }
-        }
-    }
-    let plan = schedule(&sim);
-    let placed = moved
-        .iter()
-        .all(|p| plan.bindings.iter().any(|b| &b.pod == p));
+        .flat_map(|c| {
+            let name = input.nodes[c.node].name.as_str();
+            input
+                .pods
+                .iter()
+                .filter(move |p| p.node_name.as_deref() == Some(name) && p.daemon_set.is_none())
+        })
+        .count();
+    let plan = baseline.without(&nodes);
     let old: Price = removed.iter().map(|c| c.price).sum();
-    if !placed || plan.total_price_per_hour >= old {
+    if plan.bindings.len() < moved
+        || !plan.unschedulable.is_empty()
+        || plan.total_price_per_hour >= old
+    {
         return None;
     }
     Some(Decision {
         reason: Reason::Underutilized,
-        nodes: names.iter().map(|s| s.to_string()).collect(),
+        nodes: removed
+            .iter()
+            .map(|c| input.nodes[c.node].name.clone())
+            .collect(),
         savings_per_hour: old.saturating_sub(plan.total_price_per_hour),
         replacements: plan.node_claims,
     })
@@ -227,3 +188,13 @@ fn evaluate(input: &SchedulingInput, removed: &[&Candidate]) -> Option<Decision>
 
 #[cfg(test)]
 mod tests;
+
+/// Evaluates every candidate as a single-node move and returns how many would be taken: the
+/// work `joiner bench` times (a consolidation round looks at the candidates in this order).
+pub fn evaluate_every_candidate(input: &SchedulingInput) -> usize {
+    let baseline = Baseline::new(input);
+    candidates(input)
+        .iter()
+        .filter(|c| evaluate(input, &baseline, std::slice::from_ref(c)).is_some())
+        .count()
+}

@@ -24,7 +24,7 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use crate::catalog::devices::{DeviceTemplates, TemplateOptions};
 
 use crate::requirements::{Labels, Requirements};
-pub use planner::{PodAccount, explain_pod, schedule};
+pub use planner::{Baseline, PodAccount, explain_pod, schedule};
 pub use pod::PodInfo;
 
 /// A node that exists already.

@@ -55,11 +55,14 @@ pub const INSTANCE_TYPE_KEY: &str = "node.kubernetes.io/instance-type";
 /// NodeClaims; the bound keeps planning linear in the number of pods.
 const GROW_WINDOW: usize = 16;
 
+#[derive(Clone)]
 struct ExistingState {
     name: String,
-    labels: Labels,
+    labels: Rc<Labels>,
     free: Amounts,
     zone: Option<u32>,
+    /// Taken away for a what-if (consolidation): takes no pods.
+    removed: bool,
 }
 
 /// Options of a pool (by index) with their cheapest allowed offering price, cheapest first.
@@ -71,6 +74,7 @@ type Pinned = (Requirements, Rc<Allowed>);
 /// Cache of [`Planner::allowed_for`]: per pool, by requirements.
 type AllowedCache = Vec<HashMap<Requirements, Rc<Allowed>>>;
 
+#[derive(Clone)]
 struct Claim {
     pool: usize,
     name: String,
@@ -133,10 +137,13 @@ struct NewClaim {
     copies: u32,
 }
 
+/// Cloning copies what placing pods changes and shares the rest, so what-if questions
+/// (consolidation) start from one planner with every bound pod in place.
+#[derive(Clone)]
 struct Planner<'a> {
     input: &'a SchedulingInput,
     index: ResourceIndex,
-    requests: Vec<Amounts>,
+    requests: Rc<Vec<Amounts>>,
     pools: Vec<Pool<'a>>,
     /// Pools in the order new NodeClaims try them: weight descending, then name.
     pool_order: Vec<usize>,
@@ -161,6 +168,8 @@ struct Planner<'a> {
     pin_cache: RefCell<HashMap<(usize, u32), Pinned>>,
     bindings: Vec<(usize, String)>,
     dra: Option<Dra>,
+    /// Per existing node: the bound pods on it.
+    bound: Rc<Vec<Vec<usize>>>,
 }
 
 /// The orders in which pending pods may be taken. Packing largest-first is a heuristic, and which
@@ -237,39 +246,38 @@ pub fn explain_pod(input: &SchedulingInput, pod: &str) -> Option<PodAccount> {
 }
 
 fn schedule_in_order(input: &SchedulingInput, order: Order) -> Plan {
-    let mut planner = Planner::new(input);
-    let mut pending: Vec<usize> = (0..input.pods.len())
+    let planner = Planner::new(input);
+    let pending: Vec<usize> = (0..input.pods.len())
         .filter(|&i| input.pods[i].node_name.is_none())
         .collect();
-    planner.sort_pending(&mut pending, order);
-    for &p in &pending {
-        planner.remaining[planner.class_of[p]] += 1;
+    planner.plan_pods(pending, order)
+}
+
+/// A planner with every bound pod in place and nothing pending: the starting point for
+/// asking, many times over, where the pods of some nodes would go if those nodes were gone.
+pub struct Baseline<'a> {
+    planner: Planner<'a>,
+}
+
+impl<'a> Baseline<'a> {
+    /// Pending pods in `input` are left out: only bound pods are placed.
+    pub fn new(input: &'a SchedulingInput) -> Baseline<'a> {
+        Baseline {
+            planner: Planner::new(input),
+        }
     }
 
-    // Pods whose affinity needs other pods placed first are retried while progress is made.
-    let mut failed = Vec::new();
-    loop {
-        let mut progress = false;
-        for &p in &pending {
-            if planner.place(p) {
-                progress = true;
-            } else {
-                failed.push(p);
-            }
+    /// Plans the pods of the existing nodes `nodes` (indices into the input's nodes) as if
+    /// those nodes were gone: their pods (not their DaemonSet pods) become pending, their DRA
+    /// claims are released, and the plan says where they go and what new nodes they need.
+    pub fn without(&self, nodes: &[usize]) -> Plan {
+        let mut planner = self.planner.clone();
+        let mut moved = Vec::new();
+        for &n in nodes {
+            moved.extend(planner.remove_existing(n));
         }
-        if failed.is_empty() || !progress {
-            break;
-        }
-        pending = std::mem::take(&mut failed);
+        planner.plan_pods(moved, Order::DominantShare)
     }
-    let unschedulable: Vec<Unschedulable> = failed
-        .iter()
-        .map(|&p| Unschedulable {
-            pod: input.pods[p].key(),
-            reason: planner.explain(p),
-        })
-        .collect();
-    planner.finish(unschedulable)
 }
 
 impl<'a> Planner<'a> {
@@ -327,7 +335,7 @@ impl<'a> Planner<'a> {
 
         let mut planner = Planner {
             input,
-            requests,
+            requests: Rc::new(requests),
             pools,
             pool_order,
             existing: Vec::new(),
@@ -344,6 +352,7 @@ impl<'a> Planner<'a> {
             allowed_cache: RefCell::new(vec![HashMap::new(); input.pools.len()]),
             pin_cache: RefCell::new(HashMap::new()),
             bindings: Vec::new(),
+            bound: Rc::new(Vec::new()),
             dra: input
                 .dra
                 .as_ref()
@@ -401,6 +410,74 @@ impl<'a> Planner<'a> {
         *self.class_views.borrow_mut() = vec![None; classes * 2];
     }
 
+    /// Places `pending` pods in `order` and returns the plan.
+    fn plan_pods(mut self, mut pending: Vec<usize>, order: Order) -> Plan {
+        self.sort_pending(&mut pending, order);
+        for &p in &pending {
+            self.remaining[self.class_of[p]] += 1;
+        }
+        // Pods whose affinity needs other pods placed first are retried while progress is made.
+        let mut failed = Vec::new();
+        loop {
+            let mut progress = false;
+            for &p in &pending {
+                if self.place(p) {
+                    progress = true;
+                } else {
+                    failed.push(p);
+                }
+            }
+            if failed.is_empty() || !progress {
+                break;
+            }
+            pending = std::mem::take(&mut failed);
+        }
+        let unschedulable: Vec<Unschedulable> = failed
+            .iter()
+            .map(|&p| Unschedulable {
+                pod: self.input.pods[p].key(),
+                reason: self.explain(p),
+            })
+            .collect();
+        self.finish(unschedulable)
+    }
+
+    /// Takes existing node `n` away: its pods leave its domains and give back its room, its
+    /// DRA claims are released, and it counts no more against its NodePool's limits. Returns
+    /// its pods (not DaemonSet pods), now pending.
+    fn remove_existing(&mut self, n: usize) -> Vec<usize> {
+        let Some(node) = self.existing.get_mut(n) else {
+            return Vec::new();
+        };
+        if node.removed {
+            return Vec::new();
+        }
+        node.removed = true;
+        let at = Domains {
+            hostname: self.node_domain(n),
+            zone: self.existing[n].zone,
+        };
+        let node_input = &self.input.nodes[n];
+        if let Some(pool) = node_input
+            .node_pool
+            .as_ref()
+            .and_then(|p| self.pools.iter_mut().find(|x| &x.input.name == p))
+        {
+            resources::sub(&mut pool.usage, &self.index.amounts(&node_input.capacity));
+        }
+        let mut moved = Vec::new();
+        for &p in self.bound.get(n).into_iter().flatten() {
+            self.topology.unplace(p, at);
+            if self.input.pods[p].daemon_set.is_none() {
+                moved.push(p);
+                if let Some(dra) = &mut self.dra {
+                    dra.release_claims_of(p);
+                }
+            }
+        }
+        moved
+    }
+
     fn load_existing(&mut self) {
         let mut by_name: HashMap<&str, usize> = HashMap::new();
         for (i, n) in self.input.nodes.iter().enumerate() {
@@ -412,9 +489,10 @@ impl<'a> Planner<'a> {
                 .copied();
             self.existing.push(ExistingState {
                 name: n.name.clone(),
-                labels: n.labels.clone(),
+                labels: Rc::new(n.labels.clone()),
                 free: self.index.amounts(&n.allocatable),
                 zone,
+                removed: false,
             });
             if let Some(pool) = n
                 .node_pool
@@ -425,6 +503,7 @@ impl<'a> Planner<'a> {
             }
         }
         // Bound pods consume their node and count in its domains.
+        let mut bound = vec![Vec::new(); self.existing.len()];
         let mut daemon_present: BTreeSet<(String, String)> = BTreeSet::new();
         for (i, p) in self.input.pods.iter().enumerate() {
             let Some(node) = p.node_name.as_deref().and_then(|n| by_name.get(n).copied()) else {
@@ -434,6 +513,7 @@ impl<'a> Planner<'a> {
                 daemon_present.insert((ds.clone(), self.existing[node].name.clone()));
             }
             resources::sub(&mut self.existing[node].free, &self.requests[i]);
+            bound[node].push(i);
             self.topology.place(
                 i,
                 Domains {
@@ -442,6 +522,7 @@ impl<'a> Planner<'a> {
                 },
             );
         }
+        self.bound = Rc::new(bound);
         // DaemonSet pods land on every node they match, unless already listed as bound pods.
         for d in &self.input.daemon_sets {
             let req = self.index.amounts(&d.pod.requests);
@@ -475,7 +556,7 @@ impl<'a> Planner<'a> {
             .collect();
         // The biggest room any instance type offers, per resource, for dominant shares.
         let mut biggest = vec![0i128; self.index.len()];
-        for opt in self.pools.iter().flat_map(|p| &p.options) {
+        for opt in self.pools.iter().flat_map(|p| p.options.iter()) {
             for (b, r) in biggest.iter_mut().zip(&opt.room) {
                 *b = (*b).max(*r);
             }
@@ -600,6 +681,9 @@ impl<'a> Planner<'a> {
         // 1. Existing nodes.
         for n in clear_bits(&skip.nodes, &skip_shape.nodes, self.existing.len()) {
             let node = &self.existing[n];
+            if node.removed {
+                continue;
+            }
             if taints::first_untolerated(&self.input.nodes[n].taints, &pod.tolerations).is_some()
                 || !alts.iter().any(|a| a.matches(&node.labels))
             {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use joiner_model::{Quantity, ResourceList};
 
 /// Resource name <-> index.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ResourceIndex {
     names: Vec<String>,
     index: HashMap<String, usize>,

@@ -30,7 +30,7 @@ pub struct PodConstraint {
 }
 
 /// Counts per domain, indexed by domain id (node or zone number).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Counts(Vec<u32>);
 
 impl Counts {
@@ -45,9 +45,15 @@ impl Counts {
         }
         self.0[i] += 1;
     }
+
+    fn drop_one(&mut self, domain: u32) {
+        if let Some(c) = self.0.get_mut(domain as usize) {
+            *c = c.saturating_sub(1);
+        }
+    }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Group {
     key: TopologyKey,
     members: Counts,
@@ -56,13 +62,14 @@ struct Group {
 }
 
 /// The groups of one scheduling run, and every pod's relation to them.
-#[derive(Debug, Default)]
+/// Cloning is cheap: only the counters are copied; who belongs where is shared.
+#[derive(Debug, Default, Clone)]
 pub struct Topology {
     groups: Vec<Group>,
     /// Per pod (by index in the input): the groups it is a member of.
-    member_of: Vec<Vec<usize>>,
+    member_of: std::rc::Rc<Vec<Vec<usize>>>,
     /// Per pod: its constraints.
-    constraints: Vec<Vec<PodConstraint>>,
+    constraints: std::rc::Rc<Vec<Vec<PodConstraint>>>,
 }
 
 /// Where a node is: its hostname domain (a node number) and, once known, its zone (a zone
@@ -137,6 +144,8 @@ impl Topology {
         let mut index: HashMap<(TopologyKey, PodSelector), usize> = HashMap::new();
         let mut selectors: Vec<(PodSelector, Requirements)> = Vec::new();
         let mut t = Topology::default();
+        let mut constraints = Vec::with_capacity(pods.len());
+        let mut member_of = Vec::with_capacity(pods.len());
         let mut group_of = |t: &mut Topology, key: TopologyKey, sel: &PodSelector| -> usize {
             *index.entry((key, sel.clone())).or_insert_with(|| {
                 t.groups.push(Group {
@@ -174,7 +183,7 @@ impl Topology {
                     hard: a.required,
                 });
             }
-            t.constraints.push(cs);
+            constraints.push(cs);
         }
         // Membership: pods with the same labels and namespace belong to the same groups.
         let mut cache: HashMap<(&str, &crate::requirements::Labels), Vec<usize>> = HashMap::new();
@@ -190,8 +199,10 @@ impl Topology {
                         .collect()
                 })
                 .clone();
-            t.member_of.push(members);
+            member_of.push(members);
         }
+        t.constraints = std::rc::Rc::new(constraints);
+        t.member_of = std::rc::Rc::new(member_of);
         t
     }
 
@@ -300,6 +311,25 @@ impl Topology {
                 let g = &mut self.groups[c.group];
                 if let Some(d) = domain(g.key, at) {
                     g.repellers.bump(d);
+                }
+            }
+        }
+    }
+
+    /// Takes a placed pod back out of a domain: the inverse of [`Topology::place`].
+    pub fn unplace(&mut self, pod: usize, at: Domains) {
+        for &gid in &self.member_of[pod] {
+            let g = &mut self.groups[gid];
+            if let Some(d) = domain(g.key, at) {
+                g.members.drop_one(d);
+                g.total_members = g.total_members.saturating_sub(1);
+            }
+        }
+        for c in &self.constraints[pod] {
+            if c.kind == Constraint::AntiAffinity && c.hard {
+                let g = &mut self.groups[c.group];
+                if let Some(d) = domain(g.key, at) {
+                    g.repellers.drop_one(d);
                 }
             }
         }

@@ -26,8 +26,9 @@ fn probe_name(pool: &str, instance_type: &str) -> String {
     format!("joiner-probe.{pool}.{instance_type}")
 }
 
+#[derive(Clone)]
 pub(super) struct Dra {
-    allocator: Allocator,
+    allocator: Rc<Allocator>,
     inventory: Inventory,
     state: AllocationState,
     claims: BTreeMap<String, ResourceClaim>,
@@ -139,7 +140,10 @@ impl Dra {
         Dra {
             class_drivers,
             launchable_drivers,
-            allocator: Allocator::new(input.features, input.classes.iter().cloned()),
+            allocator: Rc::new(Allocator::new(
+                input.features,
+                input.classes.iter().cloned(),
+            )),
             inventory,
             state,
             claims: input.claims.clone(),
@@ -267,6 +271,24 @@ impl Dra {
         self.inventory.add_slices(slices.iter());
         self.claim_views[c] = Some(self.inventory.node_view(&node_info(name, labels)));
         // Node views of other nodes do not change when a node-local pool is added.
+    }
+
+    /// Gives back the devices of pod `p`'s allocated claims (its node is going away), so they
+    /// are allocated again wherever the pod goes.
+    pub fn release_claims_of(&mut self, p: usize) {
+        let keys = self.pod_claims.get(p).cloned().unwrap_or_default();
+        for k in keys {
+            let Some(claim) = self.claims.get_mut(&k) else {
+                continue;
+            };
+            let Some(allocation) = claim.status.as_mut().and_then(|s| s.allocation.take()) else {
+                continue;
+            };
+            self.state.release(&self.inventory, &allocation);
+        }
+        if let Some(slot) = self.prepared.borrow_mut().get_mut(p) {
+            *slot = None;
+        }
     }
 
     /// Records allocations made on `node` and takes their devices.

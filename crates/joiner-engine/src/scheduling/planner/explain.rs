@@ -37,7 +37,12 @@ fn reasons(pl: &Planner, p: usize) -> String {
     if !pl.existing.is_empty() {
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
         let mut dra_detail = Some(());
-        for (n, node) in pl.existing.iter().enumerate() {
+        for (n, node) in pl
+            .existing
+            .iter()
+            .enumerate()
+            .filter(|(_, node)| !node.removed)
+        {
             let reason = if let Some(t) =
                 taints::first_untolerated(&pl.input.nodes[n].taints, &pod.tolerations)
             {

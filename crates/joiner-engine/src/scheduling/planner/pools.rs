@@ -13,6 +13,7 @@ use super::{CAPACITY_TYPE_KEY, INSTANCE_TYPE_KEY, NODEPOOL_KEY};
 use crate::requirements::{Labels, Requirement, Requirements};
 
 /// An instance type of one NodePool, resolved for packing.
+#[derive(Clone)]
 pub(super) struct Opt {
     pub(super) name: String,
     /// Allocatable less DaemonSet overhead.
@@ -26,12 +27,15 @@ pub(super) struct Opt {
     pub(super) source: usize,
 }
 
+/// What can change while planning (usage, NodeClaims made) is copied with the planner; the
+/// instance types are shared.
+#[derive(Clone)]
 pub(super) struct Pool<'a> {
     pub(super) input: &'a PoolInput,
     pub(super) requirements: Requirements,
-    pub(super) options: Vec<Opt>,
+    pub(super) options: std::rc::Rc<Vec<Opt>>,
     /// Per option, offerings allowed by the NodePool.
-    pub(super) offerings: Vec<Vec<&'a LaunchOffering>>,
+    pub(super) offerings: std::rc::Rc<Vec<Vec<&'a LaunchOffering>>>,
     /// Keys the NodePool defines beyond instance-type labels (custom requirement keys).
     pub(super) defined_keys: BTreeSet<String>,
     pub(super) limits: Option<Amounts>,
@@ -172,8 +176,8 @@ pub(super) fn build_pool<'a>(
     Pool {
         input,
         requirements,
-        options,
-        offerings,
+        options: std::rc::Rc::new(options),
+        offerings: std::rc::Rc::new(offerings),
         defined_keys,
         limits,
         usage: vec![0; index.len()],

@@ -8,7 +8,7 @@
 use super::super::topology::Violation;
 
 /// Bit sets over existing nodes and NodeClaims.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct Rejected {
     pub(super) nodes: Vec<u64>,
     pub(super) claims: Vec<u64>,
