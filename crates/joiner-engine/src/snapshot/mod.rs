@@ -98,11 +98,13 @@ impl ClusterSnapshot {
             pools.push(build_pool(np, class, &catalog, plugin.as_ref(), devices)?);
         }
 
-        let nodes = m
+        let mut nodes = m
             .nodes
             .iter()
             .map(|n| existing_node(n, &catalog))
             .collect::<Result<Vec<_>, _>>()?;
+        // Existing nodes are tried in name order, so the plan does not depend on file order.
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
 
         let mut pods = Vec::new();
         let mut decided = Vec::new();

@@ -407,3 +407,15 @@ fn cordoned_nodes_finished_pods_and_gated_pods() {
     assert_eq!(plan.bindings.len(), 1);
     assert!(plan.unschedulable.is_empty());
 }
+
+#[test]
+fn the_plan_does_not_depend_on_file_order() {
+    let (a, b, c) = (from_template("a"), from_template("b"), from_template("c"));
+    let second = NODE_WITH_SLICE.replace("node-a", "node-b");
+    let one = plan_dra(&[POOL, NODE_WITH_SLICE, &second, &a, &b, &c]);
+    let other = plan_dra(&[&c, &second, &b, POOL, &a, NODE_WITH_SLICE]);
+    assert_eq!(
+        serde_json::to_string(&one).unwrap(),
+        serde_json::to_string(&other).unwrap()
+    );
+}
