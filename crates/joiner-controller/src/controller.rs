@@ -7,6 +7,7 @@ use crate::clock::Clock;
 use crate::cloud::CloudProvider;
 use crate::config::Config;
 use crate::context::Ctx;
+use crate::disruption::{DisruptionState, disrupt};
 use crate::error::StepReport;
 use crate::nodeclaim::NodeClaim;
 use crate::provisioning::{fingerprint, provision};
@@ -26,6 +27,7 @@ pub struct Controller<S, C, K> {
     config: Config,
     batcher: Batcher,
     unavailable: UnavailableOfferings,
+    disruption: DisruptionState,
 }
 
 impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
@@ -41,6 +43,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             config,
             batcher,
             unavailable: UnavailableOfferings::default(),
+            disruption: DisruptionState::default(),
         }
     }
 
@@ -48,8 +51,8 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         &self.config
     }
 
-    /// Runs the lifecycle, garbage collection and provisioning once. Failures are logged and
-    /// reported; each is retried on a later step.
+    /// Runs the lifecycle, garbage collection, provisioning and disruption once. Failures are
+    /// logged and reported; each is retried on a later step.
     pub fn step(&mut self) -> StepReport {
         let now = self.clock.now();
         if self.unavailable.expire(now) > 0 {
@@ -86,6 +89,9 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
                 }
             }
             Err(e) => ctx.error("reading pods", e),
+        }
+        if let Err(e) = disrupt(&mut ctx, &mut self.disruption) {
+            ctx.error("disruption", e);
         }
         // A NodeClaim that went away leaves its pods to plan again.
         if !report.deleted.is_empty() {

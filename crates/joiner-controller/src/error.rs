@@ -39,6 +39,8 @@ pub struct StepReport {
     pub unavailable: Vec<String>,
     /// Pods the plan could not place, with the reason.
     pub unschedulable: Vec<(String, String)>,
+    /// What the disruption step did (consolidation, expiry).
+    pub disruption: Vec<crate::disruption::DisruptionEvent>,
     /// What failed and will be retried.
     pub errors: Vec<ControllerError>,
 }

@@ -21,6 +21,7 @@ pub mod cloud;
 pub mod config;
 mod context;
 mod controller;
+pub mod disruption;
 mod error;
 pub mod gc;
 pub mod kubelet;

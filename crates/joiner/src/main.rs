@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod load;
 mod output;
+mod simulate;
 
 #[derive(Parser)]
 #[command(
@@ -40,6 +41,22 @@ enum Command {
         #[command(subcommand)]
         what: Explain,
     },
+    /// Run the controller over simulated time against a simulated cloud, following a scenario
+    /// file, and print the timeline of decisions and a summary (node-hours, cost, pending time,
+    /// GPU allocation).
+    Simulate {
+        #[command(flatten)]
+        input: InputArgs,
+        /// The scenario: timed steps (scale, addPods, deletePods, advance, interruptSpot,
+        /// changeNodePool, faults).
+        #[arg(long)]
+        scenario: PathBuf,
+        /// Also write a self-contained HTML report with charts here.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
+        output: SimulateFormat,
+    },
     /// Run the benchmarks and print their figures.
     Bench {
         /// Pod counts for the scheduling benchmark.
@@ -56,6 +73,12 @@ enum Explain {
         #[command(flatten)]
         input: InputArgs,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum SimulateFormat {
+    Text,
+    Json,
 }
 
 /// Where the cluster's objects and the settings come from.
@@ -90,6 +113,12 @@ fn main() -> ExitCode {
         Command::Explain {
             what: Explain::Pod { pod, input },
         } => explain_pod(&input, &pod),
+        Command::Simulate {
+            input,
+            scenario,
+            report,
+            output,
+        } => simulate_cmd(&input, scenario, report, output),
         Command::Bench { pods } => bench::scheduling(&pods)
             .and_then(|()| bench::dra(500, 8, 5000))
             .and_then(|()| bench::consolidation(1000)),
@@ -125,6 +154,40 @@ fn snapshot(input: &InputArgs) -> anyhow::Result<joiner_engine::snapshot::Cluste
         eprintln!("warning: {w}");
     }
     Ok(snapshot)
+}
+
+fn simulate_cmd(
+    input: &InputArgs,
+    scenario: PathBuf,
+    report: Option<PathBuf>,
+    output: SimulateFormat,
+) -> anyhow::Result<()> {
+    if input.no_builtin_catalog {
+        anyhow::bail!(
+            "simulate: the simulated cloud sells the built-in catalog; --no-builtin-catalog is not supported yet"
+        );
+    }
+    let manifests = load::load_manifests(&input.files)?;
+    let values = load::load_values(&input.values, &input.set)?;
+    let (settings, setting_warnings) = joiner_model::settings::Settings::from_values(&values)?;
+    // The scenario may sit beside the manifests; it is not one of them.
+    let scenario_name = scenario.display().to_string();
+    for w in manifests
+        .warnings
+        .iter()
+        .map(ToString::to_string)
+        .filter(|w| !w.starts_with(&scenario_name))
+        .chain(setting_warnings)
+    {
+        eprintln!("warning: {w}");
+    }
+    simulate::run(simulate::Request {
+        manifests,
+        settings,
+        scenario,
+        report,
+        json: matches!(output, SimulateFormat::Json),
+    })
 }
 
 fn plan(input: &InputArgs, format: output::Format) -> anyhow::Result<()> {

@@ -1,0 +1,833 @@
+//! `joiner simulate`: the controller's loops (provisioning, lifecycle, disruption) against the
+//! in-memory cluster, the simulated cloud and kubelet, and a scheduler, over simulated time,
+//! driven by a scenario file. Deterministic: the same input gives the same output, byte for byte.
+
+mod report;
+pub mod scenario;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use joiner_controller::clock::{Clock, ManualClock};
+use joiner_controller::cloud::{
+    CloudProvider, InstanceState, NODECLAIM_TAG, OfferingKey, Registration, SimulatedCloud,
+};
+use joiner_controller::disruption::simulated::{collect_orphans, schedule_pending};
+use joiner_controller::disruption::{DISRUPTION_REASON, DisruptionEvent};
+use joiner_controller::kubelet::SimulatedKubelet;
+use joiner_controller::nodeclaim::{NodeClaim, labels};
+use joiner_controller::provisioning::{is_pending, pod_key};
+use joiner_controller::store::{ClusterStore, InMemoryCluster};
+use joiner_controller::{Config, Controller, StepReport};
+use joiner_engine::catalog::{CapacityType, Catalog};
+use joiner_model::api::NodePool;
+use joiner_model::settings::Settings;
+use joiner_model::workloads::{OWNER_ANNOTATION, expand_workloads};
+use joiner_model::{Manifests, Quantity, Sourced};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use scenario::{Resolved, Step, merge_patch};
+
+/// How often a point is recorded for the charts.
+const SAMPLE_EVERY: Duration = Duration::from_secs(60);
+
+/// What `joiner simulate` was asked.
+pub struct Request {
+    pub manifests: Manifests,
+    pub settings: Settings,
+    pub scenario: PathBuf,
+    pub report: Option<PathBuf>,
+    pub json: bool,
+}
+
+/// One point of the charts.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sample {
+    pub t: u64,
+    /// NodeClaims not being disrupted (replacements in flight count, the nodes they replace not).
+    pub nodes: usize,
+    /// Running instances (what is paid for).
+    pub instances: usize,
+    pub cost_per_hour: f64,
+    pub gpus_allocatable: f64,
+    pub gpus_requested: f64,
+    pub pods_running: usize,
+    pub pods_pending: usize,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TypeUsage {
+    pub node_hours: f64,
+    pub price_per_hour: f64,
+    pub cost: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub scenario: String,
+    pub simulated_seconds: u64,
+    pub tick_seconds: u64,
+    pub peak_nodes: usize,
+    pub peak_instances: usize,
+    pub final_nodes: usize,
+    pub instances_launched: usize,
+    pub by_instance_type: BTreeMap<String, TypeUsage>,
+    pub total_node_hours: f64,
+    pub total_cost: f64,
+    pub pods_scheduled: usize,
+    pub pending_mean_seconds: f64,
+    pub pending_max_seconds: f64,
+    pub pods_still_pending: usize,
+    /// Time-weighted share of allocatable GPUs requested by bound pods, over time with GPUs.
+    pub gpu_allocation_mean: f64,
+    pub disruptions: BTreeMap<String, usize>,
+    pub errors: usize,
+}
+
+/// What a run produced.
+pub struct Outcome {
+    pub events: Vec<Value>,
+    pub samples: Vec<Sample>,
+    pub summary: Summary,
+}
+
+fn round(x: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (x * f).round() / f
+}
+
+/// `HH:MM:SS` from the start, with a day prefix past the first day.
+pub fn clock_text(t: u64) -> String {
+    let (d, rest) = (t / 86_400, t % 86_400);
+    let hms = format!(
+        "{:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    );
+    if d == 0 { hms } else { format!("{d}d{hms}") }
+}
+
+struct Workload {
+    deployment: Sourced<Deployment>,
+    /// The pods the Deployment wants now, by key.
+    pods: BTreeMap<String, Pod>,
+}
+
+impl Workload {
+    fn new(deployment: Sourced<Deployment>) -> Workload {
+        let mut w = Workload {
+            deployment,
+            pods: BTreeMap::new(),
+        };
+        let replicas = w
+            .deployment
+            .object
+            .spec
+            .as_ref()
+            .and_then(|s| s.replicas)
+            .unwrap_or(1);
+        w.scale(replicas);
+        w
+    }
+
+    fn scale(&mut self, replicas: i32) {
+        if let Some(s) = self.deployment.object.spec.as_mut() {
+            s.replicas = Some(replicas.max(0));
+        }
+        let mut m = Manifests::default();
+        m.deployments.push(self.deployment.clone());
+        self.pods = expand_workloads(&m)
+            .into_iter()
+            .map(|p| (pod_key(&p.object), p.object))
+            .collect();
+    }
+
+    fn owner(&self) -> String {
+        format!(
+            "Deployment/{}",
+            self.deployment
+                .object
+                .metadata
+                .name
+                .as_deref()
+                .unwrap_or_default()
+        )
+    }
+
+    fn namespace(&self) -> &str {
+        self.deployment
+            .object
+            .metadata
+            .namespace
+            .as_deref()
+            .unwrap_or("default")
+    }
+
+    fn template(&self) -> Pod {
+        let mut w = Workload {
+            deployment: self.deployment.clone(),
+            pods: BTreeMap::new(),
+        };
+        w.scale(1);
+        w.pods.into_values().next().unwrap_or_default()
+    }
+}
+
+fn gpu_of(
+    list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> f64 {
+    list.and_then(|l| l.get("nvidia.com/gpu"))
+        .and_then(|q| Quantity::try_from(q).ok())
+        .map(|q| q.nanos() as f64 / 1e9)
+        .unwrap_or(0.0)
+}
+
+fn pod_gpus(pod: &Pod) -> f64 {
+    pod.spec
+        .as_ref()
+        .map(|s| {
+            s.containers
+                .iter()
+                .map(|c| {
+                    let r = c.resources.as_ref();
+                    let req = gpu_of(r.and_then(|r| r.requests.as_ref()));
+                    if req > 0.0 {
+                        req
+                    } else {
+                        gpu_of(r.and_then(|r| r.limits.as_ref()))
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0.0)
+}
+
+struct Sim {
+    clock: ManualClock,
+    store: Arc<InMemoryCluster>,
+    cloud: Arc<SimulatedCloud>,
+    kubelet: SimulatedKubelet,
+    config: Config,
+    start: Timestamp,
+    workloads: Vec<Workload>,
+    prices: BTreeMap<(String, String, CapacityType), f64>,
+    events: Vec<Value>,
+    unschedulable_seen: BTreeSet<String>,
+    /// uid to when the pod was first seen pending.
+    pending_since: BTreeMap<String, u64>,
+    pending_done: BTreeSet<String>,
+    pending_waits: Vec<u64>,
+}
+
+impl Sim {
+    fn t(&self) -> u64 {
+        self.clock.now().duration_since(self.start).as_secs().max(0) as u64
+    }
+
+    fn event(&mut self, event: &str, fields: Value) {
+        let t = self.t();
+        let mut obj = serde_json::Map::new();
+        obj.insert("at".into(), json!(clock_text(t)));
+        obj.insert("t".into(), json!(t));
+        obj.insert("event".into(), json!(event));
+        if let Value::Object(f) = fields {
+            obj.extend(f);
+        }
+        self.events.push(Value::Object(obj));
+    }
+
+    fn find_workload(&mut self, name: &str) -> anyhow::Result<&mut Workload> {
+        let (ns, n) = name.split_once('/').unwrap_or(("", name));
+        self.workloads
+            .iter_mut()
+            .find(|w| {
+                w.deployment.object.metadata.name.as_deref() == Some(n)
+                    && (ns.is_empty() || w.namespace() == ns)
+            })
+            .with_context(|| format!("no Deployment {name} in the manifests"))
+    }
+
+    /// Deployments keep their pods: missing ones are created pending, extra ones deleted.
+    fn reconcile_workloads(&mut self) -> anyhow::Result<()> {
+        let pods = self.store.list::<Pod>()?;
+        let present: BTreeSet<String> = pods.iter().map(pod_key).collect();
+        for w in &self.workloads {
+            let owner = w.owner();
+            for p in &pods {
+                let mine = p.metadata.namespace.as_deref() == Some(w.namespace())
+                    && p.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(OWNER_ANNOTATION))
+                        == Some(&owner);
+                if mine && !w.pods.contains_key(&pod_key(p)) {
+                    let _ = self.store.delete::<Pod>(
+                        p.metadata.namespace.as_deref(),
+                        p.metadata.name.as_deref().unwrap_or_default(),
+                    );
+                }
+            }
+            for (key, pod) in &w.pods {
+                if !present.contains(key) {
+                    self.store.create(pod)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, step: &Step) -> anyhow::Result<()> {
+        if let Some(note) = &step.note {
+            self.event("note", json!({"note": note}));
+        }
+        if let Some(s) = &step.scale {
+            self.find_workload(&s.deployment)?.scale(s.replicas);
+            self.event(
+                "scale",
+                json!({"deployment": s.deployment, "replicas": s.replicas}),
+            );
+        }
+        if let Some(a) = &step.add_pods {
+            let w = self.find_workload(&a.from)?;
+            let mut template = w.template();
+            let prefix = a.prefix.clone().unwrap_or_else(|| {
+                format!(
+                    "{}-extra",
+                    w.deployment
+                        .object
+                        .metadata
+                        .name
+                        .as_deref()
+                        .unwrap_or("pod")
+                )
+            });
+            if let Some(ann) = template.metadata.annotations.as_mut() {
+                ann.remove(OWNER_ANNOTATION);
+            }
+            template
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .extend(a.annotations.clone());
+            let mut added = Vec::new();
+            let mut i = 0;
+            while added.len() < a.count {
+                let name = format!("{prefix}-{i}");
+                i += 1;
+                let mut pod = template.clone();
+                pod.metadata.name = Some(name);
+                if self.store.create(&pod).is_ok() {
+                    added.push(pod_key(&pod));
+                }
+            }
+            self.event("addPods", json!({"pods": added}));
+        }
+        if let Some(d) = &step.delete_pods {
+            let mut deleted = Vec::new();
+            for p in self.store.list::<Pod>()? {
+                let key = pod_key(&p);
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let hit = d.names.iter().any(|n| *n == key || *n == name)
+                    || d.prefix
+                        .as_ref()
+                        .is_some_and(|x| name.starts_with(x.as_str()));
+                if hit {
+                    self.store
+                        .delete::<Pod>(p.metadata.namespace.as_deref(), &name)?;
+                    deleted.push(key);
+                }
+            }
+            self.event("deletePods", json!({"pods": deleted}));
+        }
+        if let Some(i) = &step.interrupt_spot {
+            let mut running: Vec<_> = self
+                .cloud
+                .all_instances()
+                .into_iter()
+                .filter(|x| x.state == InstanceState::Running)
+                .filter(|x| match &i.node_claim {
+                    Some(c) => c == "*" || x.tags.get(NODECLAIM_TAG) == Some(c),
+                    None => x.capacity_type == CapacityType::Spot,
+                })
+                .collect();
+            running.sort_by(|a, b| (a.launch_time, &a.id).cmp(&(b.launch_time, &b.id)));
+            running.truncate(i.count.unwrap_or(1));
+            let mut ids = Vec::new();
+            for x in running {
+                self.cloud
+                    .terminate(&x.id)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                ids.push(x.id);
+            }
+            self.event("interruptSpot", json!({"instances": ids}));
+        }
+        if let Some(c) = &step.change_node_pool {
+            let pool: NodePool = self
+                .store
+                .get(None, &c.name)?
+                .with_context(|| format!("no NodePool {}", c.name))?;
+            let mut v = serde_json::to_value(&pool)?;
+            merge_patch(&mut v, &c.patch);
+            let mut new: NodePool = serde_json::from_value(v)
+                .with_context(|| format!("changeNodePool {}: the patched NodePool", c.name))?;
+            new.metadata.resource_version = pool.metadata.resource_version.clone();
+            self.store.update(&new)?;
+            self.event(
+                "changeNodePool",
+                json!({"nodePool": c.name, "patch": c.patch}),
+            );
+        }
+        if let Some(f) = &step.faults {
+            for (list, short) in [
+                (&f.insufficient_capacity, true),
+                (&f.restore_capacity, false),
+            ] {
+                for o in list {
+                    let capacity_type = CapacityType::parse(&o.capacity_type)
+                        .with_context(|| format!("unknown capacity type {}", o.capacity_type))?;
+                    self.cloud.set_insufficient_capacity(
+                        OfferingKey {
+                            instance_type: o.instance_type.clone(),
+                            zone: o.zone.clone(),
+                            capacity_type,
+                        },
+                        short,
+                    );
+                }
+            }
+            if let Some(l) = &f.launch_errors {
+                self.cloud.fail_next_launches(l.count, &l.message);
+            }
+            if let Some(r) = &f.registration_delay {
+                let registration = if r.delay.eq_ignore_ascii_case("never") {
+                    Registration::Never
+                } else {
+                    Registration::After(joiner_model::duration::parse_duration(&r.delay)?)
+                };
+                let launched = self.cloud.all_instances().len() as u64;
+                for n in 1..=r.instances as u64 {
+                    self.cloud
+                        .set_registration(&SimulatedCloud::instance_id(launched + n), registration);
+                }
+            }
+            if let Some(n) = f.throttle {
+                self.cloud.throttle_next_calls(n);
+            }
+            self.event("faults", serde_json::to_value(FaultsText(f))?);
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, r: &StepReport) {
+        for name in &r.created {
+            let claim = self.store.get::<NodeClaim>(None, name).ok().flatten();
+            let types = claim
+                .map(|c| c.requirement_values(labels::INSTANCE_TYPE))
+                .unwrap_or_default();
+            self.event(
+                "created",
+                json!({"nodeClaim": name, "instanceType": types.first()}),
+            );
+        }
+        for (claim, id) in &r.launched {
+            let it = self.cloud.all_instances().into_iter().find(|i| &i.id == id);
+            self.event(
+                "launched",
+                json!({
+                    "nodeClaim": claim,
+                    "instance": id,
+                    "instanceType": it.as_ref().map(|i| i.instance_type.clone()),
+                    "zone": it.as_ref().map(|i| i.zone.clone()),
+                }),
+            );
+        }
+        for c in &r.registered {
+            self.event("registered", json!({"nodeClaim": c}));
+        }
+        for c in &r.initialized {
+            self.event("initialized", json!({"nodeClaim": c}));
+        }
+        for d in &r.disruption {
+            let DisruptionEvent {
+                action,
+                reason,
+                node_claims,
+                detail,
+            } = d;
+            self.event(
+                &format!("disruption.{action}"),
+                json!({"reason": reason, "nodeClaims": node_claims, "detail": detail}),
+            );
+        }
+        for c in &r.deleted {
+            self.event("deleted", json!({"nodeClaim": c}));
+        }
+        for i in &r.terminated {
+            self.event("terminated", json!({"instance": i}));
+        }
+        for o in &r.unavailable {
+            self.event("unavailable", json!({"offering": o}));
+        }
+        for (pod, reason) in &r.unschedulable {
+            if self.unschedulable_seen.insert(format!("{pod}:{reason}")) {
+                self.event("unschedulable", json!({"pod": pod, "reason": reason}));
+            }
+        }
+        for e in &r.errors {
+            self.event("error", json!({"error": e.to_string()}));
+        }
+    }
+
+    /// Measures the cluster now.
+    fn sample(&mut self) -> anyhow::Result<Sample> {
+        let t = self.t();
+        let claims = self.store.list::<NodeClaim>()?;
+        let nodes = claims
+            .iter()
+            .filter(|c| {
+                !c.is_deleting()
+                    && c.metadata
+                        .annotations
+                        .as_ref()
+                        .is_none_or(|a| !a.contains_key(DISRUPTION_REASON))
+            })
+            .count();
+        let running: Vec<_> = self
+            .cloud
+            .all_instances()
+            .into_iter()
+            .filter(|i| i.state == InstanceState::Running)
+            .collect();
+        let cost_per_hour = running
+            .iter()
+            .map(|i| self.price(&i.instance_type, &i.zone, i.capacity_type))
+            .sum();
+        let store_nodes = self.store.list::<Node>()?;
+        let gpus_allocatable = store_nodes
+            .iter()
+            .map(|n| gpu_of(n.status.as_ref().and_then(|s| s.allocatable.as_ref())))
+            .sum();
+        let pods = self.observe_pods()?;
+        let mut gpus_requested = 0.0;
+        let mut pods_running = 0;
+        let mut pods_pending = 0;
+        for p in &pods {
+            if is_pending(p) {
+                pods_pending += 1;
+            } else if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+                pods_running += 1;
+                gpus_requested += pod_gpus(p);
+            }
+        }
+        Ok(Sample {
+            t,
+            nodes,
+            instances: running.len(),
+            cost_per_hour: round(cost_per_hour, 6),
+            gpus_allocatable,
+            gpus_requested,
+            pods_running,
+            pods_pending,
+        })
+    }
+
+    /// Notes when each pod (by uid) was first seen pending and how long it waited once bound.
+    fn observe_pods(&mut self) -> anyhow::Result<Vec<Pod>> {
+        let t = self.t();
+        let pods = self.store.list::<Pod>()?;
+        for p in &pods {
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            if is_pending(p) {
+                self.pending_since.entry(uid).or_insert(t);
+            } else if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+                && let Some(since) = self.pending_since.get(&uid)
+                && self.pending_done.insert(uid.clone())
+            {
+                self.pending_waits.push(t - since);
+            }
+        }
+        Ok(pods)
+    }
+
+    fn price(&self, instance_type: &str, zone: &str, capacity_type: CapacityType) -> f64 {
+        self.prices
+            .get(&(instance_type.to_string(), zone.to_string(), capacity_type))
+            .copied()
+            .unwrap_or(0.0)
+    }
+}
+
+/// The faults as the timeline shows them.
+struct FaultsText<'a>(&'a scenario::Faults);
+
+impl Serialize for FaultsText<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let f = self.0;
+        let offers = |l: &Vec<scenario::Offering>| {
+            l.iter()
+                .map(|o| format!("{}/{}/{}", o.instance_type, o.zone, o.capacity_type))
+                .collect::<Vec<_>>()
+        };
+        json!({
+            "insufficientCapacity": offers(&f.insufficient_capacity),
+            "restoreCapacity": offers(&f.restore_capacity),
+            "launchErrors": f.launch_errors.as_ref().map(|l| l.count),
+            "registrationDelay": f.registration_delay.as_ref().map(|r| format!("{} x{}", r.delay, r.instances)),
+            "throttle": f.throttle,
+        })
+        .serialize(s)
+    }
+}
+
+/// Runs a scenario.
+pub fn simulate(
+    manifests: &Manifests,
+    mut settings: Settings,
+    scenario: &Resolved,
+) -> anyhow::Result<Outcome> {
+    if settings.cluster_name.as_deref().is_none_or(str::is_empty) {
+        settings.cluster_name = Some("simulation".into());
+    }
+    let config = Config::new(settings).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let start = match &scenario.start {
+        Some(s) => s.parse::<Timestamp>().map_err(|e| {
+            anyhow::anyhow!("scenario start {s:?}: {e} (expected e.g. 2026-01-01T00:00:00Z)")
+        })?,
+        None => ManualClock::new().now(),
+    };
+    let clock = ManualClock::at(start);
+    let catalog = Catalog::builtin(&config.settings.region, &config.settings.zones);
+    let cloud = SimulatedCloud::new(&catalog, clock.clone());
+    let mut prices = BTreeMap::new();
+    for t in cloud.instance_types().map_err(|e| anyhow::anyhow!("{e}"))? {
+        for o in &t.offerings {
+            prices.insert(
+                (t.name.clone(), o.zone.clone(), o.capacity_type),
+                o.price.as_usd(),
+            );
+        }
+    }
+    let store = InMemoryCluster::new(clock.clone());
+    // Workloads are ours to expand and keep; everything else goes in as it is.
+    let mut rest = manifests.clone();
+    let deployments = std::mem::take(&mut rest.deployments);
+    store.load(&rest)?;
+    let mut sim = Sim {
+        clock: clock.clone(),
+        store: Arc::new(store),
+        cloud: Arc::new(cloud),
+        kubelet: SimulatedKubelet::default(),
+        config: config.clone(),
+        start,
+        workloads: deployments.into_iter().map(Workload::new).collect(),
+        prices,
+        events: Vec::new(),
+        unschedulable_seen: BTreeSet::new(),
+        pending_since: BTreeMap::new(),
+        pending_done: BTreeSet::new(),
+        pending_waits: Vec::new(),
+    };
+    let tick = scenario.tick;
+    let tick_s = tick.as_secs();
+    let end = scenario.duration.as_secs();
+    let mut next_step = 0;
+    let mut samples = Vec::new();
+    let mut last_sample: Option<u64> = None;
+    let mut by_type: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    let mut peak = (0, 0);
+    let mut gpu_weighted = (0.0, 0.0);
+    let mut errors = 0;
+    let mut disruptions: BTreeMap<String, usize> = BTreeMap::new();
+    let mut controller = Controller::new(
+        sim.store.clone(),
+        sim.cloud.clone(),
+        clock.clone(),
+        config.clone(),
+    );
+    let mut t = 0;
+    loop {
+        while next_step < scenario.steps.len() && scenario.steps[next_step].0.as_secs() <= t {
+            let step = scenario.steps[next_step].1.clone();
+            sim.apply(&step)
+                .with_context(|| format!("scenario step {} at {}", next_step, clock_text(t)))?;
+            next_step += 1;
+        }
+        sim.reconcile_workloads()?;
+        collect_orphans(&sim.store).map_err(|e| anyhow::anyhow!("{e}"))?;
+        sim.reconcile_workloads()?;
+        sim.observe_pods()?;
+        schedule_pending(&sim.store, &sim.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let report = controller.step();
+        errors += report.errors.len();
+        for d in report.disruption.iter().filter(|d| d.action == "decided") {
+            *disruptions.entry(d.reason.clone()).or_default() += 1;
+        }
+        sim.record(&report);
+        sim.kubelet
+            .step(&sim.store, &sim.cloud, clock.now())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let s = sim.sample()?;
+        peak = (peak.0.max(s.nodes), peak.1.max(s.instances));
+        if s.gpus_allocatable > 0.0 {
+            gpu_weighted.0 += s.gpus_requested / s.gpus_allocatable * tick_s as f64;
+            gpu_weighted.1 += tick_s as f64;
+        }
+        if t < end {
+            for i in sim.cloud.all_instances() {
+                if i.state == InstanceState::Running {
+                    let e = by_type.entry(i.instance_type.clone()).or_default();
+                    e.0 += tick_s as f64 / 3600.0;
+                    e.1 += sim.price(&i.instance_type, &i.zone, i.capacity_type) * tick_s as f64
+                        / 3600.0;
+                }
+            }
+        }
+        if last_sample.is_none_or(|l| t >= l + SAMPLE_EVERY.as_secs()) || t >= end {
+            last_sample = Some(t);
+            samples.push(s.clone());
+        }
+        if t >= end {
+            break;
+        }
+        clock.advance(tick);
+        t += tick_s;
+    }
+    if next_step < scenario.steps.len() {
+        bail!(
+            "scenario step {next_step} is at {}, after the end ({})",
+            clock_text(scenario.steps[next_step].0.as_secs()),
+            clock_text(end)
+        );
+    }
+    drop(controller);
+    let last = samples.last().cloned();
+    let waits = &sim.pending_waits;
+    let by_instance_type: BTreeMap<String, TypeUsage> = by_type
+        .into_iter()
+        .map(|(k, (hours, cost))| {
+            (
+                k,
+                TypeUsage {
+                    node_hours: round(hours, 4),
+                    price_per_hour: if hours > 0.0 {
+                        round(cost / hours, 6)
+                    } else {
+                        0.0
+                    },
+                    cost: round(cost, 4),
+                },
+            )
+        })
+        .collect();
+    let summary = Summary {
+        scenario: scenario.name.clone(),
+        simulated_seconds: end,
+        tick_seconds: tick_s,
+        peak_nodes: peak.0,
+        peak_instances: peak.1,
+        final_nodes: last.as_ref().map_or(0, |s| s.nodes),
+        instances_launched: sim.cloud.all_instances().len(),
+        total_node_hours: round(by_instance_type.values().map(|u| u.node_hours).sum(), 4),
+        total_cost: round(by_instance_type.values().map(|u| u.cost).sum(), 4),
+        by_instance_type,
+        pods_scheduled: waits.len(),
+        pending_mean_seconds: if waits.is_empty() {
+            0.0
+        } else {
+            round(waits.iter().sum::<u64>() as f64 / waits.len() as f64, 1)
+        },
+        pending_max_seconds: waits.iter().copied().max().unwrap_or(0) as f64,
+        pods_still_pending: last.as_ref().map_or(0, |s| s.pods_pending),
+        gpu_allocation_mean: if gpu_weighted.1 > 0.0 {
+            round(gpu_weighted.0 / gpu_weighted.1, 4)
+        } else {
+            0.0
+        },
+        disruptions,
+        errors,
+    };
+    Ok(Outcome {
+        events: sim.events,
+        samples,
+        summary,
+    })
+}
+
+/// The human-readable line of one timeline event.
+fn line(e: &Value) -> String {
+    let at = e["at"].as_str().unwrap_or_default();
+    let event = e["event"].as_str().unwrap_or_default();
+    let mut rest: Vec<String> = Vec::new();
+    if let Value::Object(m) = e {
+        for (k, v) in m {
+            if matches!(k.as_str(), "at" | "t" | "event") || v.is_null() {
+                continue;
+            }
+            if let Value::Array(a) = v
+                && a.is_empty()
+            {
+                continue;
+            }
+            let text = match v {
+                Value::String(s) => s.clone(),
+                Value::Array(a) => a
+                    .iter()
+                    .map(|x| {
+                        x.as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| x.to_string())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(","),
+                other => other.to_string(),
+            };
+            rest.push(format!("{k}={text}"));
+        }
+    }
+    format!("{at}  {event:<24} {}", rest.join(" "))
+}
+
+/// `joiner simulate`.
+pub fn run(req: Request) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let scenario = scenario::Scenario::load(&req.scenario)?;
+    let outcome = simulate(&req.manifests, req.settings, &scenario)?;
+    let mut out = String::new();
+    if req.json {
+        for e in &outcome.events {
+            out.push_str(&serde_json::to_string(e)?);
+            out.push('\n');
+        }
+        out.push_str(&serde_json::to_string(
+            &json!({"summary": outcome.summary}),
+        )?);
+        out.push('\n');
+    } else {
+        for e in &outcome.events {
+            out.push_str(&line(e));
+            out.push('\n');
+        }
+        out.push_str(&report::summary_text(&outcome.summary));
+    }
+    std::io::stdout().write_all(out.as_bytes())?;
+    if let Some(path) = &req.report {
+        write_report(path, &outcome)?;
+    }
+    Ok(())
+}
+
+fn write_report(path: &Path, outcome: &Outcome) -> anyhow::Result<()> {
+    let html = report::html(outcome);
+    std::fs::write(path, html).with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,308 @@
+//! `joiner simulate` on the learning-lab day (examples/learning-lab-day): nodes follow demand,
+//! the cost adds up, the output is deterministic, and the HTML report is well formed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn simulate(extra: &[&str]) -> (String, String) {
+    let dir = root().join("examples/learning-lab-day");
+    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .arg("simulate")
+        .arg("-f")
+        .arg(&dir)
+        .arg("--scenario")
+        .arg(dir.join("scenario.yaml"))
+        .args(extra)
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    let stderr = String::from_utf8(out.stderr).expect("utf-8");
+    assert!(out.status.success(), "{stderr}");
+    (stdout, stderr)
+}
+
+fn events(json: &str) -> Vec<Value> {
+    json.lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+#[test]
+fn the_learning_lab_day() {
+    let dir = std::env::temp_dir().join(format!("joiner-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let report_a = dir.join("a.html");
+    let report_b = dir.join("b.html");
+    let (a, _) = simulate(&["-o", "json", "--report", report_a.to_str().expect("path")]);
+    let (b, _) = simulate(&["-o", "json", "--report", report_b.to_str().expect("path")]);
+    assert_eq!(a, b, "two runs give the same timeline");
+    let html = std::fs::read_to_string(&report_a).expect("report");
+    assert_eq!(html, std::fs::read_to_string(&report_b).expect("report"));
+
+    let lines = events(&a);
+    let summary = &lines.last().expect("a summary")["summary"];
+    // Demand: 4 pods at 08:00, 8 at 09:00, 12 at 10:00 (three per g4dn.xlarge), 2 at night.
+    assert_eq!(summary["peakNodes"], 4, "{summary}");
+    assert!(
+        summary["finalNodes"].as_u64().expect("final") <= 1,
+        "{summary}"
+    );
+    assert_eq!(summary["podsStillPending"], 0);
+    assert_eq!(summary["errors"], 0);
+    // Cost = node-hours x price, per type and in total.
+    let by_type = summary["byInstanceType"].as_object().expect("types");
+    assert_eq!(by_type.keys().collect::<Vec<_>>(), ["g4dn.xlarge"]);
+    let g4 = &by_type["g4dn.xlarge"];
+    let (hours, price, cost) = (
+        g4["nodeHours"].as_f64().expect("hours"),
+        g4["pricePerHour"].as_f64().expect("price"),
+        g4["cost"].as_f64().expect("cost"),
+    );
+    assert!((price - 0.526).abs() < 1e-9, "{price}");
+    assert!(
+        (hours * price - cost).abs() < 0.01,
+        "{hours} x {price} != {cost}"
+    );
+    assert!((summary["totalCost"].as_f64().expect("total") - cost).abs() < 1e-9);
+    // Lab hours: 4 nodes at most for about 8 h plus 1-2 overnight; far below 4 nodes all day.
+    assert!(hours > 20.0 && hours < 60.0, "{hours}");
+
+    // Expiry (120m) replaced nodes, replacements first; consolidation removed nodes at night.
+    let disruptions = &summary["disruptions"];
+    assert!(
+        disruptions["Expired"].as_u64().unwrap_or(0) >= 4,
+        "{disruptions}"
+    );
+    let kinds: Vec<&str> = lines[..lines.len() - 1]
+        .iter()
+        .map(|e| e["event"].as_str().expect("event"))
+        .collect();
+    for k in [
+        "scale",
+        "created",
+        "launched",
+        "initialized",
+        "disruption.replacing",
+        "disruption.evicted",
+        "disruption.deleted",
+        "terminated",
+    ] {
+        assert!(kinds.contains(&k), "no {k} event");
+    }
+    // Every replacement is initialized before the node it replaces is evicted.
+    for (i, e) in lines.iter().enumerate() {
+        if e["event"] == "disruption.replacing" {
+            let old = &e["nodeClaims"][0];
+            let new = &e["detail"][0];
+            let init = lines
+                .iter()
+                .position(|x| x["event"] == "initialized" && &x["nodeClaim"] == new);
+            let evict = lines
+                .iter()
+                .position(|x| x["event"] == "disruption.evicted" && &x["nodeClaims"][0] == old);
+            if let (Some(init), Some(evict)) = (init, evict) {
+                assert!(init > i && evict >= init, "{e}");
+            }
+        }
+    }
+    // Timeline times never go backwards.
+    let ts: Vec<u64> = lines[..lines.len() - 1]
+        .iter()
+        .map(|e| e["t"].as_u64().expect("t"))
+        .collect();
+    assert!(ts.windows(2).all(|w| w[0] <= w[1]));
+
+    check_report(&html);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Tags open and close in order inside every `<svg>` (a tiny XML check), one chart per figure,
+/// with the expected series, and no external assets.
+fn check_report(html: &str) {
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.trim_end().ends_with("</html>"));
+    for external in ["<script src", "<link ", "http://", "https://"] {
+        let hits: Vec<_> = html.match_indices(external).collect();
+        // The SVG namespace URI is the only URL allowed.
+        let allowed = html.matches("xmlns=\"http://www.w3.org/2000/svg\"").count();
+        if external == "http://" {
+            assert_eq!(hits.len(), allowed, "external reference");
+        } else {
+            assert!(hits.is_empty(), "external reference {external}");
+        }
+    }
+    let svgs: Vec<&str> = html
+        .match_indices("<svg")
+        .map(|(i, _)| {
+            let end = html[i..].find("</svg>").expect("closed") + i + "</svg>".len();
+            &html[i..end]
+        })
+        .collect();
+    assert_eq!(svgs.len(), 4, "one svg per chart");
+    for (id, series) in [
+        ("nodes", &["nodes", "instances (incl. draining)"][..]),
+        ("cost", &["cost per hour"][..]),
+        ("gpu", &["GPU allocation"][..]),
+        ("pods", &["running", "pending"][..]),
+    ] {
+        let svg = svgs
+            .iter()
+            .find(|s| s.starts_with(&format!("<svg id=\"{id}\"")))
+            .unwrap_or_else(|| panic!("no chart {id}"));
+        for s in series {
+            assert!(
+                svg.contains(&format!("data-series=\"{s}\"")),
+                "{id}: no series {s}"
+            );
+        }
+        well_formed(svg);
+    }
+}
+
+fn well_formed(xml: &str) {
+    let mut stack: Vec<String> = Vec::new();
+    let mut rest = xml;
+    while let Some(i) = rest.find('<') {
+        let end = rest[i..].find('>').expect("tag closed") + i;
+        let tag = &rest[i + 1..end];
+        assert!(!tag.contains('<'), "bad tag {tag}");
+        if let Some(name) = tag.strip_prefix('/') {
+            assert_eq!(
+                stack.pop().as_deref(),
+                Some(name.trim()),
+                "mismatched </{name}>"
+            );
+        } else if !tag.ends_with('/') {
+            let name = tag.split_whitespace().next().expect("name").to_string();
+            stack.push(name);
+        }
+        // Attribute values are quoted and ampersands escaped.
+        assert_eq!(
+            tag.matches('"').count() % 2,
+            0,
+            "unbalanced quotes in {tag}"
+        );
+        rest = &rest[end + 1..];
+        let text_end = rest.find('<').unwrap_or(rest.len());
+        let text = &rest[..text_end];
+        for (j, _) in text.match_indices('&') {
+            assert!(
+                ["&amp;", "&lt;", "&gt;", "&quot;"]
+                    .iter()
+                    .any(|e| text[j..].starts_with(e)),
+                "unescaped & in {text}"
+            );
+        }
+    }
+    assert!(stack.is_empty(), "unclosed {stack:?}");
+}
+
+#[test]
+fn bad_scenarios_are_reported() {
+    let dir = std::env::temp_dir().join(format!("joiner-sim-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let manifests = root().join("examples/learning-lab-day");
+    for (text, want) in [
+        (
+            "duration: 1h\nsteps:\n  - at: 10m\n    scale: {deployment: nope, replicas: 1}\n",
+            "no Deployment nope",
+        ),
+        (
+            "duration: 1h\nsteps:\n  - at: 2h\n    scale: {deployment: learning-lab, replicas: 1}\n",
+            "after the end",
+        ),
+        (
+            "duration: 1h\nsteps:\n  - at: 10m\n    frobnicate: 1\n",
+            "frobnicate",
+        ),
+        (
+            "duration: 1h\nsteps:\n  - at: 30m\n  - at: 10m\n",
+            "before the previous step",
+        ),
+    ] {
+        let path = dir.join("scenario.yaml");
+        std::fs::write(&path, text).expect("write");
+        let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+            .args(["simulate", "-f"])
+            .arg(&manifests)
+            .arg("--scenario")
+            .arg(&path)
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text}");
+        assert!(stderr.contains(want), "{text}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn faults_interruptions_and_pool_changes() {
+    let dir = std::env::temp_dir().join(format!("joiner-sim-faults-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let manifests = root().join("examples/learning-lab-day");
+    let scenario = r#"
+name: faults
+tick: 10s
+duration: 3h
+steps:
+  - at: 0s
+    faults:
+      insufficientCapacity:
+        - {instanceType: g4dn.xlarge, zone: us-east-1a, capacityType: on-demand}
+      launchErrors: {count: 1, message: "RequestLimitExceeded"}
+      registrationDelay: {delay: 3m, instances: 1}
+    scale: {deployment: learning-lab, replicas: 3}
+  - at: 30m
+    addPods: {from: learning-lab, count: 1, prefix: pinned, annotations: {karpenter.sh/do-not-disrupt: "true"}}
+  - at: 1h
+    interruptSpot: {nodeClaim: "*"}
+  - after: 10m
+    changeNodePool: {name: g4-nodepool, patch: {spec: {disruption: {consolidateAfter: 1m}}}}
+    deletePods: {prefix: pinned}
+    scale: {deployment: learning-lab, replicas: 1}
+"#;
+    let path = dir.join("scenario.yaml");
+    std::fs::write(&path, scenario).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .args(["simulate", "-o", "json", "-f"])
+        .arg(&manifests)
+        .arg("--scenario")
+        .arg(&path)
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = events(&stdout);
+    let kinds: Vec<&str> = lines.iter().filter_map(|e| e["event"].as_str()).collect();
+    for k in [
+        "faults",
+        "unavailable",
+        "error",
+        "launched",
+        "addPods",
+        "interruptSpot",
+        "changeNodePool",
+        "deletePods",
+    ] {
+        assert!(kinds.contains(&k), "no {k} event: {kinds:?}");
+    }
+    // Insufficient capacity in us-east-1a: launches went elsewhere.
+    for e in lines.iter().filter(|e| e["event"] == "launched") {
+        assert_ne!(e["zone"], "us-east-1a", "{e}");
+    }
+    let summary = &lines.last().expect("summary")["summary"];
+    assert_eq!(summary["podsStillPending"], 0, "{summary}");
+    assert_eq!(summary["finalNodes"], 1, "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
