@@ -282,24 +282,32 @@ impl<'a> Baseline<'a> {
 
 impl<'a> Planner<'a> {
     fn new(input: &'a SchedulingInput) -> Planner<'a> {
+        // Every resource name in the input, indexed in name order so that nothing (the first
+        // resource a reason names, say) depends on the order of the input.
+        let mut names = BTreeSet::new();
+        let lists = input
+            .pods
+            .iter()
+            .map(|p| &p.requests)
+            .chain(input.daemon_sets.iter().map(|d| &d.pod.requests))
+            .chain(
+                input
+                    .nodes
+                    .iter()
+                    .flat_map(|n| [&n.allocatable, &n.capacity]),
+            )
+            .chain(input.pools.iter().map(|p| &p.limits))
+            .chain(
+                input
+                    .pools
+                    .iter()
+                    .flat_map(|p| p.options.iter().flat_map(|o| [&o.allocatable, &o.capacity])),
+            );
+        for list in lists {
+            names.extend(list.keys().cloned());
+        }
         let mut index = ResourceIndex::default();
-        for p in &input.pods {
-            index.intern(&p.requests);
-        }
-        for d in &input.daemon_sets {
-            index.intern(&d.pod.requests);
-        }
-        for n in &input.nodes {
-            index.intern(&n.allocatable);
-            index.intern(&n.capacity);
-        }
-        for pool in &input.pools {
-            index.intern(&pool.limits);
-            for o in &pool.options {
-                index.intern(&o.allocatable);
-                index.intern(&o.capacity);
-            }
-        }
+        index.intern_names(names);
         let requests: Vec<Amounts> = input
             .pods
             .iter()

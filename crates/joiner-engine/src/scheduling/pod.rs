@@ -123,8 +123,10 @@ impl PodInfo {
         let Some(spec) = pod.spec.as_ref() else {
             return Err(err("spec".into(), "a pod needs a spec".into()));
         };
-        let requests = pod_requests(spec)
+        let mut requests = pod_requests(spec)
             .map_err(|(field, e)| err(format!("spec.{field}.{}", e.name), e.error.to_string()))?;
+        // Every pod takes one of its node's `pods` slots (the kubelet's max pods).
+        requests.insert("pods".to_string(), joiner_model::Quantity::from_units(1));
 
         let mut base = Requirements::new();
         for (k, v) in spec.node_selector.iter().flatten() {

@@ -19,11 +19,12 @@ pub struct ResourceIndex {
 pub type Amounts = Vec<i128>;
 
 impl ResourceIndex {
-    pub fn intern(&mut self, list: &ResourceList) {
-        for name in list.keys() {
-            if !self.index.contains_key(name) {
+    /// Indexes names in the order given (the planner gives them sorted).
+    pub fn intern_names(&mut self, names: impl IntoIterator<Item = String>) {
+        for name in names {
+            if !self.index.contains_key(&name) {
                 self.index.insert(name.clone(), self.names.len());
-                self.names.push(name.clone());
+                self.names.push(name);
             }
         }
     }
