@@ -77,6 +77,8 @@ pub struct Manifests {
     seen: HashMap<ObjectRef, Source>,
     /// Kinds skipped so far, in first-seen order: kind, its first apiVersion and origin, count.
     skipped: Vec<(String, String, Source, usize)>,
+    /// Pods the workloads added so far will expand into (bounded by [`MAX_WORKLOAD_PODS`]).
+    workload_pods: i64,
 }
 
 /// The kinds Joiner reads, the API versions it accepts for each, and whether they are namespaced.
@@ -109,6 +111,12 @@ const KINDS: &[(&str, &[&str], bool)] = &[
 
 /// Lists nested deeper than this are refused; real `List`s nest at most once or twice.
 const MAX_LIST_NESTING: usize = 8;
+
+/// The most pods the workloads of one input may expand into (replicas of Deployments,
+/// ReplicaSets and StatefulSets, Job parallelism). Expansion makes one pod per replica, so a
+/// hostile `replicas: 2147483647` would otherwise exhaust memory; a count past this is an
+/// input error naming the field.
+pub const MAX_WORKLOAD_PODS: i64 = 100_000;
 
 /// Splits `text` into its YAML documents (JSON is YAML), skipping empty ones. Document numbers
 /// in the returned [`Source`]s count the non-empty documents from 1.
@@ -288,6 +296,45 @@ impl Manifests {
         Ok(())
     }
 
+    /// Adds the pods a workload expands into to the input's total, refusing a total past
+    /// [`MAX_WORKLOAD_PODS`]. Counts the way `workloads::expand_workloads` expands.
+    fn count_workload_pods(
+        &mut self,
+        origin: &Source,
+        object: &ObjectRef,
+        doc: &Value,
+    ) -> Result<(), InputError> {
+        let int = |pointer: &str| doc.pointer(pointer).and_then(Value::as_i64);
+        let (field, count) = match object.kind.as_str() {
+            "Deployment" | "ReplicaSet" | "StatefulSet" => {
+                ("spec.replicas", int("/spec/replicas").unwrap_or(1))
+            }
+            "Job" if doc.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true) => {
+                return Ok(());
+            }
+            "Job" => {
+                let parallelism = int("/spec/parallelism").unwrap_or(1);
+                let count = int("/spec/completions").map_or(parallelism, |c| parallelism.min(c));
+                ("spec.parallelism", count)
+            }
+            _ => return Ok(()),
+        };
+        let total = self.workload_pods.saturating_add(count.max(0));
+        if total > MAX_WORKLOAD_PODS {
+            return Err(InputError::new(
+                origin,
+                object,
+                field,
+                format!(
+                    "{count} replicas would make the input's workloads expand into {total} pods; \
+                     Joiner plans at most {MAX_WORKLOAD_PODS}"
+                ),
+            ));
+        }
+        self.workload_pods = total;
+        Ok(())
+    }
+
     /// Counts a skipped object; one warning per kind is emitted by [`Manifests::finish`], naming
     /// the first place the kind appeared and its API version there.
     fn skip_kind(&mut self, origin: Source, api_version: &str, kind: &str) {
@@ -307,6 +354,7 @@ impl Manifests {
         mut doc: Value,
     ) -> Result<(), InputError> {
         let o = &origin;
+        self.count_workload_pods(o, object, &doc)?;
         match object.kind.as_str() {
             "Pod" => self.pods.push(sourced(o, decode(o, object, doc)?)),
             "Node" => self.nodes.push(sourced(o, decode(o, object, doc)?)),
@@ -728,6 +776,34 @@ metadata: {name: c}
                 }
             }
         }
+    }
+
+    #[test]
+    fn workloads_may_expand_into_at_most_max_workload_pods() {
+        let deployment = |name: &str, replicas: i64| {
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}}}\nspec: \
+                 {{replicas: {replicas}, selector: {{}}, template: {{spec: {{containers: []}}}}}}\n"
+            )
+        };
+        // Up to the limit across workloads; a suspended Job adds no pods.
+        let text = format!(
+            "{}---\n{}---\napiVersion: batch/v1\nkind: Job\nmetadata: {{name: j}}\nspec: \
+             {{suspend: true, parallelism: 2147483647, template: {{spec: {{containers: []}}}}}}\n",
+            deployment("a", MAX_WORKLOAD_PODS - 1),
+            deployment("b", 1)
+        );
+        load("ok.yaml", &text).unwrap();
+        let text = format!(
+            "{}---\n{}",
+            deployment("a", MAX_WORKLOAD_PODS),
+            deployment("b", 1)
+        );
+        let e = load("many.yaml", &text).unwrap_err();
+        assert_eq!(e.field, "spec.replicas");
+        assert!(e.to_string().contains("Deployment/default/b"), "{e}");
+        let e = load("huge.yaml", &deployment("a", i64::from(i32::MAX))).unwrap_err();
+        assert!(e.message.contains("at most 100000"), "{}", e.message);
     }
 
     #[test]

@@ -1,0 +1,448 @@
+//! Hostile input through the built `joiner` binary: each case, the error or outcome it must
+//! give, and a generous bound on time (debug builds, a shared 2-core machine). A run past its
+//! bound is killed and fails the test, so a hang cannot stall CI.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Bound for every case; each finishes far faster (see the README's "Hardening" section).
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// Bound for the two size cases (a 5 MB slice file; 10,000 pods with claims): each takes a
+/// few seconds of CPU in a debug build, up to 17 s of wall time on a busy 2-core machine.
+const BIG_LIMIT: Duration = Duration::from_secs(60);
+
+/// Bound on resident memory for every case (the largest, the 100,000-device slice, peaks
+/// near 400 MB in a debug build).
+const MEMORY_LIMIT_KB: u64 = 2 * 1024 * 1024;
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name)
+}
+
+/// A fresh directory holding `files` (name, text).
+fn dir(case: &str, files: &[(&str, String)]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("joiner-hostile-{}-{case}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    dir
+}
+
+/// The DRA example's NodePool, EC2NodeClass and DeviceClasses, plus `workload`.
+fn dra_dir(case: &str, workload: String) -> PathBuf {
+    let read = |f: &str| std::fs::read_to_string(example("dra-specific-gpu").join(f)).unwrap();
+    dir(
+        case,
+        &[
+            ("nodepool.yaml", read("nodepool.yaml")),
+            ("deviceclasses.yaml", read("deviceclasses.yaml")),
+            ("workload.yaml", workload),
+        ],
+    )
+}
+
+struct Run {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+impl Run {
+    fn json(&self) -> serde_json::Value {
+        assert!(self.ok, "{}", self.stderr);
+        serde_json::from_str(&self.stdout).unwrap()
+    }
+}
+
+/// Runs `joiner plan -o json -f <path> <extra>`, killing it past `limit`.
+fn plan(path: &Path, extra: &[&str], limit: Duration) -> Run {
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .args(["plan", "-o", "json", "-f"])
+        .arg(path)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak_kb = 0u64;
+    let status = loop {
+        // The high-water mark of resident memory, as last seen before the process exits
+        // (Linux; elsewhere memory goes unchecked).
+        if let Some(kb) = std::fs::read_to_string(&status_file).ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        }) {
+            peak_kb = peak_kb.max(kb);
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "joiner plan -f {} {extra:?} ran past {limit:?}",
+                path.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = started.elapsed();
+    eprintln!(
+        "joiner plan -f {} {extra:?}: {took:?}, peak RSS >= {peak_kb} kB",
+        path.display()
+    );
+    assert!(
+        peak_kb < MEMORY_LIMIT_KB,
+        "joiner plan -f {} {extra:?} used {peak_kb} kB",
+        path.display()
+    );
+    Run {
+        ok: status.success(),
+        stdout: reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+        took,
+    }
+}
+
+const DRA: &[&str] = &["--set", "settings.enableDRA=true"];
+
+fn unschedulable(plan: &serde_json::Value) -> Vec<(String, String)> {
+    plan["unschedulable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| {
+            (
+                u["pod"].as_str().unwrap().to_string(),
+                u["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A pod in `default` using a claim from template `t`, tolerating the GPU taint.
+fn claim_pod(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  \
+         tolerations: [{{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}}]\n  \
+         resourceClaims: [{{name: c, resourceClaimTemplateName: t}}]\n  containers:\n  \
+         - name: c\n    resources: {{claims: [{{name: c}}]}}\n"
+    )
+}
+
+fn template(request: &str) -> String {
+    format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{name: t, \
+         namespace: default}}\nspec:\n  spec:\n    devices:\n      requests:\n      - name: \
+         gpu\n        exactly:\n{request}"
+    )
+}
+
+#[test]
+fn yaml_alias_bomb_is_rejected_quickly() {
+    // "Billion laughs": ten levels of ten aliases each, 10^10 strings once expanded.
+    let mut yaml = String::from(
+        "a0: &a0 [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+    );
+    for i in 1..=10 {
+        let p = i - 1;
+        yaml.push_str(&format!(
+            "a{i}: &a{i} [*a{p},*a{p},*a{p},*a{p},*a{p},*a{p},*a{p},*a{p},*a{p},*a{p}]\n"
+        ));
+    }
+    let d = dir("alias-bomb", &[("bomb.yaml", yaml)]);
+    let run = plan(&d.join("bomb.yaml"), &[], LIMIT);
+    assert!(!run.ok, "{}", run.stdout);
+    assert!(
+        run.stderr.contains("bomb.yaml")
+            && run.stderr.contains("cannot parse YAML")
+            && run.stderr.contains("budget breached"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.took < LIMIT);
+}
+
+#[test]
+fn deep_nesting_is_rejected_quickly() {
+    for (name, text) in [
+        ("lists.yaml", format!("a: {}", "[".repeat(100_000))),
+        ("maps.yaml", format!("a: {}1", "{b: ".repeat(100_000))),
+        (
+            "block.yaml",
+            (0..1_000)
+                .map(|i| format!("{}k{i}:\n", " ".repeat(i)))
+                .collect::<String>(),
+        ),
+        (
+            "json.json",
+            format!("{}{}", "[".repeat(50_000), "]".repeat(50_000)),
+        ),
+    ] {
+        let d = dir(&format!("deep-{name}"), &[(name, text)]);
+        let run = plan(&d.join(name), &[], LIMIT);
+        assert!(!run.ok, "{name}: {}", run.stdout);
+        assert!(
+            run.stderr.contains(name)
+                && run.stderr.contains("cannot parse YAML")
+                && (run.stderr.contains("budget breached")
+                    || run.stderr.contains("recursion limit exceeded")),
+            "{name}: {}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn cel_over_the_cost_limit_fails_its_claim() {
+    let list = format!(
+        "[{}]",
+        (0..100)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let expr = format!("{list}.all(a, {list}.all(b, {list}.all(c, a + b + c >= 0)))");
+    let request = format!(
+        "          deviceClassName: gpu.nvidia.com\n          selectors:\n          - cel: \
+         {{expression: '{expr}'}}\n"
+    );
+    let d = dra_dir(
+        "cel-cost",
+        format!("{}---\n{}", template(&request), claim_pod("expensive")),
+    );
+    let run = plan(&d, DRA, LIMIT);
+    let plan = run.json();
+    let u = unschedulable(&plan);
+    assert_eq!(u.len(), 1, "{u:?}");
+    assert_eq!(u[0].0, "default/expensive");
+    assert!(
+        u[0].1.contains("is too expensive") && u[0].1.contains("exceeds the limit of 1000000"),
+        "{}",
+        u[0].1
+    );
+    assert!(plan["nodeClaims"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn count_of_2147483647_is_unschedulable_quickly() {
+    let request = "          deviceClassName: gpu.nvidia.com\n          count: 2147483647\n";
+    let d = dra_dir(
+        "count-max",
+        format!("{}---\n{}", template(request), claim_pod("greedy")),
+    );
+    let run = plan(&d, DRA, LIMIT);
+    let plan = run.json();
+    let u = unschedulable(&plan);
+    assert_eq!(u.len(), 1, "{u:?}");
+    assert_eq!(u[0].0, "default/greedy");
+    assert!(
+        u[0].1
+            .contains("needs 2147483647 devices, more than the limit of 32 per claim"),
+        "{}",
+        u[0].1
+    );
+    assert!(plan["nodeClaims"].as_array().unwrap().is_empty());
+}
+
+/// An existing node with a node-local slice of `devices` devices of `dev.example.com`.
+fn big_slice_dir(case: &str, devices: usize, pods: usize, count: i64) -> PathBuf {
+    let mut slice = String::from(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: big}\nspec:\n  \
+         driver: dev.example.com\n  nodeName: big-node\n  pool: {name: big-node, generation: 1, \
+         resourceSliceCount: 1}\n  devices:\n",
+    );
+    for i in 0..devices {
+        slice.push_str(&format!(
+            "  - {{name: d{i}, attributes: {{index: {{int: {i}}}}}}}\n"
+        ));
+    }
+    let node = "apiVersion: v1\nkind: Node\nmetadata: {name: big-node, labels: \
+                {kubernetes.io/hostname: big-node}}\nstatus:\n  allocatable: {cpu: '1000', \
+                memory: 4000Gi, pods: '20000'}\n  capacity: {cpu: '1000', memory: 4000Gi, \
+                pods: '20000'}\n"
+        .to_string();
+    let class =
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: dev}\nspec:\n  \
+                 selectors: [{cel: {expression: 'device.driver == \"dev.example.com\"'}}]\n"
+            .to_string();
+    let tmpl = "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {name: t, \
+                namespace: default}\nspec:\n  spec:\n    devices:\n      requests:\n      - name: \
+                d\n        exactly: {deviceClassName: dev, count: COUNT}\n"
+        .replace("COUNT", &count.to_string());
+    let workload = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: w, namespace: default}}\nspec:\n  \
+         replicas: {pods}\n  selector: {{matchLabels: {{app: w}}}}\n  template:\n    metadata: \
+         {{labels: {{app: w}}}}\n    spec:\n      resourceClaims: [{{name: c, \
+         resourceClaimTemplateName: t}}]\n      containers:\n      - name: c\n        \
+         resources: {{claims: [{{name: c}}]}}\n"
+    );
+    dir(
+        case,
+        &[
+            ("slice.yaml", slice),
+            ("node.yaml", node),
+            ("class.yaml", class),
+            ("template.yaml", tmpl),
+            ("workload.yaml", workload),
+        ],
+    )
+}
+
+#[test]
+fn a_100000_device_slice_is_handled_in_bounded_time() {
+    // A 5 MB file: about 5 s of CPU in a debug build, half of it reading the YAML.
+    let d = big_slice_dir("big-slice", 100_000, 2, 3);
+    let run = plan(&d, DRA, BIG_LIMIT);
+    let plan = run.json();
+    assert!(
+        unschedulable(&plan).is_empty(),
+        "{:?}",
+        unschedulable(&plan)
+    );
+    let bindings = plan["bindings"].as_array().unwrap();
+    assert_eq!(bindings.len(), 2);
+    assert!(bindings.iter().all(|b| b["node"] == "big-node"));
+    assert_eq!(plan["claims"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn ten_thousand_claims_from_one_template_are_handled_in_bounded_time() {
+    let d = big_slice_dir("many-claims", 10_000, 10_000, 1);
+    let run = plan(&d, DRA, BIG_LIMIT);
+    let plan = run.json();
+    assert!(
+        unschedulable(&plan).is_empty(),
+        "{:?}",
+        &unschedulable(&plan)[..1]
+    );
+    assert_eq!(plan["bindings"].as_array().unwrap().len(), 10_000);
+    assert_eq!(plan["claims"].as_array().unwrap().len(), 10_000);
+    eprintln!("10,000 claims: {:?}", run.took);
+}
+
+fn pod_requesting(name: &str, requests: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  \
+         containers:\n  - name: c\n    resources: {{requests: {{{requests}}}}}\n"
+    )
+}
+
+fn learning_lab_with(case: &str, pod: String) -> PathBuf {
+    let mut files: Vec<(&str, String)> = ["nodepool.yaml", "ec2nodeclass.yaml"]
+        .iter()
+        .map(|f| {
+            (
+                *f,
+                std::fs::read_to_string(example("time-slicing-learning-lab").join(f)).unwrap(),
+            )
+        })
+        .collect();
+    files.push(("pod.yaml", pod));
+    dir(case, &files)
+}
+
+#[test]
+fn huge_quantities_are_errors_naming_the_field_or_unschedulable() {
+    // Beyond what Joiner's exact quantities hold: an input error naming object and field.
+    for (i, q) in ["1e1000", "99999999999999999999999999999999Ei", "1E400"]
+        .iter()
+        .enumerate()
+    {
+        let d = learning_lab_with(
+            &format!("huge-{i}"),
+            pod_requesting("huge", &format!("cpu: '{q}'")),
+        );
+        let run = plan(&d, &[], LIMIT);
+        assert!(!run.ok, "{q}: {}", run.stdout);
+        assert!(
+            run.stderr.contains("Pod/default/huge")
+                && run
+                    .stderr
+                    .contains("spec.containers[0].resources.requests.cpu"),
+            "{q}: {}",
+            run.stderr
+        );
+    }
+    // Representable but larger than any instance type: unschedulable, with a reason.
+    for (i, req) in [
+        "cpu: '9223372036854775807'",
+        "memory: 8Ei",
+        "nvidia.com/gpu: '2147483647'",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let d = learning_lab_with(&format!("big-{i}"), pod_requesting("big", req));
+        let plan = plan(&d, &[], LIMIT).json();
+        let u = unschedulable(&plan);
+        assert_eq!(u.len(), 1, "{req}: {u:?}");
+        assert!(!u[0].1.is_empty());
+        assert!(plan["nodeClaims"].as_array().unwrap().is_empty(), "{req}");
+    }
+}
+
+#[test]
+fn replicas_of_2147483647_are_an_input_error() {
+    // Found while writing these tests: expansion made one pod per replica and ran out of
+    // memory. Workloads may now expand into at most 100,000 pods in all.
+    for (kind, spec) in [
+        (
+            "Deployment",
+            "replicas: 2147483647\n  selector: {matchLabels: {app: w}}",
+        ),
+        (
+            "StatefulSet",
+            "replicas: 2147483647\n  selector: {matchLabels: {app: w}}",
+        ),
+        ("Job", "parallelism: 2147483647"),
+    ] {
+        let api = if kind == "Job" { "batch/v1" } else { "apps/v1" };
+        let field = if kind == "Job" {
+            "spec.parallelism"
+        } else {
+            "spec.replicas"
+        };
+        let d = learning_lab_with(
+            &format!("replicas-{kind}"),
+            format!(
+                "apiVersion: {api}\nkind: {kind}\nmetadata: {{name: w, namespace: default}}\nspec:\n  \
+                 {spec}\n  template:\n    metadata: {{labels: {{app: w}}}}\n    spec:\n      \
+                 containers: [{{name: c, resources: {{requests: {{cpu: 100m}}}}}}]\n"
+            ),
+        );
+        let run = plan(&d, &[], LIMIT);
+        assert!(!run.ok, "{kind}: {}", run.stdout);
+        assert!(
+            run.stderr.contains(&format!("{kind}/default/w"))
+                && run.stderr.contains(field)
+                && run.stderr.contains("at most 100000"),
+            "{kind}: {}",
+            run.stderr
+        );
+    }
+}
