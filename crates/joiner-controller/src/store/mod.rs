@@ -69,54 +69,28 @@ pub trait ClusterStore {
     ) -> Result<Deleted, StoreError>;
 }
 
-impl<S: ClusterStore + ?Sized> ClusterStore for &S {
-    fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
-        (**self).list()
-    }
-    fn get<K: Resource>(
-        &self,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Option<K>, StoreError> {
-        (**self).get(namespace, name)
-    }
-    fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
-        (**self).create(object)
-    }
-    fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
-        (**self).update(object)
-    }
-    fn delete<K: Resource>(
-        &self,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Deleted, StoreError> {
-        (**self).delete::<K>(namespace, name)
-    }
+/// A reference to a store, or a shared one, is a store: the controller and the test harness
+/// hold the same cluster.
+macro_rules! forward_store {
+    ($($wrapper:ty),*) => {$(
+        impl<S: ClusterStore + ?Sized> ClusterStore for $wrapper {
+            fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
+                (**self).list()
+            }
+            fn get<K: Resource>(&self, namespace: Option<&str>, name: &str) -> Result<Option<K>, StoreError> {
+                (**self).get(namespace, name)
+            }
+            fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+                (**self).create(object)
+            }
+            fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+                (**self).update(object)
+            }
+            fn delete<K: Resource>(&self, namespace: Option<&str>, name: &str) -> Result<Deleted, StoreError> {
+                (**self).delete::<K>(namespace, name)
+            }
+        }
+    )*};
 }
 
-impl<S: ClusterStore + ?Sized> ClusterStore for std::sync::Arc<S> {
-    fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
-        (**self).list()
-    }
-    fn get<K: Resource>(
-        &self,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Option<K>, StoreError> {
-        (**self).get(namespace, name)
-    }
-    fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
-        (**self).create(object)
-    }
-    fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
-        (**self).update(object)
-    }
-    fn delete<K: Resource>(
-        &self,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Deleted, StoreError> {
-        (**self).delete::<K>(namespace, name)
-    }
-}
+forward_store!(&S, std::sync::Arc<S>);
