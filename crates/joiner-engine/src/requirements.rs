@@ -16,30 +16,8 @@ use std::fmt;
 /// A label set, sorted for deterministic output.
 pub type Labels = BTreeMap<String, String>;
 
-/// The operators of node selector requirements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operator {
-    In,
-    NotIn,
-    Exists,
-    DoesNotExist,
-    Gt,
-    Lt,
-}
-
-impl Operator {
-    pub fn parse(s: &str) -> Option<Operator> {
-        Some(match s {
-            "In" => Operator::In,
-            "NotIn" => Operator::NotIn,
-            "Exists" => Operator::Exists,
-            "DoesNotExist" => Operator::DoesNotExist,
-            "Gt" => Operator::Gt,
-            "Lt" => Operator::Lt,
-            _ => return None,
-        })
-    }
-}
+/// The operators of node selector requirements (the model's; pods carry them as strings).
+pub use joiner_model::api::nodepool::Operator;
 
 /// Why a requirement expression is malformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -165,38 +165,28 @@ pub trait CloudProvider {
     fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError>;
 }
 
-impl<C: CloudProvider + ?Sized> CloudProvider for &C {
-    fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
-        (**self).launch(request)
-    }
-    fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
-        (**self).terminate(instance_id)
-    }
-    fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
-        (**self).get(instance_id)
-    }
-    fn list(&self, cluster_name: &str) -> Result<Vec<Instance>, CloudError> {
-        (**self).list(cluster_name)
-    }
-    fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
-        (**self).instance_types()
-    }
+/// A reference to a cloud, or a shared one, is a cloud: the controller and the test harness
+/// drive the same instances.
+macro_rules! forward_cloud {
+    ($($wrapper:ty),*) => {$(
+        impl<C: CloudProvider + ?Sized> CloudProvider for $wrapper {
+            fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
+                (**self).launch(request)
+            }
+            fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
+                (**self).terminate(instance_id)
+            }
+            fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
+                (**self).get(instance_id)
+            }
+            fn list(&self, cluster_name: &str) -> Result<Vec<Instance>, CloudError> {
+                (**self).list(cluster_name)
+            }
+            fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
+                (**self).instance_types()
+            }
+        }
+    )*};
 }
 
-impl<C: CloudProvider + ?Sized> CloudProvider for std::sync::Arc<C> {
-    fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
-        (**self).launch(request)
-    }
-    fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
-        (**self).terminate(instance_id)
-    }
-    fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
-        (**self).get(instance_id)
-    }
-    fn list(&self, cluster_name: &str) -> Result<Vec<Instance>, CloudError> {
-        (**self).list(cluster_name)
-    }
-    fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
-        (**self).instance_types()
-    }
-}
+forward_cloud!(&C, std::sync::Arc<C>);

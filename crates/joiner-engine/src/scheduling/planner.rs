@@ -378,25 +378,7 @@ impl<'a> Planner<'a> {
         let mut ids: HashMap<String, usize> = HashMap::new();
         let mut shapes: HashMap<String, usize> = HashMap::new();
         for (i, p) in self.input.pods.iter().enumerate() {
-            let key = format!(
-                "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}|{}",
-                self.requests[i],
-                p.node_requirements,
-                p.preferred_node_requirements,
-                p.tolerations,
-                p.spread,
-                p.affinity,
-                p.namespace,
-                p.labels,
-                self.dra
-                    .as_ref()
-                    .map(|d| d.class_key(i))
-                    .unwrap_or_default()
-            );
-            let next = ids.len();
-            let id = *ids.entry(key).or_insert(next);
-            self.class_of.push(id);
-            // The same without the requests: what decides rejections that size does not change.
+            // The shape: what decides rejections that size does not change.
             let shape = format!(
                 "{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}",
                 p.node_requirements,
@@ -407,6 +389,16 @@ impl<'a> Planner<'a> {
                 p.namespace,
                 p.labels
             );
+            // The class: the shape, the requests and the DRA claims.
+            let dra = self
+                .dra
+                .as_ref()
+                .map(|d| d.class_key(i))
+                .unwrap_or_default();
+            let key = format!("{:?}|{shape}|{dra}", self.requests[i]);
+            let next = ids.len();
+            let id = *ids.entry(key).or_insert(next);
+            self.class_of.push(id);
             let next = shapes.len();
             let id = *shapes.entry(shape).or_insert(next);
             self.shape_of.push(id);

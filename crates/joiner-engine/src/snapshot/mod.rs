@@ -314,7 +314,7 @@ fn build_pool(
     let tmpl = &spec.template;
     let mut requirements = Requirements::new();
     for (i, r) in tmpl.spec.requirements.iter().enumerate() {
-        let mut req = Requirement::new(&format!("{:?}", r.operator), &r.values).map_err(|e| {
+        let mut req = Requirement::new(r.operator.as_str(), &r.values).map_err(|e| {
             InputError::new(
                 &np.origin,
                 &object,
