@@ -24,6 +24,7 @@ mod controller;
 pub mod disruption;
 mod error;
 pub mod gc;
+pub mod interruption;
 pub mod kubelet;
 pub mod lifecycle;
 pub mod nodeclaim;

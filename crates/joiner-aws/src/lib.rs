@@ -1,0 +1,1 @@
+//! Joiner on AWS (see the crate description).

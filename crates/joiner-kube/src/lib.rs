@@ -1,0 +1,1 @@
+//! Joiner on Kubernetes (see the crate description).
