@@ -22,6 +22,13 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use serde_json::Value;
 
+/// `joiner simulate` lives in the binary crate; its module is compiled here as it is there, so
+/// the target runs exactly the code the command runs (scenario parsing, the controller's loops,
+/// the simulated cloud and kubelet) without making the binary crate a library.
+#[allow(dead_code)]
+#[path = "../../crates/joiner/src/simulate/mod.rs"]
+mod simulate_cmd;
+
 /// A fuzz harness: returns for every input, panics on a bug.
 pub type Harness = fn(&[u8]);
 
@@ -33,6 +40,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("cel", cel),
     ("allocator", allocator),
     ("planner", planner),
+    ("simulate", simulate),
 ];
 
 /// Inputs larger than this are ignored by the planner target: the planner's cost grows with
@@ -483,4 +491,143 @@ fn check_plan(snapshot: &ClusterSnapshot, plan: &joiner_engine::plan::Plan) {
             );
         }
     }
+}
+
+/// The learning-lab day's manifests: every simulate input runs against them.
+const LAB_DAY: &[(&str, &str)] = &[
+    (
+        "deployment.yaml",
+        include_str!("../../examples/learning-lab-day/deployment.yaml"),
+    ),
+    (
+        "device-plugin-config.yaml",
+        include_str!("../../examples/learning-lab-day/device-plugin-config.yaml"),
+    ),
+    (
+        "ec2nodeclass.yaml",
+        include_str!("../../examples/learning-lab-day/ec2nodeclass.yaml"),
+    ),
+    (
+        "nodepool.yaml",
+        include_str!("../../examples/learning-lab-day/nodepool.yaml"),
+    ),
+];
+
+/// The simulate target runs at most this many controller steps: a longer scenario keeps its
+/// steps and duration and gets a coarser tick (a day at 10 s is 8,640 steps, too slow to fuzz).
+const SIMULATE_MAX_TICKS: u64 = 100;
+
+/// Pods a step may add or scale to, and steps a scenario may have, in the simulate target:
+/// larger scenarios are size tests, not shape tests.
+const SIMULATE_MAX_PODS: usize = 40;
+const SIMULATE_MAX_STEPS: usize = 40;
+
+/// Inputs are a scenario, optionally followed by a line `%%` and more manifests (added to the
+/// learning-lab day's).
+const SIMULATE_SPLIT: &str = "\n%%\n";
+
+/// Whether a scenario is small enough to fuzz (see the limits above).
+fn small_scenario(s: &simulate_cmd::scenario::Scenario) -> bool {
+    s.steps.len() <= SIMULATE_MAX_STEPS
+        && s.steps.iter().all(|step| {
+            step.add_pods
+                .as_ref()
+                .is_none_or(|a| a.count <= SIMULATE_MAX_PODS)
+                && step.scale.as_ref().is_none_or(|sc| {
+                    usize::try_from(sc.replicas).is_ok_and(|r| r <= SIMULATE_MAX_PODS)
+                })
+        })
+}
+
+/// `joiner simulate`: bytes as a scenario file (and extra manifests) over the learning-lab
+/// day, through the same functions the command calls, in bounded time. Checks that the
+/// timeline never goes back in time, that the summary is consistent (finite, non-negative
+/// cost; peaks at least the final figures; at least as many instances launched as ever ran at
+/// once), and that the run is deterministic: the same input gives the same timeline and
+/// summary.
+pub fn simulate(data: &[u8]) {
+    if data.len() > PLANNER_MAX_INPUT {
+        return;
+    }
+    let text = text(data);
+    let (scenario_text, extra) = text.split_once(SIMULATE_SPLIT).unwrap_or((&text, ""));
+    let Ok(scenario) = serde_saphyr::from_str::<simulate_cmd::scenario::Scenario>(scenario_text)
+    else {
+        return;
+    };
+    if !small_scenario(&scenario) || has_large_workload(extra) {
+        return;
+    }
+    let Ok(mut resolved) = scenario.resolve() else {
+        return;
+    };
+    let (duration, tick) = (resolved.duration.as_secs(), resolved.tick.as_secs().max(1));
+    if duration / tick > SIMULATE_MAX_TICKS {
+        resolved.tick = std::time::Duration::from_secs(duration.div_ceil(SIMULATE_MAX_TICKS));
+    }
+    let mut m = Manifests::default();
+    for (file, body) in LAB_DAY.iter().copied().chain([("extra.yaml", extra)]) {
+        let Ok(docs) = parse_documents(file, body) else {
+            return;
+        };
+        for (origin, doc) in docs {
+            if m.add_document(origin, doc).is_err() {
+                return;
+            }
+        }
+    }
+    m.finish();
+    let mut values = serde_json::json!({});
+    if extra.contains("resource.k8s.io") {
+        values = serde_json::json!({"settings": {"enableDRA": true}});
+    }
+    let Ok((settings, _)) = Settings::from_values(&values) else {
+        return;
+    };
+    let Ok(outcome) = simulate_cmd::simulate(&m, settings.clone(), &resolved, &mut |_, _| {})
+    else {
+        return;
+    };
+    let s = &outcome.summary;
+    let ts: Vec<u64> = outcome
+        .events
+        .iter()
+        .filter_map(|e| e["t"].as_u64())
+        .collect();
+    assert!(
+        ts.windows(2).all(|w| w[0] <= w[1]),
+        "the timeline goes back in time: {ts:?}"
+    );
+    assert!(
+        s.total_cost.is_finite() && s.total_cost >= 0.0,
+        "total cost {}",
+        s.total_cost
+    );
+    assert!(s.total_node_hours.is_finite() && s.total_node_hours >= 0.0);
+    assert!(
+        s.peak_nodes >= s.final_nodes,
+        "peak {} < final {} nodes",
+        s.peak_nodes,
+        s.final_nodes
+    );
+    assert!(
+        s.instances_launched >= s.peak_instances,
+        "{} launched < {} at once",
+        s.instances_launched,
+        s.peak_instances
+    );
+    assert!(
+        (0.0..=1.0 + 1e-9).contains(&s.gpu_allocation_mean),
+        "GPU allocation {}",
+        s.gpu_allocation_mean
+    );
+    let again = simulate_cmd::simulate(&m, settings, &resolved, &mut |_, _| {});
+    let same = again.as_ref().is_ok_and(|a| {
+        serde_json::to_string(&a.events).ok() == serde_json::to_string(&outcome.events).ok()
+            && serde_json::to_string(&a.summary).ok() == serde_json::to_string(s).ok()
+    });
+    assert!(
+        same,
+        "the same scenario simulated twice gives different results"
+    );
 }

@@ -1,1 +1,33 @@
-//! Joiner on AWS (see the crate description).
+//! Joiner on AWS: the EC2 [`CloudProvider`](joiner_controller::cloud::CloudProvider) and the SQS
+//! [`InterruptionQueue`](joiner_controller::interruption::InterruptionQueue), on the official AWS
+//! SDK for Rust.
+//!
+//! The controller core is synchronous and pure; this crate is the edge that turns its requests
+//! into EC2 calls: subnets, security groups and AMIs resolved from the EC2NodeClass, one launch
+//! template per (EC2NodeClass, AMI, EFA layout) with the userData merged the way Karpenter merges
+//! it, `CreateFleet` (type `instant`) over the NodeClaim's offerings, and pricing from
+//! `DescribeSpotPriceHistory` with on-demand prices from the built-in catalog.
+//!
+//! The SDK is async and the traits are not: both types hold a [`tokio::runtime::Handle`] and
+//! block on it, so their methods must be called from a thread that is not driving that runtime
+//! (the controller runs `Controller::step` in `tokio::task::spawn_blocking`). Calling them from
+//! inside an async task panics.
+//!
+//! Everything is tested against moto's EC2-compatible server on loopback (`tests/`).
+
+mod ami;
+mod cloud;
+mod error;
+pub mod fleet;
+mod instances;
+mod network;
+mod pricing;
+mod sqs;
+mod template;
+pub mod userdata;
+
+pub use cloud::{
+    AwsCloud, DEFAULT_AMI_PARAMETER_ROOT, LAUNCH_TOKEN_TAG, instance_profile_for_role,
+};
+pub use error::AwsError;
+pub use sqs::SqsInterruptionQueue;

@@ -75,5 +75,6 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
         let e = e.into();
         tracing::warn!(error = %e, "{what}");
         self.report.errors.push(e);
+        self.report.errors_during.push(what.to_string());
     }
 }

@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::context::Ctx;
 use crate::disruption::{DisruptionState, disrupt};
 use crate::error::StepReport;
+use crate::interruption::InterruptionQueue;
 use crate::nodeclaim::NodeClaim;
 use crate::provisioning::{fingerprint, provision};
 use crate::store::ClusterStore;
@@ -28,6 +29,8 @@ pub struct Controller<S, C, K> {
     batcher: Batcher,
     unavailable: UnavailableOfferings,
     disruption: DisruptionState,
+    /// Where the cloud's interruption warnings arrive, when one is configured.
+    interruption: Option<Box<dyn InterruptionQueue + Send>>,
 }
 
 impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
@@ -44,15 +47,22 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             batcher,
             unavailable: UnavailableOfferings::default(),
             disruption: DisruptionState::default(),
+            interruption: None,
         }
+    }
+
+    /// Polls `queue` for interruption messages on every step from now on (the SQS queue named
+    /// by `settings.interruptionQueue`, or a simulated one). Replaces any queue set before.
+    pub fn set_interruption_queue(&mut self, queue: Box<dyn InterruptionQueue + Send>) {
+        self.interruption = Some(queue);
     }
 
     pub fn config(&self) -> &Config {
         &self.config
     }
 
-    /// Runs the lifecycle, garbage collection, provisioning and disruption once. Failures are
-    /// logged and reported; each is retried on a later step.
+    /// Runs the lifecycle, garbage collection, provisioning, the interruption queue and
+    /// disruption once. Failures are logged and reported; each is retried on a later step.
     pub fn step(&mut self) -> StepReport {
         let now = self.clock.now();
         if self.unavailable.expire(now) > 0 {
@@ -89,6 +99,12 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
                 }
             }
             Err(e) => ctx.error("reading pods", e),
+        }
+        // Interruption notices mark NodeClaims that the disruption step replaces and drains.
+        if let Some(queue) = self.interruption.as_deref()
+            && let Err(e) = crate::interruption::poll(&mut ctx, queue)
+        {
+            ctx.error("interruption queue", e);
         }
         if let Err(e) = disrupt(&mut ctx, &mut self.disruption) {
             ctx.error("disruption", e);

@@ -39,8 +39,16 @@ pub struct StepReport {
     pub unavailable: Vec<String>,
     /// Pods the plan could not place, with the reason.
     pub unschedulable: Vec<(String, String)>,
+    /// Pod (`namespace/name`) and NodeClaim of every pod the plan put on a NodeClaim created in
+    /// this step or still in flight: the live controller tells each pod which node it waits for.
+    pub nominated: Vec<(String, String)>,
+    /// How long planning took (snapshot and plan), when a batch was planned.
+    pub scheduling_duration: Option<std::time::Duration>,
     /// What the disruption step did (consolidation, expiry).
     pub disruption: Vec<crate::disruption::DisruptionEvent>,
     /// What failed and will be retried.
     pub errors: Vec<ControllerError>,
+    /// What was being done when each of `errors` happened (`provisioning`, `lifecycle`, ...), in
+    /// the same order, so failures can be counted by reconciler.
+    pub errors_during: Vec<String>,
 }

@@ -5,8 +5,39 @@
 //! `settings.interruptionQueue`. The AWS edge receives the raw message bodies through
 //! [`InterruptionQueue`]; what they mean and what the controller does about them (replacement
 //! launched before the node drains) is decided in the pure core.
+//!
+//! [`poll`] runs once per [`crate::Controller::step`], before disruption: each message is read
+//! ([`messages::parse`]); for an instance that is going away its NodeClaim is marked (annotation
+//! [`INTERRUPTED`] and condition `Interrupted`, and for a spot interruption the offering is
+//! marked unavailable for a while), and the message is deleted. Unknown and malformed messages
+//! are logged and deleted too, so they never block the queue; a message whose NodeClaim could not
+//! be written is kept and handled again. Marking is the only write, so handling a message twice
+//! (a duplicate, or a restart before the delete) changes nothing. The disruption step, in the
+//! same controller step, launches the replacements and drains the node (see
+//! [`crate::disruption`]).
 
-use crate::cloud::CloudError;
+pub mod messages;
+pub mod simulated;
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::clock::k8s_time;
+use crate::cloud::{CloudError, CloudProvider, OfferingKey, instance_id_of};
+use crate::context::Ctx;
+use crate::disruption::DisruptionEvent;
+use crate::error::ControllerError;
+use crate::nodeclaim::{NodeClaim, conditions, labels};
+use crate::store::{ClusterStore, StoreError};
+use messages::{Interruption, Notice};
+
+pub use simulated::SimulatedInterruptionQueue;
+
+/// Annotation on a NodeClaim whose instance the cloud is taking away: the notice's reason
+/// (`SpotInterrupted`, `ScheduledChange`, `InstanceStopping`).
+pub const INTERRUPTED: &str = "joiner.dev/interrupted";
+
+/// Messages taken per step (the most one SQS ReceiveMessage returns).
+pub const BATCH: usize = 10;
 
 /// One message as the queue delivered it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,3 +75,139 @@ macro_rules! forward_queue {
 }
 
 forward_queue!(&Q, std::sync::Arc<Q>);
+
+/// Receives up to [`BATCH`] messages, acts on each and deletes those handled (see the module
+/// docs). Returns how many were received.
+pub fn poll<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    queue: &dyn InterruptionQueue,
+) -> Result<usize, ControllerError> {
+    let received = queue.receive(BATCH)?;
+    if received.is_empty() {
+        return Ok(0);
+    }
+    let claims = ctx.store.list::<NodeClaim>()?;
+    // Marked by an earlier message of this batch (a duplicate may follow).
+    let mut marked = std::collections::BTreeSet::new();
+    for m in &received {
+        let handled = match messages::parse(&m.body) {
+            Ok(event) => act(ctx, &claims, &event, &mut marked),
+            Err(e) => {
+                tracing::warn!(error = %e, "interruption message ignored");
+                Ok(())
+            }
+        };
+        match handled {
+            Ok(()) => {
+                if let Err(e) = queue.delete(&m.receipt) {
+                    ctx.error("deleting an interruption message", e);
+                }
+            }
+            Err(e) => ctx.error("handling an interruption message (kept for later)", e),
+        }
+    }
+    Ok(received.len())
+}
+
+/// The NodeClaim whose recorded instance is `instance_id`.
+fn claim_of<'a>(claims: &'a [NodeClaim], instance_id: &str) -> Option<&'a NodeClaim> {
+    claims
+        .iter()
+        .find(|c| c.status.provider_id.as_deref().and_then(instance_id_of) == Some(instance_id))
+}
+
+fn act<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claims: &[NodeClaim],
+    event: &Interruption,
+    marked: &mut std::collections::BTreeSet<String>,
+) -> Result<(), ControllerError> {
+    for id in &event.instance_ids {
+        let Some(claim) = claim_of(claims, id) else {
+            tracing::debug!(instance = %id, event = %event.id, "interruption for an instance no NodeClaim owns");
+            continue;
+        };
+        let reason = event.notice.reason();
+        if !event.notice.is_interruption() {
+            tracing::info!(nodeclaim = claim.name(), instance = %id, "{reason}");
+            ctx.report.disruption.push(DisruptionEvent {
+                action: "recommended".into(),
+                reason: reason.into(),
+                node_claims: vec![claim.name().to_string()],
+                detail: vec![id.clone()],
+            });
+            continue;
+        }
+        if event.notice == Notice::SpotInterruption {
+            mark_unavailable(ctx, claim);
+        }
+        if claim.is_deleting() || is_interrupted(claim) || marked.contains(claim.name()) {
+            continue;
+        }
+        mark(ctx, claim, reason, &format!("{} (event {})", id, event.id))?;
+        marked.insert(claim.name().to_string());
+        tracing::warn!(nodeclaim = claim.name(), instance = %id, "{reason}: replacing and draining now");
+        ctx.report.disruption.push(DisruptionEvent {
+            action: "interrupted".into(),
+            reason: reason.into(),
+            node_claims: vec![claim.name().to_string()],
+            detail: vec![id.clone()],
+        });
+    }
+    Ok(())
+}
+
+/// Whether the NodeClaim has been marked interrupted.
+pub fn is_interrupted(claim: &NodeClaim) -> bool {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(INTERRUPTED))
+}
+
+/// A spot offering that was just reclaimed is likely short of capacity: keep off it a while.
+fn mark_unavailable<S, C>(ctx: &mut Ctx<'_, S, C>, claim: &NodeClaim) {
+    let (Some(instance_type), Some(zone)) = (
+        claim.label(labels::INSTANCE_TYPE),
+        claim.label(labels::ZONE),
+    ) else {
+        return;
+    };
+    let key = OfferingKey {
+        instance_type: instance_type.to_string(),
+        zone: zone.to_string(),
+        capacity_type: joiner_engine::catalog::CapacityType::Spot,
+    };
+    ctx.unavailable
+        .mark(key.clone(), ctx.now, ctx.config.unavailable_ttl);
+    ctx.report.unavailable.push(key.to_string());
+}
+
+fn mark<S: ClusterStore, C>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: &NodeClaim,
+    reason: &str,
+    message: &str,
+) -> Result<(), ControllerError> {
+    let now: Timestamp = ctx.now;
+    let mut c = match ctx.store.get::<NodeClaim>(None, claim.name())? {
+        Some(c) => c,
+        None => return Ok(()),
+    };
+    c.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(INTERRUPTED.into(), reason.into());
+    c.set_condition(
+        conditions::INTERRUPTED,
+        true,
+        reason,
+        message,
+        k8s_time(now),
+    );
+    match ctx.store.update(&c) {
+        Ok(_) | Err(StoreError::NotFound(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,12 +1,17 @@
-//! A simulated kubelet (and device plugin, and startup-taint daemon) for tests and
+//! A simulated kubelet (and device plugin, DRA drivers, and startup-taint daemon) for tests and
 //! `joiner simulate`: what a real instance does on its own after launch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use joiner_engine::catalog::devices::{
+    CONSUMABLE_CAPACITY_ANNOTATION, ConsumableCapacity, TemplateOptions, builtin_templates,
+};
+use joiner_model::api::EC2NodeClass;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
+use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::clock::{add, k8s_time};
@@ -17,16 +22,23 @@ use crate::store::{ClusterStore, StoreError};
 /// Registers a Node for each running instance once its registration delay has passed (Ready,
 /// with the NodeClaim's taints and startup taints, without extended resources), then after
 /// `device_plugin_delay` publishes the extended resources the plan predicted (the NodeClaim's
-/// `status.allocatable`) and removes the startup taints.
+/// `status.allocatable`), removes the startup taints, and has the DRA drivers publish the
+/// ResourceSlices the catalog's device templates predict for the instance type (so a NodeClaim
+/// that waits on `karpenter.sh/requested-dra-drivers` can become Initialized, and the planner
+/// then judges the node by what it published). Slices whose Node is gone are deleted, as the
+/// Kubernetes garbage collector deletes them through their owner reference.
 #[derive(Debug, Clone)]
 pub struct SimulatedKubelet {
     pub device_plugin_delay: Duration,
+    /// DRA drivers that never publish (a broken driver DaemonSet): what waits on them waits.
+    pub silent_dra_drivers: BTreeSet<String>,
 }
 
 impl Default for SimulatedKubelet {
     fn default() -> Self {
         SimulatedKubelet {
             device_plugin_delay: Duration::from_secs(10),
+            silent_dra_drivers: BTreeSet::new(),
         }
     }
 }
@@ -46,6 +58,7 @@ impl SimulatedKubelet {
         now: Timestamp,
     ) -> Result<(), StoreError> {
         let nodes = store.list::<Node>()?;
+        self.collect_slices(store, &nodes)?;
         for instance in cloud.all_instances() {
             if instance.state != InstanceState::Running {
                 continue;
@@ -118,6 +131,7 @@ impl SimulatedKubelet {
                     }
                 }
                 Some(node) if now >= add(registered_at, self.device_plugin_delay) => {
+                    self.publish_slices(store, node, &instance.instance_type, claim.as_ref())?;
                     let mut node = node.clone();
                     let status = node.status.get_or_insert_with(Default::default);
                     let allocatable = status.allocatable.get_or_insert_with(BTreeMap::new);
@@ -162,6 +176,82 @@ impl SimulatedKubelet {
                     }
                 }
                 Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The DRA drivers of a running node publish their devices once: the catalog's templates
+    /// of its instance type, with GPU sharing as its EC2NodeClass says, every driver the
+    /// templates know except the silent ones.
+    fn publish_slices<S: ClusterStore>(
+        &self,
+        store: &S,
+        node: &Node,
+        instance_type: &str,
+        claim: Option<&NodeClaim>,
+    ) -> Result<(), StoreError> {
+        let (Some(templates), Some(node_name)) = (
+            builtin_templates(instance_type),
+            node.metadata.name.as_deref(),
+        ) else {
+            return Ok(());
+        };
+        let class = match claim {
+            Some(c) => store.get::<EC2NodeClass>(None, &c.spec.node_class_ref.name)?,
+            None => None,
+        };
+        // A bad annotation: the controller reports it; the driver shares nothing.
+        let consumable = ConsumableCapacity::from_annotations(
+            class.as_ref().and_then(|c| c.metadata.annotations.as_ref()),
+        )
+        .unwrap_or_else(|e| {
+            tracing::debug!("{CONSUMABLE_CAPACITY_ANNOTATION}: {e}");
+            ConsumableCapacity::Disabled
+        });
+        let options = TemplateOptions {
+            nvidia_gpu: true,
+            efa: true,
+            consumable,
+        };
+        let owner = OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: node_name.to_string(),
+            uid: node.metadata.uid.clone().unwrap_or_default(),
+            ..OwnerReference::default()
+        };
+        for mut slice in templates.node_slices(node_name, &options) {
+            if self.silent_dra_drivers.contains(&slice.spec.driver) {
+                continue;
+            }
+            slice.metadata.owner_references = Some(vec![owner.clone()]);
+            match store.create(&slice) {
+                Ok(_) | Err(StoreError::AlreadyExists(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the slices this kubelet published for Nodes that no longer exist.
+    fn collect_slices<S: ClusterStore>(&self, store: &S, nodes: &[Node]) -> Result<(), StoreError> {
+        let live: BTreeSet<&str> = nodes
+            .iter()
+            .filter_map(|n| n.metadata.name.as_deref())
+            .collect();
+        for slice in store.list::<ResourceSlice>()? {
+            let orphaned = slice.metadata.owner_references.iter().flatten().any(|o| {
+                o.kind == "Node" && o.api_version == "v1" && !live.contains(o.name.as_str())
+            });
+            if !orphaned {
+                continue;
+            }
+            if let Some(name) = slice.metadata.name.as_deref() {
+                match store.delete::<ResourceSlice>(None, name) {
+                    Ok(_) | Err(StoreError::NotFound(_)) => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
         Ok(())

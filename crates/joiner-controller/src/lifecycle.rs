@@ -9,6 +9,7 @@
 use std::collections::BTreeSet;
 
 use joiner_engine::scheduling::planner::REQUESTED_DRA_DRIVERS;
+use joiner_model::api::EC2NodeClass;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 
@@ -166,7 +167,7 @@ pub fn launch<S: ClusterStore, C: CloudProvider>(
                 );
                 return delete(ctx, &claim);
             }
-            let request = launch_request(ctx, &claim, offers);
+            let request = launch_request(ctx, &claim, offers)?;
             match ctx.cloud.launch(&request) {
                 Ok(launched) => {
                     mark_unavailable(ctx, &launched.insufficient);
@@ -195,11 +196,15 @@ fn mark_unavailable<S, C>(ctx: &mut Ctx<'_, S, C>, keys: &[OfferingKey]) {
     }
 }
 
-fn launch_request<S, C>(
-    ctx: &Ctx<'_, S, C>,
+fn launch_request<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
     claim: &NodeClaim,
     offers: Vec<Offer>,
-) -> LaunchRequest {
+) -> Result<LaunchRequest, ControllerError> {
+    let node_class_spec = ctx
+        .store
+        .get::<EC2NodeClass>(None, &claim.spec.node_class_ref.name)?;
+    let efa_interfaces = efa_interfaces(ctx, claim, &offers)?;
     let cluster = &ctx.config.cluster_name;
     let mut tags = std::collections::BTreeMap::new();
     tags.insert(cluster_tag(cluster), "owned".to_string());
@@ -212,7 +217,9 @@ fn launch_request<S, C>(
         NODECLASS_TAG.to_string(),
         claim.spec.node_class_ref.name.clone(),
     );
-    LaunchRequest {
+    let mut node_labels = claim.labels();
+    node_labels.remove(labels::NEED_HASH);
+    Ok(LaunchRequest {
         node_claim: claim.name().to_string(),
         node_class: claim.spec.node_class_ref.name.clone(),
         offers,
@@ -224,7 +231,50 @@ fn launch_request<S, C>(
             .uid
             .clone()
             .unwrap_or_else(|| claim.name().to_string()),
+        node_class_spec,
+        labels: node_labels,
+        taints: claim.spec.taints.clone(),
+        startup_taints: claim.spec.startup_taints.clone(),
+        efa_interfaces,
+    })
+}
+
+/// EFA interfaces per offered instance type: all the type has when the node needs EFA (its pods
+/// request `vpc.amazonaws.com/efa`, or the plan expects DRANET's `dra.net` driver), none
+/// otherwise, so nodes that do not use EFA keep their network cards free.
+fn efa_interfaces<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: &NodeClaim,
+    offers: &[Offer],
+) -> Result<std::collections::BTreeMap<String, u32>, ControllerError> {
+    let requests_efa = claim
+        .spec
+        .resources
+        .requests
+        .get(joiner_engine::catalog::resource::EFA)
+        .is_some_and(|q| !q.is_zero());
+    let wants_dranet =
+        requested_dra_drivers(claim).any(|d| d == joiner_engine::catalog::devices::DRANET_DRIVER);
+    let mut counts = std::collections::BTreeMap::new();
+    if !requests_efa && !wants_dranet {
+        return Ok(counts);
     }
+    let pool = claim
+        .label(labels::NODEPOOL)
+        .unwrap_or_default()
+        .to_string();
+    let options = ctx.pool_options()?;
+    for offer in offers {
+        let name = &offer.offering.instance_type;
+        let count = options
+            .option(&pool, name)
+            .and_then(|o| o.capacity.get(joiner_engine::catalog::resource::EFA))
+            .map_or(0, |q| u32::try_from(q.units_ceil()).unwrap_or(u32::MAX));
+        if count > 0 {
+            counts.insert(name.clone(), count);
+        }
+    }
+    Ok(counts)
 }
 
 fn record_launch<S: ClusterStore, C: CloudProvider>(

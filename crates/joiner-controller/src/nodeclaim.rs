@@ -26,6 +26,10 @@ pub mod conditions {
     pub const INITIALIZED: &str = "Initialized";
     /// True once the three above are.
     pub const READY: &str = "Ready";
+    /// The NodeClaim no longer matches its NodePool or EC2NodeClass (the reason says how).
+    pub const DRIFTED: &str = "Drifted";
+    /// The cloud is taking the instance away (spot interruption, scheduled change, stopping).
+    pub const INTERRUPTED: &str = "Interrupted";
 }
 
 /// Well-known labels and annotations the lifecycle reads and writes.
@@ -44,6 +48,9 @@ pub mod labels {
     pub const NEED_HASH: &str = "joiner.dev/need";
     /// Joiner's own annotation: the pods (`namespace/name`, comma separated) the plan put here.
     pub const PLANNED_PODS: &str = "joiner.dev/planned-pods";
+    /// When the NodeClaim's pods are deleted and its instance terminated whatever blocks the
+    /// drain: the drain's start plus `terminationGracePeriod` (RFC 3339), as Karpenter names it.
+    pub const TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
 }
 
 /// A `karpenter.sh/v1` NodeClaim.

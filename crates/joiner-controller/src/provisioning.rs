@@ -141,6 +141,29 @@ pub fn add_in_flight(
     warnings
 }
 
+/// The node name the plan sees for each in-flight NodeClaim (its Node's name once registered,
+/// else its own name, as [`add_in_flight`] names them), to the NodeClaim's name: a pod the plan
+/// binds there waits for that NodeClaim.
+pub fn in_flight_nodes(m: &Manifests, claims: &[NodeClaim]) -> BTreeMap<String, String> {
+    let names: BTreeSet<String> = m
+        .nodes
+        .iter()
+        .filter_map(|n| n.object.metadata.name.clone())
+        .collect();
+    claims
+        .iter()
+        .filter(|c| is_in_flight(c, &names))
+        .map(|c| {
+            let node = c
+                .status
+                .node_name
+                .clone()
+                .unwrap_or_else(|| c.name().to_string());
+            (node, c.name().to_string())
+        })
+        .collect()
+}
+
 /// The NodeClaim's expected allocatable and capacity: recorded at launch, else what its NodePool
 /// gives its planned instance type.
 pub fn expected_resources(
@@ -181,10 +204,12 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
     let mut m = ctx.manifests()?;
     let claims = ctx.store.list::<NodeClaim>()?;
     let options = PoolOptions::build(&m, ctx.config)?;
+    let in_flight = in_flight_nodes(&m, &claims);
     for w in add_in_flight(&mut m, &claims, &options) {
         tracing::warn!("{w}");
     }
     ctx.set_pool_options(options);
+    let started = std::time::Instant::now();
     let mut snapshot = ClusterSnapshot::build(&m, &ctx.config.settings, &ctx.config.options)?;
     // Offerings that just ran out of capacity are not planned on.
     let now = ctx.now;
@@ -207,6 +232,12 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
     }
     let plan = snapshot.plan();
     ctx.report.planned = true;
+    ctx.report.scheduling_duration = Some(started.elapsed());
+    for b in &plan.bindings {
+        if let Some(claim) = in_flight.get(&b.node) {
+            ctx.report.nominated.push((b.pod.clone(), claim.clone()));
+        }
+    }
     for u in &plan.unschedulable {
         ctx.report
             .unschedulable
@@ -227,12 +258,25 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
         let Some(pool) = pools.get(&planned.node_pool) else {
             continue;
         };
-        let claim = node_claim_for(planned, pool, &pods, ctx.cloud_zones(planned)?);
+        let mut claim = node_claim_for(planned, pool, &pods, ctx.cloud_zones(planned)?);
+        // The drift hashes of what the NodeClaim is created from.
+        let class = ctx
+            .store
+            .get::<joiner_model::api::ec2nodeclass::EC2NodeClass>(
+                None,
+                &pool.spec.template.spec.node_class_ref.name,
+            )?;
+        crate::disruption::drift::stamp(&mut claim, pool, class.as_ref());
         let Some(created) = create_claim(ctx, claim)? else {
             continue;
         };
         tracing::info!(nodeclaim = created.name(), pods = ?planned.pods, "created NodeClaim");
         ctx.report.created.push(created.name().to_string());
+        for pod in &planned.pods {
+            ctx.report
+                .nominated
+                .push((pod.clone(), created.name().to_string()));
+        }
         if let Err(e) = lifecycle::launch(ctx, created) {
             ctx.error("launching a NodeClaim", e);
         }

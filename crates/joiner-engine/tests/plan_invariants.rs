@@ -15,36 +15,12 @@ use joiner_model::{Price, Quantity, ResourceList, Source};
 use k8s_openapi::api::core::v1::{Pod, Taint};
 use proptest::prelude::*;
 
+mod common;
+use common::{Rng, q};
+
 const GPU: &str = "nvidia.com/gpu";
 const FOO: &str = "example.com/foo";
 const TIER: &str = "example.com/tier";
-
-/// A small deterministic generator: proptest draws the seed, this draws the cluster.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // splitmix64
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.below(one_in) == 0
-    }
-}
-
-fn q(text: &str) -> Quantity {
-    Quantity::parse(text).unwrap()
-}
 
 fn taint(key: &str, value: &str) -> Taint {
     Taint {

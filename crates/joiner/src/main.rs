@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod controller;
 mod load;
 mod output;
 mod simulate;
@@ -57,6 +58,9 @@ enum Command {
         #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
         output: SimulateFormat,
     },
+    /// Run the live controller in a cluster: watch pending pods, launch and retire nodes (the
+    /// Helm chart runs this). Needs a build with the `controller` feature.
+    Controller(Box<controller::Args>),
     /// Run the benchmarks and print their figures.
     Bench {
         /// Pod counts for the scheduling benchmark.
@@ -99,6 +103,12 @@ struct InputArgs {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The live controller sets up its own logs (JSON by default).
+    let cli = match cli.command {
+        Command::Controller(args) => return controller::run(*args),
+        command => Cli { command },
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -107,7 +117,6 @@ fn main() -> ExitCode {
         )
         .without_time()
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
         Command::Plan { input, output } => plan(&input, output),
         Command::Explain {
@@ -122,6 +131,7 @@ fn main() -> ExitCode {
         Command::Bench { pods } => bench::scheduling(&pods)
             .and_then(|()| bench::dra(500, 8, 5000))
             .and_then(|()| bench::consolidation(1000)),
+        Command::Controller(_) => unreachable!("handled before logging is set up"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

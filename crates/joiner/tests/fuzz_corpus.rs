@@ -39,6 +39,9 @@ fn replay(kind: &str) -> usize {
                 file.display()
             );
             let took = started.elapsed();
+            if std::env::var_os("JOINER_REPLAY_TIMES").is_some() {
+                eprintln!("{target}: {} {took:?}", file.display());
+            }
             assert!(
                 took.as_secs() < 20,
                 "{target}: {} took {took:?}",

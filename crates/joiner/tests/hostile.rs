@@ -446,3 +446,209 @@ fn replicas_of_2147483647_are_an_input_error() {
         );
     }
 }
+
+/// An existing node whose devices fall into `groups` groups of `per_group` (attribute
+/// `group`), and a pod whose one claim asks for `count` devices that all share a group.
+fn search_budget_dir(case: &str, groups: usize, per_group: usize, count: usize) -> PathBuf {
+    let mut slice = String::from(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: grouped}\nspec:\n  \
+         driver: dev.example.com\n  nodeName: grouped-node\n  pool: {name: grouped-node, \
+         generation: 1, resourceSliceCount: 1}\n  devices:\n",
+    );
+    for g in 0..groups {
+        for i in 0..per_group {
+            slice.push_str(&format!(
+                "  - {{name: d{g}-{i}, attributes: {{group: {{int: {g}}}}}}}\n"
+            ));
+        }
+    }
+    let node = "apiVersion: v1\nkind: Node\nmetadata: {name: grouped-node, labels: \
+                {kubernetes.io/hostname: grouped-node}}\nstatus:\n  allocatable: {cpu: '64', \
+                memory: 256Gi, pods: '110'}\n  capacity: {cpu: '64', memory: 256Gi, pods: '110'}\n"
+        .to_string();
+    let class =
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: dev}\nspec:\n  \
+         selectors: [{cel: {expression: 'device.driver == \"dev.example.com\"'}}]\n"
+            .to_string();
+    let tmpl = format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{name: t, \
+         namespace: default}}\nspec:\n  spec:\n    devices:\n      requests:\n      - name: d\n        \
+         exactly: {{deviceClassName: dev, count: {count}}}\n      constraints:\n      - \
+         matchAttribute: dev.example.com/group\n"
+    );
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: grouped, namespace: default}\nspec:\n  \
+               resourceClaims: [{name: c, resourceClaimTemplateName: t}]\n  containers:\n  \
+               - name: c\n    resources: {claims: [{name: c}]}\n"
+        .to_string();
+    dir(
+        case,
+        &[
+            ("slice.yaml", slice),
+            ("node.yaml", node),
+            ("class.yaml", class),
+            ("template.yaml", tmpl),
+            ("pod.yaml", pod),
+        ],
+    )
+}
+
+#[test]
+fn a_hopeless_constraint_search_exhausts_its_budget_quickly() {
+    // 16 devices that share a group, from 16 groups of 15: no group is large enough, and a
+    // depth-first search tries every subset of each group before it learns that (about
+    // 2^14 placements per first device). The allocator stops at its budget of 100,000
+    // placements and says so.
+    let d = search_budget_dir("search-budget", 16, 15, 16);
+    let run = plan(&d, DRA, LIMIT);
+    let first = run.json();
+    let u = unschedulable(&first);
+    assert_eq!(u.len(), 1, "{u:?}");
+    assert_eq!(u[0].0, "default/grouped");
+    assert!(
+        u[0].1.contains("search budget exhausted")
+            && u[0].1.contains("100000")
+            && u[0].1.contains("default/grouped-c"),
+        "{}",
+        u[0].1
+    );
+    assert!(first["bindings"].as_array().unwrap().is_empty());
+    eprintln!("search budget exhausted after {:?}", run.took);
+
+    // The same shape with one group large enough is allocated: the budget is not what
+    // makes the answer "no".
+    let d = search_budget_dir("search-budget-fits", 16, 15, 15);
+    let plan = plan(&d, DRA, LIMIT).json();
+    assert!(
+        unschedulable(&plan).is_empty(),
+        "{:?}",
+        unschedulable(&plan)
+    );
+    assert_eq!(plan["bindings"][0]["node"], "grouped-node");
+}
+
+/// The YAML documents of every manifest file of an example, in file order (its `values.yaml`
+/// and `scenario.yaml` are not manifests).
+fn documents(example_name: &str) -> Vec<String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(example(example_name))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|f| f != "values.yaml" && f != "scenario.yaml")
+        })
+        .collect();
+    files.sort();
+    let mut docs = Vec::new();
+    for f in files {
+        let mut current = String::new();
+        for line in std::fs::read_to_string(f).unwrap().lines() {
+            if line.trim_end() == "---" {
+                if !current.trim().is_empty() {
+                    docs.push(std::mem::take(&mut current));
+                }
+                current.clear();
+                continue;
+            }
+            current.push_str(line);
+            current.push('\n');
+        }
+        if !current.trim().is_empty() {
+            docs.push(current);
+        }
+    }
+    docs
+}
+
+/// A document's kind and `metadata.name`, read from its text (the examples write both on lines
+/// of their own).
+fn identity(doc: &str) -> (String, String) {
+    let field = |prefix: &str| {
+        doc.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    (field("kind:"), field("  name:"))
+}
+
+#[test]
+fn plans_do_not_depend_on_file_order_or_hash_seeds() {
+    // Each run is a new process with its own HashMap seeds; the inputs differ only in how the
+    // same documents are split into files and in which order they come.
+    let cases: &[(&str, &[&str], &[&str])] = &[
+        ("lab", &["time-slicing-learning-lab"], &[]),
+        ("dra-specific", &["dra-specific-gpu"], DRA),
+        ("dra-efa", &["dra-gpu-efa-aligned"], DRA),
+        ("dra-shared", &["dra-shared-gpu"], DRA),
+        // All three DRA examples at once: their pods compete for the same NodePools.
+        (
+            "dra-all",
+            &["dra-specific-gpu", "dra-gpu-efa-aligned", "dra-shared-gpu"],
+            DRA,
+        ),
+    ];
+    for (case, examples, extra) in cases {
+        let mut docs: Vec<String> = Vec::new();
+        for e in *examples {
+            for d in documents(e) {
+                // Several examples define the same NodePool, EC2NodeClass and DeviceClasses
+                // (by kind and name): keep the first.
+                if !docs.iter().any(|x| identity(x) == identity(&d)) {
+                    docs.push(d);
+                }
+            }
+        }
+        // One file, documents in order.
+        let one = dir(
+            &format!("order-{case}-one"),
+            &[("all.yaml", docs.join("---\n"))],
+        );
+        // One file per document, named so that directory order is the reverse.
+        let per_doc: Vec<(String, String)> = docs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (format!("{:03}.yaml", docs.len() - i), d.clone()))
+            .collect();
+        let refs: Vec<(&str, String)> = per_doc
+            .iter()
+            .map(|(n, d)| (n.as_str(), d.clone()))
+            .collect();
+        let many = dir(&format!("order-{case}-many"), &refs);
+        // The same files given one by one, in a shuffled order (a fixed rotation and swap).
+        let mut names: Vec<PathBuf> = per_doc.iter().map(|(n, _)| many.join(n)).collect();
+        let third = names.len() / 3;
+        names.rotate_left(third);
+        if names.len() > 3 {
+            names.swap(0, 2);
+        }
+        let baseline = plan(&one, extra, LIMIT);
+        let first = baseline.json();
+        assert!(
+            !first["bindings"].as_array().unwrap().is_empty(),
+            "{case}: nothing planned"
+        );
+        let again = plan(&one, extra, LIMIT);
+        let from_dir = plan(&many, extra, LIMIT);
+        let mut args: Vec<&str> = Vec::new();
+        let name_strings: Vec<String> = names.iter().map(|p| p.display().to_string()).collect();
+        for n in name_strings.iter().skip(1) {
+            args.extend(["-f", n.as_str()]);
+        }
+        args.extend(extra.iter().copied());
+        let by_file = plan(&names[0], &args, LIMIT);
+        for (how, other) in [
+            ("run again", &again),
+            ("one file per document", &from_dir),
+            ("files in another order", &by_file),
+        ] {
+            assert!(other.ok, "{case} {how}: {}", other.stderr);
+            assert!(
+                other.stdout == baseline.stdout,
+                "{case}: {how} gives another plan:\n{}\n---\n{}",
+                baseline.stdout,
+                other.stdout
+            );
+        }
+    }
+}

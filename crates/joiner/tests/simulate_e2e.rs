@@ -306,3 +306,74 @@ steps:
     assert_eq!(summary["finalNodes"], 1, "{summary}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// examples/spot-interruption: a spot warning gets its replacement launched at once and the node
+/// drained in the same step, before EC2 reclaims the instance; a NodePool change drifts every
+/// node and drift replaces them one at a time, each replacement up before its old node drains.
+#[test]
+fn spot_interruption_and_drift() {
+    let dir = root().join("examples/spot-interruption");
+    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .args(["simulate", "-o", "json", "-f"])
+        .arg(&dir)
+        .arg("--scenario")
+        .arg(dir.join("scenario.yaml"))
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // Piped: no progress bar, nothing drawn on standard error.
+    assert!(
+        !stderr.contains('\r') && !stderr.contains("simulating"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    let lines = events(&stdout);
+    let of = |kind: &str| -> Vec<&Value> { lines.iter().filter(|e| e["event"] == kind).collect() };
+
+    // The interruption: one warning, one replacement launched, the drain in the same step.
+    let warned = of("interruptSpot");
+    assert_eq!(warned.len(), 1);
+    let instance = warned[0]["instances"][0].as_str().expect("instance");
+    let interrupted = of("disruption.interrupted");
+    assert_eq!(interrupted.len(), 1, "{interrupted:?}");
+    let victim = interrupted[0]["nodeClaims"][0].as_str().expect("claim");
+    let t = interrupted[0]["t"].as_u64().expect("t");
+    let position = |pred: &dyn Fn(&Value) -> bool| lines.iter().position(pred);
+    let replacing = position(&|e| {
+        e["event"] == "disruption.replacing" && e["reason"] == "Interrupted" && e["t"] == t
+    })
+    .expect("a replacement at the warning");
+    let replacement = lines[replacing]["detail"][0].as_str().expect("name");
+    let launched =
+        position(&|e| e["event"] == "launched" && e["nodeClaim"] == replacement).expect("launched");
+    let evicted = position(&|e| e["event"] == "disruption.evicted" && e["nodeClaims"][0] == victim)
+        .expect("evicted");
+    assert!(launched < evicted, "launched before the drain");
+    assert_eq!(lines[evicted]["t"], t, "drained at once");
+    // The replacement took another offering: the reclaimed spot one is avoided for a while.
+    assert!(!of("unavailable").is_empty());
+    // EC2 reclaims the instance two minutes after the warning.
+    let reclaimed = of("terminated")
+        .into_iter()
+        .filter(|e| e["instance"] == instance)
+        .map(|e| e["t"].as_u64().expect("t"))
+        .min();
+    assert!(reclaimed.is_some_and(|r| r <= t + 130), "{reclaimed:?}");
+
+    // The drift: every node of the pool, replaced one at a time.
+    let drifted = of("disruption.drifted");
+    assert_eq!(drifted.len(), 3, "{drifted:?}");
+    assert!(drifted.iter().all(|e| e["reason"] == "NodePoolDrifted"));
+    let drift_moves = of("disruption.replacing")
+        .into_iter()
+        .filter(|e| e["reason"] == "Drifted")
+        .count();
+    assert_eq!(drift_moves, 3);
+    let summary = &lines.last().expect("summary")["summary"];
+    assert_eq!(summary["podsStillPending"], 0, "{summary}");
+    assert_eq!(summary["errors"], 0, "{summary}");
+    assert_eq!(summary["finalNodes"], 3, "{summary}");
+    // 3 nodes, 1 interruption replacement, 3 drift replacements: nothing launched twice.
+    assert_eq!(summary["instancesLaunched"], 7, "{summary}");
+}

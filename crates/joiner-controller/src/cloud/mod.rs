@@ -11,6 +11,8 @@ use std::fmt;
 
 use joiner_engine::catalog::CapacityType;
 use joiner_model::Price;
+use joiner_model::api::EC2NodeClass;
+use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::jiff::Timestamp;
 
 pub use simulated::{Registration, SimulatedCloud};
@@ -50,7 +52,7 @@ pub struct Offer {
 }
 
 /// Launch one instance for one NodeClaim.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct LaunchRequest {
     pub node_claim: String,
     pub node_class: String,
@@ -62,6 +64,21 @@ pub struct LaunchRequest {
     /// Idempotency token (EC2's `ClientToken`): a retried request with the same token returns
     /// the instance the first one launched instead of launching another.
     pub client_token: String,
+    /// The EC2NodeClass named by `node_class`, as the cluster has it now; `None` when it does
+    /// not exist. A real cloud needs it (subnets, security groups, AMI, userData, block devices);
+    /// the simulated one does not.
+    pub node_class_spec: Option<EC2NodeClass>,
+    /// The NodeClaim's labels, so the kubelet registers the Node with them.
+    pub labels: BTreeMap<String, String>,
+    /// The NodeClaim's taints, so the kubelet registers the Node with them
+    /// (`--register-with-taints`) and no pod lands before they apply.
+    pub taints: Vec<Taint>,
+    /// The NodeClaim's startup taints (registered with the Node, removed later by a daemon).
+    pub startup_taints: Vec<Taint>,
+    /// EFA network interfaces to attach, by instance type (every EFA interface the type has),
+    /// when the node needs EFA: pods on it request `vpc.amazonaws.com/efa` or the plan expects
+    /// the `dra.net` driver. Types absent or at 0 get none.
+    pub efa_interfaces: BTreeMap<String, u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,6 +36,8 @@ struct State {
     throttled_calls: u32,
     registration: BTreeMap<String, Registration>,
     launch_calls: u64,
+    /// Instances the cloud takes back (a spot interruption) at the given time.
+    reclaims: BTreeMap<String, k8s_openapi::jiff::Timestamp>,
 }
 
 /// A cloud in memory. Instance ids count up from `i-00000000000000001` in launch order.
@@ -92,8 +94,40 @@ impl SimulatedCloud {
 
     /// A poisoned lock means a simulated crash unwound through a caller; the state is a set of
     /// maps each updated in one operation, so it is still consistent.
+    /// Every call sees instances whose reclaim time has come terminated.
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if !s.reclaims.is_empty() {
+            let now = self.clock.now();
+            let due: Vec<String> = s
+                .reclaims
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in due {
+                s.reclaims.remove(&id);
+                if let Some(i) = s.instances.get_mut(&id) {
+                    i.state = InstanceState::Terminated;
+                }
+            }
+        }
+        s
+    }
+
+    /// The cloud takes the instance back `notice` from now (a spot interruption: EC2 gives two
+    /// minutes). Returns false for an instance that is unknown or already terminated.
+    pub fn reclaim_after(&self, instance_id: &str, notice: Duration) -> bool {
+        let at = crate::clock::add(self.clock.now(), notice);
+        let mut s = self.lock();
+        let running = s
+            .instances
+            .get(instance_id)
+            .is_some_and(|i| i.state != InstanceState::Terminated);
+        if running {
+            s.reclaims.insert(instance_id.to_string(), at);
+        }
+        running
     }
 
     /// Makes an offering fail with insufficient capacity (or succeed again).
@@ -312,6 +346,7 @@ mod tests {
             offers: vec![offer("us-east-1a"), offer("us-east-1b")],
             tags,
             client_token: token.into(),
+            ..LaunchRequest::default()
         }
     }
 
@@ -337,5 +372,23 @@ mod tests {
         assert_eq!(cloud.list("c"), Err(CloudError::Throttled));
         cloud.terminate(&first.instance.id).expect("terminate");
         assert!(cloud.list("c").expect("list").is_empty());
+    }
+
+    #[test]
+    fn a_reclaimed_instance_terminates_when_its_notice_runs_out() {
+        let zones = vec!["us-east-1a".to_string()];
+        let clock = ManualClock::new();
+        let cloud = SimulatedCloud::new(&Catalog::builtin("us-east-1", &zones), clock.clone());
+        let id = cloud.launch(&request("t")).expect("launch").instance.id;
+        assert!(cloud.reclaim_after(&id, Duration::from_secs(120)));
+        clock.advance(Duration::from_secs(119));
+        assert_eq!(cloud.list("c").expect("list").len(), 1);
+        clock.advance(Duration::from_secs(1));
+        assert!(cloud.list("c").expect("list").is_empty());
+        assert_eq!(
+            cloud.get(&id).expect("get").map(|i| i.state),
+            Some(InstanceState::Terminated)
+        );
+        assert!(!cloud.reclaim_after(&id, Duration::from_secs(120)));
     }
 }

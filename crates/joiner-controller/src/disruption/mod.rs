@@ -1,26 +1,52 @@
-//! Disruption: removing and replacing nodes once the work shrinks or a node has lived too long.
+//! Disruption: removing and replacing nodes once the work shrinks, a node has lived too long,
+//! no longer matches its NodePool, or the cloud is taking it away.
 //!
 //! One step of [`disrupt`] runs after provisioning:
 //!
-//! 1. A disruption in progress (old NodeClaims annotated with [`DISRUPTION_REASON`] and the
+//! 0. Bookkeeping: NodeClaims without this version's NodePool/EC2NodeClass hashes are stamped,
+//!    and the `Drifted` condition is set (or cleared) as [`drift::drift_of`] finds.
+//! 1. Interruptions ([`crate::interruption`] marked the NodeClaims in this same step): the pods
+//!    of every newly interrupted node get replacement capacity, planned without those nodes and
+//!    launched at once, whatever the budgets; then the nodes are tainted and drained in the same
+//!    step. Karpenter drains an interrupted node at once too; Joiner launches first so the
+//!    GPU node the pods need is already booting when they are evicted (a GPU node takes
+//!    minutes to initialize, longer than the two minutes a spot warning gives), and drains at
+//!    once so pods get their graceful termination before the instance is reclaimed. The drain
+//!    of an interrupted node evicts every pod, do-not-disrupt and PodDisruptionBudgets
+//!    notwithstanding: the instance goes anyway, and a pod left waiting would only be killed.
+//! 2. A disruption in progress (old NodeClaims annotated with [`DISRUPTION_REASON`] and the
 //!    replacements they wait for in [`REPLACED_BY`]) is carried on: once every replacement is
 //!    initialized the old nodes are drained (tainted `karpenter.sh/disrupted:NoSchedule`, their
 //!    pods evicted except those marked `karpenter.sh/do-not-disrupt`, and only as far as their
 //!    PodDisruptionBudgets allow; the rest on later steps) and their NodeClaims deleted
 //!    (the termination finalizer terminates the instance). A replacement that went away (no
-//!    capacity) aborts the move. Only one move is in progress at a time.
-//! 2. Otherwise expiry: the oldest NodeClaim older than its `expireAfter` gets replacement
-//!    capacity for its pods (planned without it), launched first, then is drained.
-//! 3. Otherwise consolidation: [`joiner_engine::disruption::consolidate`] over the same snapshot
+//!    capacity) aborts the move. An interrupted node drains on every step, without waiting.
+//!    Only one voluntary move is in progress at a time.
+//! 3. Otherwise expiry: the oldest NodeClaim older than its `expireAfter` gets replacement
+//!    capacity for its pods (planned without it), launched first, then is drained. Expiry is
+//!    not budgeted (as in Karpenter v1).
+//! 4. Otherwise drift: the oldest drifted NodeClaim, within the budgets for `Drifted`, is
+//!    replaced the same way. A node or pod marked do-not-disrupt holds it back unless the
+//!    NodeClaim has a `terminationGracePeriod`.
+//! 5. Otherwise consolidation: [`joiner_engine::disruption::consolidate`] over the same snapshot
 //!    provisioning plans (in-flight NodeClaims counted as nodes), with only the nodes whose bound
 //!    pods have not changed for their NodePool's `consolidateAfter` as candidates, and only while
 //!    nothing is pending or in flight. The first decision is taken within the NodePools'
-//!    disruption budgets (`nodes` as a count or a percentage, default 10%, rounded up).
+//!    disruption budgets ([`budgets`]).
 //!
-//! All durable state is in annotations and taints; what is kept in memory (since when each
-//! node's pods are unchanged, the last state consolidation found nothing in) is rebuilt by a new
-//! controller, which at worst waits `consolidateAfter` again.
+//! Replacements for expiry, drift and interruption are planned by
+//! [`joiner_engine::disruption::replacements`]. A drain that has gone on longer than the
+//! NodeClaim's `terminationGracePeriod` deletes the remaining pods whatever blocks them
+//! (PodDisruptionBudgets, do-not-disrupt) and the NodeClaim. Karpenter counts that period from
+//! the NodeClaim's deletion; Joiner deletes a NodeClaim only once it is drained, so it counts from
+//! the drain's start, recorded in [`labels::TERMINATION_TIMESTAMP`].
+//!
+//! All durable state is in annotations, conditions and taints; what is kept in memory (since when
+//! each node's pods are unchanged, the last state consolidation found nothing in) is rebuilt by a
+//! new controller, which at worst waits `consolidateAfter` again.
 
+pub mod budgets;
+pub mod drift;
 pub mod pdb;
 pub mod simulated;
 #[cfg(test)]
@@ -29,27 +55,32 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use joiner_engine::disruption::{Reason, consolidate};
+use joiner_engine::disruption::{Reason, consolidate, replacements};
 use joiner_engine::plan::PlannedNodeClaim;
 use joiner_engine::snapshot::ClusterSnapshot;
 use joiner_model::api::NodePool;
+use joiner_model::api::ec2nodeclass::EC2NodeClass;
 use joiner_model::duration::parse_duration;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
+pub use budgets::allowed_disruptions;
+
 use crate::batcher::fnv1a;
-use crate::clock::{add, elapsed};
+use crate::clock::{add, elapsed, k8s_time};
 use crate::cloud::CloudProvider;
 use crate::context::Ctx;
 use crate::error::ControllerError;
+use crate::interruption::is_interrupted;
 use crate::lifecycle;
 use crate::nodeclaim::{NodeClaim, conditions, labels};
 use crate::pools::PoolOptions;
 use crate::provisioning::{add_in_flight, is_pending, node_claim_for, pod_key};
 use crate::store::{ClusterStore, StoreError};
 
-/// Annotation on a NodeClaim being disrupted: why (`Empty`, `Underutilized`, `Expired`).
+/// Annotation on a NodeClaim being disrupted: why (`Empty`, `Underutilized`, `Expired`,
+/// `Drifted`, `Interrupted`).
 pub const DISRUPTION_REASON: &str = "joiner.dev/disruption";
 /// Annotation on a NodeClaim being disrupted: the NodeClaims launched to replace it.
 pub const REPLACED_BY: &str = "joiner.dev/replaced-by";
@@ -57,14 +88,20 @@ pub const REPLACED_BY: &str = "joiner.dev/replaced-by";
 pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 /// On a pod or a node: never disrupt voluntarily.
 pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// The disruption reason of an interrupted node.
+pub const REASON_INTERRUPTED: &str = "Interrupted";
 
 /// One thing the disruption step did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DisruptionEvent {
-    /// `decided`, `replacing`, `evicted`, `deleted`, `aborted`.
+    /// `decided`, `replacing`, `evicted`, `deleted`, `aborted`, `forced` (the termination grace
+    /// period ran out), `drifted` (a NodeClaim was found drifted), `interrupted` (the cloud
+    /// warned that it takes an instance), `recommended` (a rebalance recommendation: recorded
+    /// only).
     pub action: String,
-    /// `Empty`, `Underutilized` or `Expired`.
+    /// `Empty`, `Underutilized`, `Expired`, `Drifted`, `Interrupted`; for `drifted` the kind of
+    /// drift, for `interrupted` and `recommended` the notice.
     pub reason: String,
     /// The NodeClaims disrupted.
     pub node_claims: Vec<String>,
@@ -118,7 +155,7 @@ fn bound_to<'a>(pods: &'a [Pod], node: &str) -> impl Iterator<Item = &'a Pod> {
     })
 }
 
-/// `expireAfter`/`consolidateAfter`: `None` for `Never` or nonsense.
+/// `expireAfter`/`consolidateAfter`/`terminationGracePeriod`: `None` for `Never` or nonsense.
 fn duration_of(text: &str) -> Option<Duration> {
     if text.eq_ignore_ascii_case("never") {
         return None;
@@ -126,36 +163,9 @@ fn duration_of(text: &str) -> Option<Duration> {
     parse_duration(text).ok()
 }
 
-/// How many of the pool's nodes may be disrupted at once for `reason`: the smallest of the
-/// applicable budgets (counts, or percentages of `total` rounded up).
-pub fn allowed_disruptions(pool: &NodePool, reason: &str, total: usize) -> usize {
-    pool.spec
-        .disruption
-        .budgets
-        .iter()
-        .filter(|b| {
-            b.reasons.as_ref().is_none_or(|rs| {
-                rs.iter()
-                    .any(|r| format!("{r:?}").eq_ignore_ascii_case(reason))
-            })
-        })
-        .map(|b| {
-            let n = b.nodes.trim();
-            match n.strip_suffix('%') {
-                Some(p) => p
-                    .trim()
-                    .parse::<usize>()
-                    .map(|p| (total * p.min(100)).div_ceil(100))
-                    .unwrap_or(0),
-                None => n.parse::<usize>().unwrap_or(0),
-            }
-        })
-        .min()
-        .unwrap_or(usize::MAX)
-}
-
 struct View {
     pools: BTreeMap<String, NodePool>,
+    classes: BTreeMap<String, EC2NodeClass>,
     claims: Vec<NodeClaim>,
     nodes: Vec<Node>,
     pods: Vec<Pod>,
@@ -169,6 +179,9 @@ impl View {
     }
     fn pool_of(&self, claim: &NodeClaim) -> Option<&NodePool> {
         self.pools.get(claim.label(labels::NODEPOOL)?)
+    }
+    fn class_of(&self, claim: &NodeClaim) -> Option<&EC2NodeClass> {
+        self.classes.get(&claim.spec.node_class_ref.name)
     }
     /// Live NodeClaims of a pool, and how many of them are being disrupted.
     fn pool_counts(&self, pool: &str) -> (usize, usize) {
@@ -184,6 +197,31 @@ impl View {
         let total = of_pool.iter().filter(|c| !c.is_deleting()).count();
         (total, disrupting)
     }
+    /// How many more of the pool's nodes may be disrupted now for `reason`.
+    fn budget_left(&self, pool_name: &str, reason: &str, now: Timestamp) -> usize {
+        let Some(pool) = self.pools.get(pool_name) else {
+            return 0;
+        };
+        let (total, disrupting) = self.pool_counts(pool_name);
+        allowed_disruptions(pool, reason, total, now).saturating_sub(disrupting)
+    }
+    /// Whether the claim's node or one of its pods is marked do-not-disrupt.
+    fn do_not_disrupt(&self, claim: &NodeClaim) -> bool {
+        let Some(node) = claim.status.node_name.as_deref() else {
+            return false;
+        };
+        self.nodes
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(node) && is_do_not_disrupt(&n.metadata))
+            || bound_to(&self.pods, node).any(|p| is_do_not_disrupt(&p.metadata))
+    }
+}
+
+fn by_name<T>(items: Vec<T>, name: impl Fn(&T) -> Option<String>) -> BTreeMap<String, T> {
+    items
+        .into_iter()
+        .filter_map(|i| name(&i).map(|n| (n, i)))
+        .collect()
 }
 
 /// One disruption pass (see the module docs).
@@ -192,40 +230,165 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
     state: &mut DisruptionState,
 ) -> Result<(), ControllerError> {
     let view = View {
-        pools: ctx
-            .store
-            .list::<NodePool>()?
-            .into_iter()
-            .filter_map(|p| p.metadata.name.clone().map(|n| (n, p)))
-            .collect(),
+        pools: by_name(ctx.store.list::<NodePool>()?, |p| p.metadata.name.clone()),
+        classes: by_name(ctx.store.list::<EC2NodeClass>()?, |c| {
+            c.metadata.name.clone()
+        }),
         claims: ctx.store.list::<NodeClaim>()?,
         nodes: ctx.store.list::<Node>()?,
         pods: ctx.store.list::<Pod>()?,
     };
     track_pods(ctx.now, &view, state);
 
-    // 1. A move in progress.
+    // 0. Hash stamps and Drifted conditions.
+    let drifted = mark_drift(ctx, &view)?;
+
+    // 1. Interruptions, whatever else is going on.
+    let interrupted: Vec<NodeClaim> = view
+        .claims
+        .iter()
+        .filter(|c| {
+            !c.is_deleting()
+                && is_interrupted(c)
+                && annotation(c, DISRUPTION_REASON) != Some(REASON_INTERRUPTED)
+        })
+        .cloned()
+        .collect();
+    if !interrupted.is_empty() {
+        start_move(ctx, &view, &interrupted, REASON_INTERRUPTED, None)?;
+    }
+    let just_interrupted: BTreeSet<&str> = interrupted.iter().map(NodeClaim::name).collect();
+
+    // 2. Moves in progress.
     let in_progress: Vec<&NodeClaim> = view
         .claims
         .iter()
-        .filter(|c| !c.is_deleting() && annotation(c, DISRUPTION_REASON).is_some())
+        .filter(|c| {
+            !c.is_deleting()
+                && annotation(c, DISRUPTION_REASON).is_some()
+                && !just_interrupted.contains(c.name())
+        })
         .collect();
-    if !in_progress.is_empty() {
-        for claim in in_progress {
-            continue_move(ctx, &view, claim)?;
-        }
+    let voluntary_in_progress = in_progress
+        .iter()
+        .any(|c| annotation(c, DISRUPTION_REASON) != Some(REASON_INTERRUPTED));
+    for claim in &in_progress {
+        continue_move(ctx, &view, claim)?;
+    }
+    if voluntary_in_progress || !interrupted.is_empty() {
         return Ok(());
     }
-    // Nodes still terminating count against budgets but block nothing else.
+    // Nodes still terminating or draining after an interruption count against budgets but
+    // block nothing else.
 
-    // 2. Expiry.
+    // 3. Expiry.
     if let Some(claim) = expired(ctx.now, &view) {
         let claim = claim.clone();
         return start_move(ctx, &view, &[claim], "Expired", None);
     }
 
-    // 3. Consolidation.
+    // 4. Drift.
+    if let Some(claim) = drift_candidate(ctx.now, &view, &drifted) {
+        let claim = claim.clone();
+        return start_move(ctx, &view, &[claim], "Drifted", None);
+    }
+
+    // 5. Consolidation.
     consolidation(ctx, &view, state)
+}
+
+/// Stamps NodeClaims that lack this version's hashes and sets or clears their `Drifted`
+/// condition. Returns the names of the drifted NodeClaims.
+fn mark_drift<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    view: &View,
+) -> Result<BTreeSet<String>, ControllerError> {
+    let mut out = BTreeSet::new();
+    for claim in view
+        .claims
+        .iter()
+        .filter(|c| !c.is_deleting() && c.is_true(conditions::LAUNCHED))
+    {
+        let Some(pool) = view.pool_of(claim) else {
+            continue;
+        };
+        let class = view.class_of(claim);
+        let mut updated = claim.clone();
+        let restamped = drift::restamp(&mut updated, pool, class);
+        let found = drift::drift_of(&updated, pool, class, None);
+        let had = claim.condition(conditions::DRIFTED);
+        let unchanged = match (&found, had) {
+            (None, None) => true,
+            (Some(d), Some(c)) => c.status == "True" && c.reason == d.reason(),
+            _ => false,
+        };
+        if let Some(d) = &found {
+            out.insert(claim.name().to_string());
+            if !unchanged {
+                tracing::info!(
+                    nodeclaim = claim.name(),
+                    reason = d.reason(),
+                    "drifted: {}",
+                    d.message()
+                );
+                ctx.report.disruption.push(DisruptionEvent {
+                    action: "drifted".into(),
+                    reason: d.reason().into(),
+                    node_claims: vec![claim.name().to_string()],
+                    detail: vec![d.message()],
+                });
+            }
+        }
+        if unchanged && !restamped {
+            continue;
+        }
+        match &found {
+            Some(d) => updated.set_condition(
+                conditions::DRIFTED,
+                true,
+                d.reason(),
+                &d.message(),
+                k8s_time(ctx.now),
+            ),
+            None => updated
+                .status
+                .conditions
+                .retain(|c| c.type_ != conditions::DRIFTED),
+        }
+        match ctx.store.update(&updated) {
+            // Someone else wrote it first: look again next step.
+            Ok(_) | Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
+}
+
+/// The drifted NodeClaim to replace now: initialized, not being disrupted, within its pool's
+/// budget for `Drifted`, not held by do-not-disrupt (unless it has a termination grace period);
+/// the oldest first.
+fn drift_candidate<'a>(
+    now: Timestamp,
+    view: &'a View,
+    drifted: &BTreeSet<String>,
+) -> Option<&'a NodeClaim> {
+    let mut candidates: Vec<&NodeClaim> = view
+        .claims
+        .iter()
+        .filter(|c| drifted.contains(c.name()))
+        .filter(|c| !c.is_deleting() && c.is_true(conditions::INITIALIZED))
+        .filter(|c| annotation(c, DISRUPTION_REASON).is_none())
+        .filter(|c| c.spec.termination_grace_period.is_some() || !view.do_not_disrupt(c))
+        .filter(|c| {
+            c.label(labels::NODEPOOL)
+                .is_some_and(|p| view.budget_left(p, "Drifted", now) > 0)
+        })
+        .collect();
+    candidates.sort_by(|a, b| {
+        let created = |c: &NodeClaim| c.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        created(a).cmp(&created(b)).then(a.name().cmp(b.name()))
+    });
+    candidates.into_iter().next()
 }
 
 /// Records since when each node's bound pods have been what they are.
@@ -270,44 +433,40 @@ fn snapshot<S: ClusterStore, C: CloudProvider>(
     let claims = ctx.store.list::<NodeClaim>()?;
     let options = PoolOptions::build(&m, ctx.config)?;
     add_in_flight(&mut m, &claims, &options);
-    let snapshot = ClusterSnapshot::build(&m, &ctx.config.settings, &ctx.config.options)?;
+    let mut snapshot = ClusterSnapshot::build(&m, &ctx.config.settings, &ctx.config.options)?;
+    // Offerings that just ran out of capacity (or whose spot capacity was just reclaimed) are
+    // not planned on, as in provisioning.
+    let now = ctx.now;
+    for pool in &mut snapshot.input.pools {
+        for option in &mut pool.options {
+            let it = option.instance_type.clone();
+            option.offerings.retain(|o| {
+                joiner_engine::catalog::CapacityType::parse(&o.capacity_type).is_none_or(
+                    |capacity_type| {
+                        !ctx.unavailable.is_unavailable(
+                            &crate::cloud::OfferingKey {
+                                instance_type: it.clone(),
+                                zone: o.zone.clone(),
+                                capacity_type,
+                            },
+                            now,
+                        )
+                    },
+                )
+            });
+        }
+    }
     Ok((snapshot, options))
 }
 
-/// Plans the cluster without `nodes` (their pods pending): the new NodeClaims needed.
+/// Plans the pods of `nodes` elsewhere, without asking for a saving (see
+/// [`joiner_engine::disruption::replacements`]).
 fn replacements_for<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     nodes: &[String],
-) -> Result<Option<Vec<PlannedNodeClaim>>, ControllerError> {
-    let (mut snapshot, _) = snapshot(ctx)?;
-    let input = &mut snapshot.input;
-    input.nodes.retain(|n| !nodes.contains(&n.name));
-    let mut moved = Vec::new();
-    input.pods.retain_mut(|p| match p.node_name.as_deref() {
-        Some(n) if nodes.iter().any(|x| x == n) => {
-            if p.daemon_set.is_some() {
-                return false;
-            }
-            p.node_name = None;
-            moved.push(p.key());
-            true
-        }
-        _ => true,
-    });
-    let plan = snapshot.plan();
-    if moved
-        .iter()
-        .any(|p| !plan.bindings.iter().any(|b| &b.pod == p))
-    {
-        return Ok(None);
-    }
-    // Only the new nodes its pods go to: pending pods are provisioning's business.
-    Ok(Some(
-        plan.node_claims
-            .into_iter()
-            .filter(|c| c.pods.iter().any(|p| moved.contains(p)))
-            .collect(),
-    ))
+) -> Result<joiner_engine::disruption::Replacements, ControllerError> {
+    let (snapshot, _) = snapshot(ctx)?;
+    Ok(replacements(&snapshot.input, nodes))
 }
 
 fn consolidation<S: ClusterStore, C: CloudProvider>(
@@ -351,14 +510,17 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
     }
     let mut parts: Vec<String> = eligible.iter().cloned().collect();
     parts.push("--".into());
-    // A changed NodePool (new instance types allowed, say) may open new moves.
+    // A changed NodePool (new instance types allowed, say) may open new moves, and so may a
+    // budget that a schedule opened.
     for (name, pool) in &view.pools {
         parts.push(format!(
-            "{name}@{}",
+            "{name}@{}:{}:{}",
             pool.metadata
                 .resource_version
                 .as_deref()
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            view.budget_left(name, "Empty", ctx.now),
+            view.budget_left(name, "Underutilized", ctx.now),
         ));
     }
     for p in &view.pods {
@@ -398,13 +560,9 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
             let Some(pool_name) = claim.label(labels::NODEPOOL) else {
                 continue;
             };
-            let Some(pool) = view.pool_of(claim) else {
-                continue;
-            };
-            let allowed = *left.entry(pool_name.to_string()).or_insert_with(|| {
-                let (total, disrupting) = view.pool_counts(pool_name);
-                allowed_disruptions(pool, reason, total).saturating_sub(disrupting)
-            });
+            let allowed = *left
+                .entry(pool_name.to_string())
+                .or_insert_with(|| view.budget_left(pool_name, reason, ctx.now));
             if allowed == 0 {
                 continue;
             }
@@ -421,8 +579,12 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
     Ok(())
 }
 
-/// Starts a move: taints the old nodes, launches the replacements (planned now when `None`),
-/// and drains at once when none are needed.
+/// Starts a move: launches the replacements (planned now when `None`), marks and taints the old
+/// nodes, and drains at once when there is nothing to wait for or the move is an interruption.
+///
+/// The replacements are created before the old NodeClaims are annotated. After a crash between
+/// the two, planning again puts the old nodes' pods on the replacements already in flight; the
+/// move then waits for those (found through the plan's bindings) instead of launching more.
 fn start_move<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     view: &View,
@@ -431,19 +593,44 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
     replacements: Option<Vec<PlannedNodeClaim>>,
 ) -> Result<(), ControllerError> {
     let names: Vec<String> = old.iter().map(|c| c.name().to_string()).collect();
-    let node_names: Vec<String> = old
-        .iter()
-        .filter_map(|c| c.status.node_name.clone())
-        .collect();
+    let interrupted = reason == REASON_INTERRUPTED;
+    let mut wait_for: Vec<String> = Vec::new();
     let replacements = match replacements {
         Some(r) => r,
-        None => match replacements_for(ctx, &node_names)? {
-            Some(r) => r,
-            None => {
-                // Its pods fit nowhere, not even on new nodes: leave it be for now.
-                return Ok(());
+        None => {
+            // A NodeClaim not registered yet stands in the snapshot under its own name.
+            let node_names: Vec<String> = old
+                .iter()
+                .map(|c| {
+                    c.status
+                        .node_name
+                        .clone()
+                        .unwrap_or_else(|| c.name().to_string())
+                })
+                .collect();
+            let r = replacements_for(ctx, &node_names)?;
+            if !r.complete() {
+                let pods: Vec<String> = r.unschedulable.iter().map(|u| u.pod.clone()).collect();
+                if !interrupted {
+                    // Its pods fit nowhere, not even on new nodes: leave it be for now.
+                    tracing::info!(nodeclaims = ?names, ?pods, "{reason}: no room for every pod; waiting");
+                    return Ok(());
+                }
+                tracing::warn!(nodeclaims = ?names, ?pods, "interrupted: no room for some pods");
             }
-        },
+            for b in &r.bindings {
+                if let Some(c) = view.claims.iter().find(|c| {
+                    !c.is_deleting()
+                        && !c.is_true(conditions::INITIALIZED)
+                        && !names.contains(&c.name().to_string())
+                        && (c.name() == b.node || c.status.node_name.as_deref() == Some(&b.node))
+                }) && !wait_for.iter().any(|w| w == c.name())
+                {
+                    wait_for.push(c.name().to_string());
+                }
+            }
+            r.node_claims
+        }
     };
     ctx.report.disruption.push(DisruptionEvent {
         action: "decided".into(),
@@ -462,11 +649,21 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
             continue;
         };
         let mut claim = node_claim_for(planned, pool, &pods, vec![planned.zone.clone()]);
+        drift::stamp(
+            &mut claim,
+            pool,
+            view.classes
+                .get(&pool.spec.template.spec.node_class_ref.name),
+        );
         let name = format!("{}-r{suffix}", claim.name());
-        claim.metadata.name = Some(name);
+        claim.metadata.name = Some(name.clone());
         let stored = match ctx.store.create(&claim) {
             Ok(c) => c,
-            Err(StoreError::AlreadyExists(_)) => continue,
+            Err(StoreError::AlreadyExists(_)) => {
+                // Created before a restart: the lifecycle launches it if it is not yet.
+                created.push(name);
+                continue;
+            }
             Err(e) => return Err(e.into()),
         };
         ctx.report.created.push(stored.name().to_string());
@@ -483,19 +680,37 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
             detail: created.clone(),
         });
     }
+    for name in created {
+        if !wait_for.contains(&name) {
+            wait_for.push(name);
+        }
+    }
     for claim in old {
         taint(ctx, claim)?;
-        let mut c = ctx
-            .store
-            .get::<NodeClaim>(None, claim.name())?
-            .unwrap_or_else(|| claim.clone());
+        let Some(mut c) = ctx.store.get::<NodeClaim>(None, claim.name())? else {
+            continue;
+        };
         let a = c.metadata.annotations.get_or_insert_with(Default::default);
+        // An interrupted node in the middle of another move keeps the replacements it has.
+        let mut all: Vec<String> = a
+            .get(REPLACED_BY)
+            .map(|r| {
+                r.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for w in &wait_for {
+            if !all.contains(w) {
+                all.push(w.clone());
+            }
+        }
         a.insert(DISRUPTION_REASON.into(), reason.into());
-        a.insert(REPLACED_BY.into(), created.join(","));
+        a.insert(REPLACED_BY.into(), all.join(","));
         ctx.store.update(&c)?;
     }
-    if created.is_empty() {
-        // Nothing to wait for.
+    if wait_for.is_empty() || interrupted {
         let pods = ctx.store.list::<Pod>()?;
         for claim in old {
             drain(ctx, claim, reason, &pods)?;
@@ -504,7 +719,8 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
     Ok(())
 }
 
-/// Carries a move on: aborts when a replacement went away, drains when all are initialized.
+/// Carries a move on: an interrupted node drains at once; otherwise the move aborts when a
+/// replacement went away and drains when all are initialized.
 fn continue_move<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     view: &View,
@@ -513,6 +729,9 @@ fn continue_move<S: ClusterStore, C: CloudProvider>(
     let reason = annotation(claim, DISRUPTION_REASON)
         .unwrap_or_default()
         .to_string();
+    if reason == REASON_INTERRUPTED {
+        return drain(ctx, claim, &reason, &view.pods);
+    }
     let replacements: Vec<&str> = annotation(claim, REPLACED_BY)
         .unwrap_or_default()
         .split(',')
@@ -526,8 +745,11 @@ fn continue_move<S: ClusterStore, C: CloudProvider>(
                 .find(|c| c.name() == *r && !c.is_deleting())
         })
         .collect();
-    if found.iter().any(Option::is_none) {
-        // A replacement failed (no capacity): undo, and decide again later.
+    if found.iter().any(Option::is_none)
+        && annotation(claim, labels::TERMINATION_TIMESTAMP).is_none()
+    {
+        // A replacement failed (no capacity): undo, and decide again later. (Once draining has
+        // begun there is nothing to undo: the drain goes on.)
         let mut c = claim.clone();
         if let Some(a) = c.metadata.annotations.as_mut() {
             a.remove(DISRUPTION_REASON);
@@ -602,8 +824,43 @@ fn untaint<S: ClusterStore, C>(
     Ok(())
 }
 
-/// Taints the node, evicts its pods (not those marked do-not-disrupt, nor DaemonSet pods), and
-/// deletes the NodeClaim once only DaemonSet pods are left.
+/// When the drain of `claim` is forced: recorded on the first drain as its start plus the
+/// NodeClaim's `terminationGracePeriod`; `None` without one.
+fn termination_deadline<S: ClusterStore, C>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: &NodeClaim,
+) -> Result<Option<Timestamp>, ControllerError> {
+    if let Some(t) = annotation(claim, labels::TERMINATION_TIMESTAMP) {
+        return Ok(t.parse().ok());
+    }
+    let Some(grace) = claim
+        .spec
+        .termination_grace_period
+        .as_deref()
+        .and_then(duration_of)
+    else {
+        return Ok(None);
+    };
+    let deadline = add(ctx.now, grace);
+    let Some(mut c) = ctx.store.get::<NodeClaim>(None, claim.name())? else {
+        return Ok(None);
+    };
+    if let Some(t) = annotation(&c, labels::TERMINATION_TIMESTAMP) {
+        return Ok(t.parse().ok());
+    }
+    c.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(labels::TERMINATION_TIMESTAMP.into(), deadline.to_string());
+    ctx.store.update(&c)?;
+    Ok(Some(deadline))
+}
+
+/// Taints the node, evicts its pods (not those marked do-not-disrupt, nor DaemonSet pods, and
+/// only as far as PodDisruptionBudgets allow), and deletes the NodeClaim once only DaemonSet pods
+/// are left. Past the termination deadline, or when the instance is being interrupted, every
+/// remaining pod is deleted whatever blocks it, and the NodeClaim with it (its finalizer
+/// terminates the instance).
 fn drain<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     claim: &NodeClaim,
@@ -611,6 +868,10 @@ fn drain<S: ClusterStore, C: CloudProvider>(
     pods: &[Pod],
 ) -> Result<(), ControllerError> {
     taint(ctx, claim)?;
+    let forced = termination_deadline(ctx, claim)?.is_some_and(|d| d <= ctx.now);
+    // An interrupted instance goes whatever we do: evicting everything now gives every pod its
+    // graceful shutdown, where waiting on a budget or do-not-disrupt would only get it killed.
+    let interrupted = reason == REASON_INTERRUPTED;
     let node = claim.status.node_name.clone().unwrap_or_default();
     let mut evicted = Vec::new();
     let mut blocked = false;
@@ -619,7 +880,8 @@ fn drain<S: ClusterStore, C: CloudProvider>(
         .list::<k8s_openapi::api::policy::v1::PodDisruptionBudget>()?;
     let mut budgets = pdb::Budgets::new(&pdbs, pods);
     for pod in bound_to(pods, &node).filter(|p| !is_daemon_pod(p)) {
-        if is_do_not_disrupt(&pod.metadata) || !budgets.try_evict(pod) {
+        if !forced && !interrupted && (is_do_not_disrupt(&pod.metadata) || !budgets.try_evict(pod))
+        {
             blocked = true;
             continue;
         }
@@ -630,6 +892,15 @@ fn drain<S: ClusterStore, C: CloudProvider>(
             Ok(_) | Err(StoreError::NotFound(_)) => evicted.push(pod_key(pod)),
             Err(e) => return Err(e.into()),
         }
+    }
+    if forced {
+        tracing::warn!(nodeclaim = claim.name(), pods = ?evicted, "terminationGracePeriod elapsed: deleting remaining pods");
+        ctx.report.disruption.push(DisruptionEvent {
+            action: "forced".into(),
+            reason: reason.into(),
+            node_claims: vec![claim.name().to_string()],
+            detail: vec!["terminationGracePeriod elapsed".into()],
+        });
     }
     if !evicted.is_empty() {
         ctx.report.disruption.push(DisruptionEvent {

@@ -351,8 +351,11 @@ fn budgets_limit_how_many_nodes_go_at_once() {
     assert_eq!(per_step, vec![2, 2], "deletions per step");
     // A percentage: 10% of 4 nodes rounds up to one.
     let pool = NodePool::default_for_test();
-    assert_eq!(allowed_disruptions(&pool, "Empty", 4), 1);
-    assert_eq!(allowed_disruptions(&pool, "Empty", 25), 3);
+    assert_eq!(allowed_disruptions(&pool, "Empty", 4, world.clock.now()), 1);
+    assert_eq!(
+        allowed_disruptions(&pool, "Empty", 25, world.clock.now()),
+        3
+    );
 }
 
 trait TestPool {
@@ -463,4 +466,402 @@ fn a_cheaper_replacement_is_up_before_the_old_node_drains() {
     let now = world.live()[0].clone();
     assert_eq!(now.name(), new);
     assert_eq!(now.label(labels::INSTANCE_TYPE), Some("g4dn.xlarge"));
+}
+
+fn pool_of(world: &World) -> NodePool {
+    world
+        .store
+        .get(None, "g4-nodepool")
+        .expect("get")
+        .expect("pool")
+}
+
+/// Claims being moved right now (annotated, not yet deleting).
+fn moving(world: &World) -> usize {
+    world
+        .live()
+        .iter()
+        .filter(|c| annotation(c, DISRUPTION_REASON).is_some())
+        .count()
+}
+
+#[test]
+fn a_changed_node_pool_drifts_its_nodes_and_they_are_replaced_one_at_a_time() {
+    let world = World::new(4, |p| {
+        p.spec.disruption.consolidate_after = "Never".into();
+    });
+    let mut c = world.controller();
+    world.run(&mut c, 120);
+    settled(&world, 2);
+    let before: Vec<String> = world.live().iter().map(|n| n.name().to_string()).collect();
+    for claim in world.live() {
+        assert_eq!(
+            annotation(&claim, drift::NODEPOOL_HASH_VERSION),
+            Some(drift::HASH_VERSION)
+        );
+        assert!(annotation(&claim, drift::NODECLASS_HASH).is_some());
+        assert!(claim.condition(conditions::DRIFTED).is_none());
+    }
+    let mut pool = pool_of(&world);
+    pool.spec
+        .template
+        .metadata
+        .labels
+        .insert("team".into(), "ml".into());
+    world.store.update(&pool).expect("update");
+    let mut reports = Vec::new();
+    for _ in 0..600 {
+        reports.extend(world.run(&mut c, 1));
+        assert!(moving(&world) <= 1, "one drift replacement at a time");
+    }
+    let drifted: Vec<_> = events(&reports, "drifted").collect();
+    assert_eq!(drifted.len(), 2, "{drifted:?}");
+    assert!(drifted.iter().all(|e| e.reason == "NodePoolDrifted"));
+    assert!(events(&reports, "replacing").all(|e| e.reason == "Drifted"));
+    assert!(events(&reports, "deleted").count() >= 2);
+    let live = world.live();
+    assert!(!live.is_empty());
+    for claim in &live {
+        assert!(
+            !before.contains(&claim.name().to_string()),
+            "{}",
+            claim.name()
+        );
+        assert_eq!(claim.label("team"), Some("ml"));
+        assert!(claim.condition(conditions::DRIFTED).is_none());
+    }
+    assert!(
+        !world
+            .store
+            .list::<Pod>()
+            .expect("pods")
+            .iter()
+            .any(is_pending)
+    );
+}
+
+#[test]
+fn a_node_outside_the_new_requirements_is_replaced_by_one_inside() {
+    let world = World::new(1, |p| {
+        p.spec.disruption.consolidate_after = "Never".into();
+    });
+    let mut c = world.controller();
+    world.run(&mut c, 120);
+    settled(&world, 1);
+    let old = world.live()[0].clone();
+    let mut pool = pool_of(&world);
+    allow_types(&mut pool, &["g4dn.2xlarge"]);
+    world.store.update(&pool).expect("update");
+    let reports = world.run(&mut c, 300);
+    let drifted: Vec<_> = events(&reports, "drifted").collect();
+    assert_eq!(drifted.len(), 1);
+    assert_eq!(drifted[0].reason, "RequirementsDrifted");
+    let new = events(&reports, "replacing")
+        .next()
+        .expect("replacing")
+        .detail[0]
+        .clone();
+    let step_of = |pred: &dyn Fn(&StepReport) -> bool| reports.iter().position(pred);
+    let initialized = step_of(&|r| r.initialized.contains(&new)).expect("initialized");
+    let evicted =
+        step_of(&|r| r.disruption.iter().any(|e| e.action == "evicted")).expect("evicted");
+    assert!(initialized <= evicted, "{initialized} {evicted}");
+    settled(&world, 1);
+    let now = world.live()[0].clone();
+    assert_ne!(now.name(), old.name());
+    assert_eq!(now.label(labels::INSTANCE_TYPE), Some("g4dn.2xlarge"));
+}
+
+#[test]
+fn a_budget_schedule_holds_disruption_back_while_it_is_active() {
+    // No disruption for the first ten minutes of every day; the clock starts at midnight UTC.
+    let world = World::new(4, |p| {
+        p.spec
+            .disruption
+            .budgets
+            .push(joiner_model::api::nodepool::DisruptionBudget {
+                nodes: "0".into(),
+                reasons: None,
+                schedule: Some("0 0 * * *".into()),
+                duration: Some("10m".into()),
+            });
+    });
+    let mut c = world.controller();
+    world.run(&mut c, 120);
+    settled(&world, 2);
+    world.scale_away(|_| false);
+    // 00:02 to 00:09:50: blocked.
+    let inside = world.run(&mut c, 470);
+    assert_eq!(events(&inside, "deleted").count(), 0);
+    assert_eq!(world.live().len(), 2);
+    // Past 00:10 the default 10% budget alone applies: one node at a time.
+    let after = world.run(&mut c, 120);
+    assert_eq!(events(&after, "deleted").count(), 2);
+    assert!(world.live().is_empty());
+    let first = after
+        .iter()
+        .position(|r| r.disruption.iter().any(|e| e.action == "deleted"))
+        .expect("deleted");
+    assert!(first >= 10, "not before 00:10 ({first})");
+}
+
+#[test]
+fn termination_grace_period_overrides_do_not_disrupt_once_it_runs_out() {
+    let world = World::new(1, |p| {
+        p.spec.template.spec.expire_after = "10m".into();
+        p.spec.template.spec.termination_grace_period = Some("5m".into());
+        p.spec.disruption.consolidate_after = "Never".into();
+    });
+    let mut c = world.controller();
+    world.run(&mut c, 120);
+    settled(&world, 1);
+    let old = world.live()[0].clone();
+    assert_eq!(old.spec.termination_grace_period.as_deref(), Some("5m"));
+    let mut pod = world.store.list::<Pod>().expect("pods")[0].clone();
+    pod.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(DO_NOT_DISRUPT.into(), "true".into());
+    world.store.update(&pod).expect("annotate");
+    let mut drain_started = None;
+    let mut forced = None;
+    for second in 0..1200u64 {
+        let r = world.run(&mut c, 1);
+        if drain_started.is_none()
+            && world
+                .store
+                .get::<NodeClaim>(None, old.name())
+                .expect("get")
+                .is_some_and(|c| annotation(&c, labels::TERMINATION_TIMESTAMP).is_some())
+        {
+            drain_started = Some(second);
+        }
+        if let Some(e) = events(&r, "forced").next() {
+            assert_eq!(e.node_claims, vec![old.name().to_string()]);
+            forced = Some(second);
+            break;
+        }
+        // Blocked until then: the do-not-disrupt pod stays.
+        assert!(events(&r, "evicted").all(|e| !e.detail.contains(&pod_key(&pod))));
+    }
+    let (started, forced) = (drain_started.expect("drained"), forced.expect("forced"));
+    assert!(
+        (299..=301).contains(&(forced - started)),
+        "{started} {forced}"
+    );
+    world.run(&mut c, 60);
+    assert!(
+        world
+            .store
+            .get::<NodeClaim>(None, old.name())
+            .expect("get")
+            .is_none()
+    );
+    let id = old
+        .status
+        .provider_id
+        .as_deref()
+        .and_then(crate::cloud::instance_id_of)
+        .expect("instance");
+    assert_eq!(
+        world.cloud.get(id).expect("get").map(|i| i.state),
+        Some(crate::cloud::InstanceState::Terminated)
+    );
+    settled(&world, 1);
+}
+
+mod interruption {
+    use super::*;
+    use crate::cloud::{CloudError, InstanceState, instance_id_of};
+    use crate::interruption::messages::spot_interruption_warning;
+    use crate::interruption::{InterruptionQueue, QueueMessage, SimulatedInterruptionQueue};
+
+    fn spot_world() -> World {
+        World::new(4, |p| {
+            p.spec.disruption.consolidate_after = "Never".into();
+            for r in &mut p.spec.template.spec.requirements {
+                if r.key == labels::CAPACITY_TYPE {
+                    r.values = vec!["spot".into()];
+                }
+            }
+        })
+    }
+
+    fn instance_of(claim: &NodeClaim) -> String {
+        claim
+            .status
+            .provider_id
+            .as_deref()
+            .and_then(instance_id_of)
+            .expect("instance")
+            .to_string()
+    }
+
+    fn warn(world: &World, queue: &SimulatedInterruptionQueue, claim: &NodeClaim) -> String {
+        let id = instance_of(claim);
+        assert!(world.cloud.reclaim_after(&id, Duration::from_secs(120)));
+        let body = spot_interruption_warning("evt-1", &id, &world.clock.now().to_string());
+        queue.send(body.clone());
+        body
+    }
+
+    /// The pods of the interrupted node, by key.
+    fn pods_on(world: &World, claim: &NodeClaim) -> Vec<String> {
+        let node = claim.status.node_name.clone().expect("node");
+        bound_to(&world.store.list::<Pod>().expect("pods"), &node)
+            .map(pod_key)
+            .collect()
+    }
+
+    #[test]
+    fn a_spot_interruption_launches_the_replacement_then_drains_at_once() {
+        let world = spot_world();
+        let queue = SimulatedInterruptionQueue::new();
+        let mut c = world.controller();
+        c.set_interruption_queue(Box::new(queue.clone()));
+        world.run(&mut c, 120);
+        settled(&world, 2);
+        let victim = world.live()[0].clone();
+        assert_eq!(victim.label(labels::CAPACITY_TYPE), Some("spot"));
+        let moved = pods_on(&world, &victim);
+        assert!(!moved.is_empty());
+        // The same warning delivered twice.
+        let body = warn(&world, &queue, &victim);
+        queue.send(body);
+        let r = world.run(&mut c, 1).remove(0);
+        assert_eq!(queue.waiting(), 0, "both copies deleted");
+        let actions: Vec<&str> = r.disruption.iter().map(|e| e.action.as_str()).collect();
+        let at = |a: &str| actions.iter().position(|x| *x == a);
+        let (replacing, evicted) = (
+            at("replacing").expect("replacing"),
+            at("evicted").expect("evicted"),
+        );
+        assert!(at("interrupted").expect("interrupted") < replacing);
+        assert!(replacing < evicted, "launched first: {actions:?}");
+        assert_eq!(events(std::slice::from_ref(&r), "interrupted").count(), 1);
+        let replacement = events(std::slice::from_ref(&r), "replacing")
+            .next()
+            .expect("replacing")
+            .detail[0]
+            .clone();
+        assert!(r.launched.iter().any(|(n, _)| *n == replacement));
+        let marked: NodeClaim = world
+            .store
+            .get(None, victim.name())
+            .expect("get")
+            .expect("still there");
+        assert!(marked.is_true(conditions::INTERRUPTED));
+        assert_eq!(
+            annotation(&marked, crate::interruption::INTERRUPTED),
+            Some("SpotInterrupted")
+        );
+        // The spot offering is avoided for a while.
+        assert!(!r.unavailable.is_empty());
+        world.run(&mut c, 240);
+        settled(&world, 2);
+        assert_eq!(
+            world.cloud.all_instances().len(),
+            3,
+            "one replacement, launched once"
+        );
+        let replacement: NodeClaim = world
+            .store
+            .get(None, &replacement)
+            .expect("get")
+            .expect("replacement");
+        // The moved pods that did not fit on the other node are on the replacement.
+        let on_replacement = pods_on(&world, &replacement);
+        let survivor = world
+            .live()
+            .into_iter()
+            .find(|c| c.name() != replacement.name())
+            .expect("the other node");
+        let on_survivor = pods_on(&world, &survivor);
+        assert!(!on_replacement.is_empty());
+        assert!(
+            moved
+                .iter()
+                .all(|p| on_replacement.contains(p) || on_survivor.contains(p)),
+            "{moved:?} {on_replacement:?} {on_survivor:?}"
+        );
+        assert_eq!(
+            world
+                .cloud
+                .get(&instance_of(&victim))
+                .expect("get")
+                .map(|i| i.state),
+            Some(InstanceState::Terminated)
+        );
+    }
+
+    /// A queue whose deletes fail: every message is delivered again.
+    struct Undeletable(SimulatedInterruptionQueue);
+
+    impl InterruptionQueue for Undeletable {
+        fn receive(&self, max: usize) -> Result<Vec<QueueMessage>, CloudError> {
+            self.0.receive(max)
+        }
+        fn delete(&self, _: &str) -> Result<(), CloudError> {
+            Err(CloudError::Other("connection reset".into()))
+        }
+    }
+
+    #[test]
+    fn a_restart_between_acting_and_deleting_launches_nothing_more() {
+        let world = spot_world();
+        let queue = SimulatedInterruptionQueue::new();
+        let mut c = world.controller();
+        c.set_interruption_queue(Box::new(Undeletable(queue.clone())));
+        world.run(&mut c, 120);
+        settled(&world, 2);
+        let victim = world.live()[0].clone();
+        warn(&world, &queue, &victim);
+        let first = world.run(&mut c, 3);
+        assert_eq!(queue.waiting(), 1, "not deleted");
+        assert_eq!(events(&first, "replacing").count(), 1, "handled once");
+        let launches = world.cloud.launch_calls();
+        drop(c);
+        // A new controller sees the message again.
+        let mut c = world.controller();
+        c.set_interruption_queue(Box::new(queue.clone()));
+        let again = world.run(&mut c, 1);
+        assert_eq!(queue.waiting(), 0);
+        assert!(again[0].created.is_empty(), "{:?}", again[0].created);
+        assert_eq!(world.cloud.launch_calls(), launches);
+        world.run(&mut c, 240);
+        settled(&world, 2);
+        assert_eq!(world.cloud.all_instances().len(), 3);
+    }
+
+    #[test]
+    fn unknown_and_malformed_messages_are_deleted_and_change_nothing() {
+        let world = spot_world();
+        let queue = SimulatedInterruptionQueue::new();
+        let mut c = world.controller();
+        c.set_interruption_queue(Box::new(queue.clone()));
+        world.run(&mut c, 120);
+        settled(&world, 2);
+        queue.send("{not json");
+        queue.send(r#"{"source":"aws.s3","detail-type":"Object Created","detail":{}}"#);
+        queue.send(spot_interruption_warning(
+            "e",
+            "i-unknown",
+            "2026-01-01T00:00:00Z",
+        ));
+        let victim = world.live()[0].clone();
+        queue.send(crate::interruption::messages::rebalance_recommendation(
+            "r",
+            &instance_of(&victim),
+            "2026-01-01T00:00:00Z",
+        ));
+        let r = world.run(&mut c, 5);
+        assert_eq!(queue.waiting(), 0);
+        assert_eq!(events(&r, "recommended").count(), 1);
+        assert_eq!(events(&r, "interrupted").count(), 0);
+        assert!(
+            r.iter()
+                .all(|s| s.created.is_empty() && s.errors.is_empty())
+        );
+        settled(&world, 2);
+    }
 }

@@ -187,7 +187,7 @@ impl fmt::Display for FailureReason {
             }
             FailureReason::SearchBudgetExhausted { steps } => write!(
                 f,
-                "allocation search gave up after {steps} steps (SearchBudgetExhausted)"
+                "search budget exhausted: no allocation found within {steps} device placements (SearchBudgetExhausted)"
             ),
         }
     }

@@ -8,13 +8,16 @@
 //! caller acts, and asks again. Unlike Karpenter, a replacement may be several nodes (one large
 //! node split into smaller, cheaper ones) since the planner minimises the total price.
 //!
-//! Not yet modelled here: disruption budgets, `consolidateAfter`, PodDisruptionBudgets,
-//! expiry, drift and interruption (they need the controller's clock and events).
+//! Moves that must happen whatever they cost (expiry, drift, interruption) ask
+//! [`replacements`] for the new nodes their pods need: the same planning, without the saving.
+//!
+//! Not modelled here: disruption budgets, `consolidateAfter`, PodDisruptionBudgets, and when a
+//! node expires, drifts or is interrupted (they need the controller's clock, objects and events).
 
 use joiner_model::Price;
 use serde::Serialize;
 
-use crate::plan::PlannedNodeClaim;
+use crate::plan::{Binding, PlannedNodeClaim, Unschedulable};
 use crate::scheduling::{Baseline, Consolidation, SchedulingInput};
 
 /// How many candidates a multi-node move considers at most (Karpenter's limit too).
@@ -184,6 +187,48 @@ fn evaluate(
         savings_per_hour: old.saturating_sub(plan.total_price_per_hour),
         replacements: plan.node_claims,
     })
+}
+
+/// The new nodes that the pods of `nodes` need when those nodes go, whatever the price.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replacements {
+    /// New nodes to launch, each with the moved pods it is for (pods that fit on the nodes
+    /// that stay, in-flight ones included, need none).
+    pub node_claims: Vec<PlannedNodeClaim>,
+    /// Where each moved pod goes: a new node's name, or an existing node's (an in-flight
+    /// replacement launched earlier, say, which the caller may want to wait for).
+    pub bindings: Vec<Binding>,
+    /// Moved pods that fit nowhere, with the planner's reason.
+    pub unschedulable: Vec<Unschedulable>,
+}
+
+impl Replacements {
+    /// Whether every moved pod has a place.
+    pub fn complete(&self) -> bool {
+        self.unschedulable.is_empty()
+    }
+}
+
+/// Plans the pods bound to `nodes` (by name; DaemonSet pods stay behind) as if those nodes were
+/// gone, on top of every other node of `input`, and returns the new nodes they need. Unlike a
+/// consolidation move no saving is required: expiry, drift and interruption replace a node
+/// because it must go. Pending pods of `input` are left to provisioning. Unknown names are
+/// ignored.
+pub fn replacements(input: &SchedulingInput, nodes: &[String]) -> Replacements {
+    let indices: Vec<usize> = input
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| nodes.contains(&n.name))
+        .map(|(i, _)| i)
+        .collect();
+    let plan = Baseline::new(input).without(&indices);
+    Replacements {
+        node_claims: plan.node_claims,
+        bindings: plan.bindings,
+        unschedulable: plan.unschedulable,
+    }
 }
 
 #[cfg(test)]

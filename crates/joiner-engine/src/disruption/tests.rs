@@ -173,3 +173,122 @@ fn several_nodes_are_merged_when_that_saves_most() {
     assert_eq!(d[0].nodes.len(), 2, "{d:?}");
     assert!(d[0].replacements.is_empty());
 }
+
+fn input_of(docs: &[&str]) -> SchedulingInput {
+    let mut m = Manifests::default();
+    for (i, text) in docs.iter().enumerate() {
+        for (origin, doc) in parse_documents(&format!("doc{i}.yaml"), text).unwrap() {
+            m.add_document(origin, doc).unwrap();
+        }
+    }
+    m.finish();
+    ClusterSnapshot::build(&m, &Settings::default(), &Options::default())
+        .unwrap()
+        .input
+}
+
+/// Expiry, drift and interruption replace a node even when the replacement costs as much: the
+/// pods of the only node get a new node of their own, and pending pods are not planned here.
+#[test]
+fn replacements_need_no_saving_and_leave_pending_pods_to_provisioning() {
+    let small = node("small-node", "m5.large", "1930m", "");
+    let busy = pod("busy", "small-node", "1500m");
+    let pending = pod("waiting", "small-node", "1").replace("  nodeName: small-node\n", "");
+    let input = input_of(&[POOL, &small, &busy, &pending]);
+    // Consolidation sees no saving here.
+    assert!(consolidate(&input).is_empty());
+    let r = replacements(&input, &["small-node".to_string()]);
+    assert!(r.complete(), "{r:?}");
+    assert_eq!(r.node_claims.len(), 1);
+    assert_eq!(r.node_claims[0].pods, vec!["default/busy"]);
+    assert_eq!(r.node_claims[0].instance_type, "m5.large");
+}
+
+/// Pods that fit on the nodes that stay (an in-flight replacement, say) need no new node: asking
+/// twice for the same node after the first answer was launched asks for nothing more.
+#[test]
+fn pods_that_fit_on_remaining_nodes_need_no_replacement() {
+    let old = node("old", "m5.xlarge", "3", "");
+    let spare = node("spare", "m5.xlarge", "3", "");
+    let p = pod("web", "old", "2");
+    let r = replacements(&input_of(&[POOL, &old, &spare, &p]), &["old".to_string()]);
+    assert!(r.complete());
+    assert!(r.node_claims.is_empty(), "{r:?}");
+    assert_eq!(r.bindings.len(), 1);
+    assert_eq!(
+        (r.bindings[0].pod.as_str(), r.bindings[0].node.as_str()),
+        ("default/web", "spare")
+    );
+}
+
+#[test]
+fn pods_that_fit_nowhere_are_reported() {
+    let pool = POOL.replace("values: [m5, g6]", "values: [m5]");
+    let old = node("old", "m5.xlarge", "3", "");
+    let gpu = "apiVersion: v1\nkind: Pod\nmetadata: {name: trainer, namespace: default}\nspec:\n  nodeName: old\n  containers: [{name: c, resources: {requests: {cpu: 100m}, limits: {nvidia.com/gpu: \"1\"}}}]\n";
+    let r = replacements(&input_of(&[&pool, &old, gpu]), &["old".to_string()]);
+    assert!(!r.complete());
+    assert_eq!(r.unschedulable[0].pod, "default/trainer");
+    assert!(r.node_claims.is_empty());
+}
+
+/// A GPU node whose GPU pods are gone while CPU-only pods remain: a CPU NodePool offers a far
+/// cheaper node, so the GPU node is replaced by a CPU one and its pods move there.
+#[test]
+fn cpu_pods_left_on_a_gpu_node_move_to_a_cheaper_cpu_node() {
+    let pools = r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: gpu}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements:
+      - {key: karpenter.k8s.aws/instance-family, operator: In, values: [g6]}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: cpu}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements:
+      - {key: karpenter.k8s.aws/instance-family, operator: In, values: [m5]}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+"#;
+    let gpu_node = node(
+        "gpu-node",
+        "g6.2xlarge",
+        "7",
+        ", nvidia.com/gpu.count: \"1\"",
+    )
+    .replace(
+        "karpenter.sh/nodepool: default",
+        "karpenter.sh/nodepool: gpu",
+    )
+    .replace("pods: \"50\"", "pods: \"50\", nvidia.com/gpu: \"1\"");
+    let (a, b) = (
+        pod("api", "gpu-node", "500m"),
+        pod("cron", "gpu-node", "250m"),
+    );
+    let d = decide(&[pools, &gpu_node, &a, &b], false);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].reason, Reason::Underutilized);
+    assert_eq!(d[0].nodes, vec!["gpu-node"]);
+    assert_eq!(d[0].replacements.len(), 1);
+    let r = &d[0].replacements[0];
+    assert_eq!(r.node_pool, "cpu");
+    assert!(r.instance_type.starts_with("m5."), "{}", r.instance_type);
+    let mut moved = r.pods.clone();
+    moved.sort();
+    assert_eq!(moved, vec!["default/api", "default/cron"]);
+    assert!(d[0].savings_per_hour > Price::from_usd(0.5).unwrap());
+}

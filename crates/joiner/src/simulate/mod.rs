@@ -2,6 +2,7 @@
 //! in-memory cluster, the simulated cloud and kubelet, and a scheduler, over simulated time,
 //! driven by a scenario file. Deterministic: the same input gives the same output, byte for byte.
 
+mod progress;
 mod report;
 pub mod scenario;
 
@@ -17,10 +18,12 @@ use joiner_controller::cloud::{
 };
 use joiner_controller::disruption::simulated::{collect_orphans, schedule_pending};
 use joiner_controller::disruption::{DISRUPTION_REASON, DisruptionEvent};
+use joiner_controller::interruption::SimulatedInterruptionQueue;
+use joiner_controller::interruption::messages::spot_interruption_warning;
 use joiner_controller::kubelet::SimulatedKubelet;
 use joiner_controller::nodeclaim::{NodeClaim, labels};
 use joiner_controller::provisioning::{is_pending, pod_key};
-use joiner_controller::store::{ClusterStore, InMemoryCluster};
+use joiner_controller::store::{ClusterStore, InMemoryCluster, StoreError};
 use joiner_controller::{Config, Controller, StepReport};
 use joiner_engine::catalog::{CapacityType, Catalog};
 use joiner_model::api::NodePool;
@@ -218,6 +221,8 @@ struct Sim {
     store: Arc<InMemoryCluster>,
     cloud: Arc<SimulatedCloud>,
     kubelet: SimulatedKubelet,
+    /// Where the simulated cloud's interruption warnings go; the controller polls it.
+    queue: SimulatedInterruptionQueue,
     config: Config,
     start: Timestamp,
     workloads: Vec<Workload>,
@@ -327,8 +332,12 @@ impl Sim {
                 i += 1;
                 let mut pod = template.clone();
                 pod.metadata.name = Some(name);
-                if self.store.create(&pod).is_ok() {
-                    added.push(pod_key(&pod));
+                // A name taken by an earlier step moves on to the next ordinal; any other
+                // failure ends the step rather than retrying the same name forever.
+                match self.store.create(&pod) {
+                    Ok(_) => added.push(pod_key(&pod)),
+                    Err(StoreError::AlreadyExists(_)) => {}
+                    Err(e) => return Err(e.into()),
                 }
             }
             self.event("addPods", json!({"pods": added}));
@@ -363,14 +372,25 @@ impl Sim {
                 .collect();
             running.sort_by(|a, b| (a.launch_time, &a.id).cmp(&(b.launch_time, &b.id)));
             running.truncate(i.count.unwrap_or(1));
+            let notice = match &i.notice {
+                Some(n) => joiner_model::duration::parse_duration(n)
+                    .with_context(|| format!("interruptSpot.notice: {n:?}"))?,
+                None => Duration::from_secs(120),
+            };
             let mut ids = Vec::new();
+            let now = self.clock.now().to_string();
             for x in running {
-                self.cloud
-                    .terminate(&x.id)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                // The warning now, the reclaim when the notice runs out.
+                self.cloud.reclaim_after(&x.id, notice);
+                let event_id = format!("simulated-{}-{}", self.t(), x.id);
+                self.queue
+                    .send(spot_interruption_warning(&event_id, &x.id, &now));
                 ids.push(x.id);
             }
-            self.event("interruptSpot", json!({"instances": ids}));
+            self.event(
+                "interruptSpot",
+                json!({"instances": ids, "reclaimIn": format!("{}s", notice.as_secs())}),
+            );
         }
         if let Some(c) = &step.change_node_pool {
             let pool: NodePool = self
@@ -590,11 +610,12 @@ impl Serialize for FaultsText<'_> {
     }
 }
 
-/// Runs a scenario.
+/// Runs a scenario, telling `progress` the simulated seconds done and the total after each tick.
 pub fn simulate(
     manifests: &Manifests,
     mut settings: Settings,
     scenario: &Resolved,
+    progress: &mut dyn FnMut(u64, u64),
 ) -> anyhow::Result<Outcome> {
     if settings.cluster_name.as_deref().is_none_or(str::is_empty) {
         settings.cluster_name = Some("simulation".into());
@@ -628,6 +649,7 @@ pub fn simulate(
         store: Arc::new(store),
         cloud: Arc::new(cloud),
         kubelet: SimulatedKubelet::default(),
+        queue: SimulatedInterruptionQueue::new(),
         config: config.clone(),
         start,
         workloads: deployments.into_iter().map(Workload::new).collect(),
@@ -655,8 +677,10 @@ pub fn simulate(
         clock.clone(),
         config.clone(),
     );
+    controller.set_interruption_queue(Box::new(sim.queue.clone()));
     let mut t = 0;
     loop {
+        progress(t.min(end), end);
         while next_step < scenario.steps.len() && scenario.steps[next_step].0.as_secs() <= t {
             let step = scenario.steps[next_step].1.clone();
             sim.apply(&step)
@@ -802,7 +826,15 @@ fn line(e: &Value) -> String {
 pub fn run(req: Request) -> anyhow::Result<()> {
     use std::io::Write as _;
     let scenario = scenario::Scenario::load(&req.scenario)?;
-    let outcome = simulate(&req.manifests, req.settings, &scenario)?;
+    let bar = progress::Progress::on_terminal(&scenario.name);
+    let outcome = simulate(
+        &req.manifests,
+        req.settings,
+        &scenario,
+        &mut |done, total| bar.update(done, total),
+    );
+    bar.finish();
+    let outcome = outcome?;
     let mut out = String::new();
     if req.json {
         for e in &outcome.events {

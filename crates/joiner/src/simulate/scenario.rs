@@ -13,7 +13,7 @@
 //!   - advance: 1h               # a step that only moves time (same as `after`)
 //!   - at: 12h
 //!     deletePods: {names: [default/extra-0]}
-//!     interruptSpot: {count: 1}
+//!     interruptSpot: {count: 1}  # a spot interruption warning, the instance reclaimed 2m later
 //!     changeNodePool: {name: g4-nodepool, patch: {spec: {disruption: {consolidateAfter: 1m}}}}
 //!     faults:
 //!       insufficientCapacity: [{instanceType: g4dn.xlarge, zone: us-east-1a, capacityType: on-demand}]
@@ -115,6 +115,9 @@ pub struct Interrupt {
     pub node_claim: Option<String>,
     #[serde(default)]
     pub count: Option<usize>,
+    /// How long between the warning and the reclaim (EC2 gives spot instances 2 minutes).
+    #[serde(default)]
+    pub notice: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -1,0 +1,334 @@
+//! The AMI each instance type boots, from the EC2NodeClass `amiSelectorTerms`.
+//!
+//! An alias (`al2023@latest`, `al2023@v20250101`, `al2@latest`) names EKS's optimized AMI
+//! through its public SSM parameters, per architecture and, for GPU types, the NVIDIA variant.
+//! Other terms (`id`, `name`, `tags`, `owner`) select images with DescribeImages; for each
+//! instance type the newest image of its architecture wins.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use aws_sdk_ec2::types::Filter;
+use joiner_model::api::ec2nodeclass::{AmiFamily, AmiSelectorTerm};
+
+use crate::cloud::AwsCloud;
+use crate::error::AwsError;
+use crate::network::tag_filters;
+
+/// What an instance type needs from an AMI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct TypeFacts {
+    /// `x86_64` or `arm64`, as EC2 and the SSM paths spell it.
+    pub arch: Arch,
+    /// Has NVIDIA GPUs: boots the NVIDIA variant of an alias AMI.
+    pub nvidia: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Arch {
+    X86_64,
+    Arm64,
+}
+
+impl Arch {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Arch> {
+        match s {
+            "x86_64" | "amd64" => Some(Arch::X86_64),
+            "arm64" | "aarch64" => Some(Arch::Arm64),
+            _ => None,
+        }
+    }
+}
+
+/// The SSM parameter that holds an EKS optimized AMI id. `version` is the alias's part after
+/// `@`: `latest` or a release such as `v20250101`.
+pub(crate) fn alias_parameter(
+    root: &str,
+    family: AmiFamily,
+    kubernetes: &str,
+    version: &str,
+    facts: TypeFacts,
+) -> Option<String> {
+    let arch = facts.arch.as_str();
+    match family {
+        AmiFamily::AL2023 => {
+            let variant = if facts.nvidia { "nvidia" } else { "standard" };
+            let leaf = if version == "latest" {
+                "recommended".to_string()
+            } else {
+                format!("amazon-eks-node-al2023-{arch}-{variant}-{kubernetes}-{version}")
+            };
+            Some(format!(
+                "{root}/{kubernetes}/amazon-linux-2023/{arch}/{variant}/{leaf}/image_id"
+            ))
+        }
+        AmiFamily::AL2 => {
+            let suffix = match (facts.arch, facts.nvidia) {
+                (_, true) => "-gpu",
+                (Arch::Arm64, false) => "-arm64",
+                (Arch::X86_64, false) => "",
+            };
+            let leaf = if version == "latest" {
+                "recommended".to_string()
+            } else {
+                format!("amazon-eks{suffix}-node-{kubernetes}-{version}")
+            };
+            Some(format!(
+                "{root}/{kubernetes}/amazon-linux-2{suffix}/{leaf}/image_id"
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// An image a non-alias term selected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Image {
+    pub id: String,
+    pub arch: Option<Arch>,
+    /// ISO 8601, so newer sorts later.
+    pub created: String,
+}
+
+/// The newest image of the type's architecture (an image of unknown architecture fits any).
+pub(crate) fn newest_for(images: &[Image], arch: Arch) -> Option<&Image> {
+    images
+        .iter()
+        .filter(|i| i.arch.is_none_or(|a| a == arch))
+        .max_by(|a, b| (&a.created, &a.id).cmp(&(&b.created, &b.id)))
+}
+
+impl AwsCloud {
+    /// The AMI id for each instance type in `types`. Types no AMI fits are left out.
+    pub(crate) async fn resolve_amis(
+        &self,
+        node_class: &str,
+        family: AmiFamily,
+        terms: &[AmiSelectorTerm],
+        types: &BTreeMap<String, TypeFacts>,
+    ) -> Result<BTreeMap<String, String>, AwsError> {
+        if terms.is_empty() {
+            return Err(AwsError::node_class(
+                node_class,
+                "spec.amiSelectorTerms is empty",
+            ));
+        }
+        if let Some(alias) = terms.iter().find_map(|t| t.alias.as_deref()) {
+            return self.resolve_alias(node_class, family, alias, types).await;
+        }
+        let images = self.select_images(node_class, terms).await?;
+        Ok(types
+            .iter()
+            .filter_map(|(name, facts)| {
+                newest_for(&images, facts.arch).map(|i| (name.clone(), i.id.clone()))
+            })
+            .collect())
+    }
+
+    async fn resolve_alias(
+        &self,
+        node_class: &str,
+        family: AmiFamily,
+        alias: &str,
+        types: &BTreeMap<String, TypeFacts>,
+    ) -> Result<BTreeMap<String, String>, AwsError> {
+        let version = alias.split_once('@').map_or("latest", |(_, v)| v);
+        let kubernetes = self.kubernetes_version.as_str();
+        let mut by_facts: BTreeMap<TypeFacts, String> = BTreeMap::new();
+        let wanted: BTreeSet<TypeFacts> = types.values().copied().collect();
+        for facts in wanted {
+            let Some(name) =
+                alias_parameter(&self.ami_parameter_root, family, kubernetes, version, facts)
+            else {
+                return Err(AwsError::node_class(
+                    node_class,
+                    format!("AMI alias {alias:?}: Joiner resolves al2023 and al2 aliases only"),
+                ));
+            };
+            let out = self
+                .ssm
+                .get_parameter()
+                .name(&name)
+                .send()
+                .await
+                .map_err(|e| {
+                    AwsError::api("ssm:GetParameter", format!("{name} (alias {alias})"), e)
+                })?;
+            let Some(id) = out.parameter().and_then(|p| p.value()) else {
+                return Err(AwsError::node_class(
+                    node_class,
+                    format!("SSM parameter {name} has no value"),
+                ));
+            };
+            by_facts.insert(facts, id.to_string());
+        }
+        Ok(types
+            .iter()
+            .filter_map(|(n, f)| by_facts.get(f).map(|id| (n.clone(), id.clone())))
+            .collect())
+    }
+
+    async fn select_images(
+        &self,
+        node_class: &str,
+        terms: &[AmiSelectorTerm],
+    ) -> Result<Vec<Image>, AwsError> {
+        let mut images: BTreeMap<String, Image> = BTreeMap::new();
+        for term in terms {
+            if let Some(param) = &term.ssm_parameter {
+                let out = self
+                    .ssm
+                    .get_parameter()
+                    .name(param)
+                    .send()
+                    .await
+                    .map_err(|e| AwsError::api("ssm:GetParameter", param.clone(), e))?;
+                if let Some(id) = out.parameter().and_then(|p| p.value()) {
+                    images.extend(
+                        self.describe_images(node_class, Some(id), None, Vec::new())
+                            .await?,
+                    );
+                }
+                continue;
+            }
+            let mut filters = tag_filters(&term.tags);
+            if let Some(name) = &term.name {
+                filters.push(Filter::builder().name("name").values(name).build());
+            }
+            images.extend(
+                self.describe_images(
+                    node_class,
+                    term.id.as_deref(),
+                    term.owner.as_deref(),
+                    filters,
+                )
+                .await?,
+            );
+        }
+        if images.is_empty() {
+            return Err(AwsError::node_class(
+                node_class,
+                "no image matches spec.amiSelectorTerms",
+            ));
+        }
+        Ok(images.into_values().collect())
+    }
+
+    async fn describe_images(
+        &self,
+        node_class: &str,
+        id: Option<&str>,
+        owner: Option<&str>,
+        filters: Vec<Filter>,
+    ) -> Result<Vec<(String, Image)>, AwsError> {
+        let mut call = self.ec2.describe_images().set_filters(Some(filters));
+        if let Some(id) = id {
+            call = call.image_ids(id);
+        }
+        if let Some(owner) = owner {
+            call = call.owners(owner);
+        }
+        let mut out = Vec::new();
+        let mut pages = call.into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| {
+                AwsError::api("DescribeImages", format!("EC2NodeClass {node_class}"), e)
+            })?;
+            for i in page.images() {
+                let Some(image_id) = i.image_id() else {
+                    continue;
+                };
+                out.push((
+                    image_id.to_string(),
+                    Image {
+                        id: image_id.to_string(),
+                        arch: i.architecture().and_then(|a| Arch::parse(a.as_str())),
+                        created: i.creation_date().unwrap_or_default().to_string(),
+                    },
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROOT: &str = "/aws/service/eks/optimized-ami";
+    const GPU: TypeFacts = TypeFacts {
+        arch: Arch::X86_64,
+        nvidia: true,
+    };
+    const ARM: TypeFacts = TypeFacts {
+        arch: Arch::Arm64,
+        nvidia: false,
+    };
+
+    #[test]
+    fn al2023_aliases_name_eks_public_parameters() {
+        assert_eq!(
+            alias_parameter(ROOT, AmiFamily::AL2023, "1.33", "latest", GPU).as_deref(),
+            Some(
+                "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
+            )
+        );
+        assert_eq!(
+            alias_parameter(ROOT, AmiFamily::AL2023, "1.33", "latest", ARM).as_deref(),
+            Some(
+                "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/arm64/standard/recommended/image_id"
+            )
+        );
+        assert_eq!(
+            alias_parameter(ROOT, AmiFamily::AL2023, "1.33", "v20250715", GPU).as_deref(),
+            Some(
+                "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/amazon-eks-node-al2023-x86_64-nvidia-1.33-v20250715/image_id"
+            )
+        );
+    }
+
+    #[test]
+    fn al2_aliases_pick_the_gpu_and_arm_images() {
+        assert_eq!(
+            alias_parameter(ROOT, AmiFamily::AL2, "1.32", "latest", GPU).as_deref(),
+            Some("/aws/service/eks/optimized-ami/1.32/amazon-linux-2-gpu/recommended/image_id")
+        );
+        assert_eq!(
+            alias_parameter(ROOT, AmiFamily::AL2, "1.32", "latest", ARM).as_deref(),
+            Some("/aws/service/eks/optimized-ami/1.32/amazon-linux-2-arm64/recommended/image_id")
+        );
+        assert_eq!(
+            alias_parameter(ROOT, AmiFamily::Bottlerocket, "1.32", "latest", ARM),
+            None
+        );
+    }
+
+    #[test]
+    fn the_newest_image_of_the_right_architecture_wins() {
+        let img = |id: &str, arch, created: &str| Image {
+            id: id.into(),
+            arch: Some(arch),
+            created: created.into(),
+        };
+        let images = [
+            img("ami-old", Arch::X86_64, "2024-01-01T00:00:00.000Z"),
+            img("ami-new", Arch::X86_64, "2025-06-01T00:00:00.000Z"),
+            img("ami-arm", Arch::Arm64, "2026-01-01T00:00:00.000Z"),
+        ];
+        assert_eq!(
+            newest_for(&images, Arch::X86_64).map(|i| i.id.as_str()),
+            Some("ami-new")
+        );
+        assert_eq!(
+            newest_for(&images, Arch::Arm64).map(|i| i.id.as_str()),
+            Some("ami-arm")
+        );
+    }
+}

@@ -1,0 +1,142 @@
+//! Instances: EC2's view turned into the controller's, and get, list, terminate.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName};
+use joiner_controller::cloud::{Instance, InstanceState, cluster_tag};
+use joiner_engine::catalog::CapacityType;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::cloud::AwsCloud;
+use crate::error::AwsError;
+
+const NOT_FOUND: &str = "InvalidInstanceID.NotFound";
+
+/// The states `list` reports: everything but terminated.
+const LIVE_STATES: &[&str] = &["pending", "running", "shutting-down", "stopping", "stopped"];
+
+/// EC2's instance as the controller sees it. Instances without an id are skipped.
+pub(crate) fn from_ec2(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
+    let id = i.instance_id()?.to_string();
+    let state = match i.state().and_then(|s| s.name()) {
+        Some(InstanceStateName::Pending) => InstanceState::Pending,
+        Some(InstanceStateName::Running) => InstanceState::Running,
+        Some(InstanceStateName::Terminated) => InstanceState::Terminated,
+        // Stopping or stopped instances serve no pods: the controller treats them as going.
+        _ => InstanceState::ShuttingDown,
+    };
+    let capacity_type = match i.instance_lifecycle() {
+        Some(InstanceLifecycleType::Spot) => CapacityType::Spot,
+        _ => CapacityType::OnDemand,
+    };
+    let tags: BTreeMap<String, String> = i
+        .tags()
+        .iter()
+        .filter_map(|t| {
+            Some((
+                t.key()?.to_string(),
+                t.value().unwrap_or_default().to_string(),
+            ))
+        })
+        .collect();
+    let launch_time = i
+        .launch_time()
+        .and_then(|t| Timestamp::new(t.secs(), i32::try_from(t.subsec_nanos()).unwrap_or(0)).ok())
+        .unwrap_or(Timestamp::UNIX_EPOCH);
+    Some(Instance {
+        id,
+        instance_type: i
+            .instance_type()
+            .map(|t| t.as_str().to_string())
+            .unwrap_or_default(),
+        zone: i
+            .placement()
+            .and_then(|p| p.availability_zone())
+            .unwrap_or_default()
+            .to_string(),
+        capacity_type,
+        image_id: i.image_id().unwrap_or_default().to_string(),
+        private_dns_name: i.private_dns_name().unwrap_or_default().to_string(),
+        state,
+        tags,
+        launch_time,
+    })
+}
+
+impl AwsCloud {
+    pub(crate) async fn get_instance(&self, id: &str) -> Result<Option<Instance>, AwsError> {
+        let out = self.ec2.describe_instances().instance_ids(id).send().await;
+        let out = match out {
+            Ok(out) => out,
+            Err(e) => {
+                let e = AwsError::api("DescribeInstances", id, e);
+                return if e.code() == Some(NOT_FOUND) {
+                    Ok(None)
+                } else {
+                    Err(e)
+                };
+            }
+        };
+        Ok(out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .filter_map(from_ec2)
+            .find(|i| i.id == id))
+    }
+
+    /// Instances matching `filters` that are not terminated, every page.
+    pub(crate) async fn live_instances(
+        &self,
+        what: &str,
+        mut filters: Vec<Filter>,
+    ) -> Result<Vec<Instance>, AwsError> {
+        filters.push(
+            Filter::builder()
+                .name("instance-state-name")
+                .set_values(Some(LIVE_STATES.iter().map(|s| s.to_string()).collect()))
+                .build(),
+        );
+        let mut pages = self
+            .ec2
+            .describe_instances()
+            .set_filters(Some(filters))
+            .into_paginator()
+            .send();
+        let mut found = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| AwsError::api("DescribeInstances", what, e))?;
+            found.extend(
+                page.reservations()
+                    .iter()
+                    .flat_map(|r| r.instances())
+                    .filter_map(from_ec2)
+                    .filter(|i| i.state != InstanceState::Terminated),
+            );
+        }
+        Ok(found)
+    }
+
+    pub(crate) async fn list_instances(&self, cluster: &str) -> Result<Vec<Instance>, AwsError> {
+        let tag = Filter::builder()
+            .name(format!("tag:{}", cluster_tag(cluster)))
+            .values("owned")
+            .build();
+        self.live_instances(&format!("cluster {cluster}"), vec![tag])
+            .await
+    }
+
+    pub(crate) async fn terminate_instance(&self, id: &str) -> Result<(), AwsError> {
+        match self.ec2.terminate_instances().instance_ids(id).send().await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let e = AwsError::api("TerminateInstances", id, e);
+                if e.code() == Some(NOT_FOUND) {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+}

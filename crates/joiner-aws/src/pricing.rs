@@ -1,0 +1,288 @@
+//! What EC2 sells now: the instance types Joiner knows that EC2 offers in the configured zones,
+//! on-demand at the catalog's price (there is no Pricing API in every partition, nor in moto)
+//! and spot at the latest price EC2 reports per type and zone.
+//!
+//! Any failure falls back to the built-in catalog's offerings and prices, with a warning: a
+//! controller that cannot read prices should keep launching at known prices rather than stop.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::SystemTime;
+
+use aws_sdk_ec2::primitives::DateTime;
+use aws_sdk_ec2::types::{Filter, InstanceType as Ec2InstanceType, LocationType};
+use joiner_controller::cloud::{CloudInstanceType, CloudOffering};
+use joiner_engine::catalog::{CapacityType, Catalog};
+use joiner_model::Price;
+
+use crate::cloud::AwsCloud;
+use crate::error::AwsError;
+
+/// The latest spot price per (type, zone) from a price history, newest entry winning.
+pub(crate) fn latest_spot_prices(
+    history: &[(String, String, DateTime, Price)],
+) -> BTreeMap<(String, String), Price> {
+    let mut latest: BTreeMap<(String, String), (DateTime, Price)> = BTreeMap::new();
+    for (t, zone, at, price) in history {
+        let key = (t.clone(), zone.clone());
+        match latest.get(&key) {
+            Some((seen, _)) if seen.secs() >= at.secs() => {}
+            _ => {
+                latest.insert(key, (*at, *price));
+            }
+        }
+    }
+    latest.into_iter().map(|(k, (_, p))| (k, p)).collect()
+}
+
+/// The catalog's offerings, as the fallback.
+pub(crate) fn catalog_types(catalog: &Catalog) -> Vec<CloudInstanceType> {
+    catalog
+        .types()
+        .iter()
+        .map(|t| CloudInstanceType {
+            name: t.name.clone(),
+            offerings: t
+                .offerings
+                .iter()
+                .map(|o| CloudOffering {
+                    zone: o.zone.clone(),
+                    capacity_type: o.capacity_type,
+                    price: o.price,
+                    available: o.available,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Joins what EC2 offers with the catalog's prices: on-demand at the catalog's price, spot at
+/// EC2's latest price (or the catalog's when EC2 reports none). Types the catalog does not know
+/// are left out: Joiner cannot plan what it cannot size.
+pub(crate) fn join_offerings(
+    catalog: &Catalog,
+    offered: &BTreeSet<(String, String)>,
+    spot: &BTreeMap<(String, String), Price>,
+) -> Vec<CloudInstanceType> {
+    let mut out = Vec::new();
+    for t in catalog.types() {
+        let mut offerings = Vec::new();
+        let zones = offered
+            .iter()
+            .filter(|(name, _)| name == &t.name)
+            .map(|(_, zone)| zone);
+        for zone in zones {
+            let catalog_price = |c: CapacityType| {
+                t.offering(zone, c)
+                    .or_else(|| t.offerings.iter().find(|o| o.capacity_type == c))
+                    .map(|o| o.price)
+            };
+            if let Some(price) = catalog_price(CapacityType::OnDemand) {
+                offerings.push(CloudOffering {
+                    zone: zone.clone(),
+                    capacity_type: CapacityType::OnDemand,
+                    price,
+                    available: true,
+                });
+            }
+            let spot_price = spot
+                .get(&(t.name.clone(), zone.clone()))
+                .copied()
+                .or_else(|| catalog_price(CapacityType::Spot));
+            if let Some(price) = spot_price {
+                offerings.push(CloudOffering {
+                    zone: zone.clone(),
+                    capacity_type: CapacityType::Spot,
+                    price,
+                    available: true,
+                });
+            }
+        }
+        if !offerings.is_empty() {
+            out.push(CloudInstanceType {
+                name: t.name.clone(),
+                offerings,
+            });
+        }
+    }
+    out
+}
+
+/// Only the configured zones (all zones when none are configured).
+fn zone_filter(zones: &[String]) -> Vec<Filter> {
+    if zones.is_empty() {
+        return Vec::new();
+    }
+    vec![
+        Filter::builder()
+            .name("availability-zone")
+            .set_values(Some(zones.to_vec()))
+            .build(),
+    ]
+}
+
+impl AwsCloud {
+    /// Instance types with offerings and prices; the catalog's when EC2 cannot be read.
+    pub(crate) async fn cloud_instance_types(&self) -> Vec<CloudInstanceType> {
+        match self.read_instance_types().await {
+            Ok(types) if !types.is_empty() => types,
+            Ok(_) => {
+                tracing::warn!(
+                    "EC2 offers none of the known instance types in the configured zones; using the built-in catalog"
+                );
+                catalog_types(&self.catalog)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read EC2 offerings and prices; using the built-in catalog");
+                catalog_types(&self.catalog)
+            }
+        }
+    }
+
+    async fn read_instance_types(&self) -> Result<Vec<CloudInstanceType>, AwsError> {
+        let known: BTreeSet<String> = self
+            .catalog
+            .types()
+            .iter()
+            .map(|t| t.name.clone())
+            .collect();
+        let zones: BTreeSet<&String> = self.zones.iter().collect();
+
+        // The types EC2 has (and that Joiner knows).
+        let mut existing = BTreeSet::new();
+        let mut pages = self.ec2.describe_instance_types().into_paginator().send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| AwsError::api("DescribeInstanceTypes", "all", e))?;
+            existing.extend(
+                page.instance_types()
+                    .iter()
+                    .filter_map(|i| i.instance_type().map(|t| t.as_str().to_string()))
+                    .filter(|n| known.contains(n)),
+            );
+        }
+
+        // Where each is offered.
+        let mut offered = BTreeSet::new();
+        let mut pages = self
+            .ec2
+            .describe_instance_type_offerings()
+            .location_type(LocationType::AvailabilityZone)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| {
+                AwsError::api("DescribeInstanceTypeOfferings", "availability-zone", e)
+            })?;
+            for o in page.instance_type_offerings() {
+                let (Some(t), Some(zone)) = (o.instance_type(), o.location()) else {
+                    continue;
+                };
+                if existing.contains(t.as_str()) && zones.contains(&zone.to_string()) {
+                    offered.insert((t.as_str().to_string(), zone.to_string()));
+                }
+            }
+        }
+
+        // The spot prices now.
+        let mut history = Vec::new();
+        let types: Vec<Ec2InstanceType> = existing
+            .iter()
+            .map(|n| Ec2InstanceType::from(n.as_str()))
+            .collect();
+        let mut pages = self
+            .ec2
+            .describe_spot_price_history()
+            .start_time(DateTime::from(SystemTime::now()))
+            .product_descriptions("Linux/UNIX")
+            .set_instance_types(Some(types))
+            .set_filters(Some(zone_filter(&self.zones)))
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page =
+                page.map_err(|e| AwsError::api("DescribeSpotPriceHistory", "Linux/UNIX", e))?;
+            for p in page.spot_price_history() {
+                let linux = p
+                    .product_description()
+                    .is_some_and(|d| d.as_str().starts_with("Linux/UNIX"));
+                let (Some(t), Some(zone), Some(price), Some(at)) = (
+                    p.instance_type(),
+                    p.availability_zone(),
+                    p.spot_price().and_then(|s| s.parse::<f64>().ok()),
+                    p.timestamp(),
+                ) else {
+                    continue;
+                };
+                let Some(price) = Price::from_usd(price) else {
+                    continue;
+                };
+                if linux {
+                    history.push((t.as_str().to_string(), zone.to_string(), *at, price));
+                }
+            }
+        }
+        let spot = latest_spot_prices(&history);
+        Ok(join_offerings(&self.catalog, &offered, &spot))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_spot_price_wins_and_on_demand_comes_from_the_catalog() {
+        let zones = vec!["us-east-1a".to_string(), "us-east-1b".to_string()];
+        let catalog = Catalog::builtin("us-east-1", &zones);
+        let g4 = catalog
+            .get("g4dn.xlarge")
+            .expect("g4dn.xlarge in the catalog");
+        let on_demand = g4
+            .offering("us-east-1a", CapacityType::OnDemand)
+            .expect("on-demand offering")
+            .price;
+        let p = |usd| Price::from_usd(usd).expect("price");
+        let history = vec![
+            (
+                "g4dn.xlarge".to_string(),
+                "us-east-1a".to_string(),
+                DateTime::from_secs(100),
+                p(0.30),
+            ),
+            (
+                "g4dn.xlarge".to_string(),
+                "us-east-1a".to_string(),
+                DateTime::from_secs(200),
+                p(0.20),
+            ),
+            (
+                "g4dn.xlarge".to_string(),
+                "us-east-1a".to_string(),
+                DateTime::from_secs(150),
+                p(0.25),
+            ),
+        ];
+        let spot = latest_spot_prices(&history);
+        assert_eq!(
+            spot[&("g4dn.xlarge".to_string(), "us-east-1a".to_string())],
+            p(0.20)
+        );
+
+        let offered = BTreeSet::from([
+            ("g4dn.xlarge".to_string(), "us-east-1a".to_string()),
+            ("not-a-type.large".to_string(), "us-east-1a".to_string()),
+        ]);
+        let types = join_offerings(&catalog, &offered, &spot);
+        assert_eq!(types.len(), 1, "unknown types are skipped");
+        let offerings = &types[0].offerings;
+        assert_eq!(offerings.len(), 2, "one zone offered, two capacity types");
+        assert!(offerings.iter().all(|o| o.zone == "us-east-1a"));
+        let od = offerings
+            .iter()
+            .find(|o| o.capacity_type == CapacityType::OnDemand);
+        assert_eq!(od.map(|o| o.price), Some(on_demand));
+        let sp = offerings
+            .iter()
+            .find(|o| o.capacity_type == CapacityType::Spot);
+        assert_eq!(sp.map(|o| o.price), Some(p(0.20)));
+    }
+}

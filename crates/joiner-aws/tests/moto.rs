@@ -1,0 +1,651 @@
+//! `AwsCloud` and `SqsInterruptionQueue` against moto's EC2, SSM and SQS on loopback.
+//!
+//! Each test starts its own moto server (see `common`); without `moto_server` on PATH the tests
+//! say so and pass, unless `JOINER_REQUIRE_MOTO=1`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use base64::Engine as _;
+use common::{CLUSTER, DISCOVERY, DISCOVERY_KEY, Env};
+use joiner_aws::SqsInterruptionQueue;
+use joiner_aws::userdata::{NODECONFIG_CONTENT_TYPE, user_parts};
+use joiner_controller::clock::ManualClock;
+use joiner_controller::cloud::{
+    CloudProvider, InstanceState, LaunchRequest, NODECLAIM_TAG, Offer, OfferingKey, cluster_tag,
+};
+use joiner_controller::interruption::InterruptionQueue;
+use joiner_controller::nodeclaim::NodeClaim;
+use joiner_controller::store::{ClusterStore, InMemoryCluster};
+use joiner_controller::{Config, Controller};
+use joiner_engine::catalog::CapacityType;
+use joiner_model::Manifests;
+use joiner_model::api::EC2NodeClass;
+use k8s_openapi::api::core::v1::Taint;
+
+const LAB_USER_DATA: &str = "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"\n\n--//\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\n\nset -ex\nsudo ctr -n=k8s.io image pull docker.io/tensorflow/tensorflow:2.12.0-gpu\n--//--\n";
+
+fn node_class() -> EC2NodeClass {
+    let yaml = format!(
+        r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata:
+  name: gpu
+spec:
+  amiSelectorTerms:
+    - alias: al2023@latest
+  role: KarpenterNodeRole
+  subnetSelectorTerms:
+    - tags:
+        {DISCOVERY_KEY}: "{DISCOVERY}"
+  securityGroupSelectorTerms:
+    - tags:
+        {DISCOVERY_KEY}: "*"
+  blockDeviceMappings:
+    - deviceName: /dev/xvda
+      ebs:
+        volumeSize: 100Gi
+        volumeType: gp3
+        encrypted: true
+  tags:
+    Name: lab-gpu-node
+    team: ml
+  userData: |
+{}"#,
+        LAB_USER_DATA
+            .lines()
+            .map(|l| format!("    {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    serde_saphyr::from_str(&yaml).expect("EC2NodeClass")
+}
+
+fn offer(t: &str, zone: &str, capacity_type: CapacityType, usd: f64) -> Offer {
+    Offer {
+        offering: OfferingKey {
+            instance_type: t.into(),
+            zone: zone.into(),
+            capacity_type,
+        },
+        price: joiner_model::Price::from_usd(usd).expect("price"),
+    }
+}
+
+fn request(claim: &str, offers: Vec<Offer>) -> LaunchRequest {
+    let mut tags = BTreeMap::new();
+    tags.insert(cluster_tag(CLUSTER), "owned".to_string());
+    tags.insert(NODECLAIM_TAG.to_string(), claim.to_string());
+    LaunchRequest {
+        node_claim: claim.into(),
+        node_class: "gpu".into(),
+        offers,
+        tags,
+        client_token: format!("token-{claim}"),
+        node_class_spec: Some(node_class()),
+        labels: BTreeMap::from([("karpenter.sh/nodepool".to_string(), "gpu".to_string())]),
+        taints: vec![Taint {
+            key: "nvidia.com/gpu".into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        }],
+        startup_taints: Vec::new(),
+        efa_interfaces: BTreeMap::new(),
+    }
+}
+
+/// The latest version's data of the launch template the instance was launched from.
+fn template_of(env: &Env, name: &str) -> aws_sdk_ec2::types::ResponseLaunchTemplateData {
+    let ec2 = env.ec2();
+    env.rt
+        .block_on(
+            ec2.describe_launch_template_versions()
+                .launch_template_name(name)
+                .versions("$Latest")
+                .send(),
+        )
+        .expect("DescribeLaunchTemplateVersions")
+        .launch_template_versions()
+        .first()
+        .and_then(|v| v.launch_template_data())
+        .cloned()
+        .expect("template data")
+}
+
+/// Names of the launch templates that exist.
+fn template_names(env: &Env) -> Vec<String> {
+    let ec2 = env.ec2();
+    let out = env
+        .rt
+        .block_on(ec2.describe_launch_templates().send())
+        .expect("DescribeLaunchTemplates");
+    let mut names: Vec<String> = out
+        .launch_templates()
+        .iter()
+        .filter_map(|t| t.launch_template_name().map(str::to_string))
+        .collect();
+    names.sort();
+    names
+}
+
+fn decoded_user_data(data: &aws_sdk_ec2::types::ResponseLaunchTemplateData) -> String {
+    let raw = data.user_data().expect("userData");
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(raw)
+            .expect("base64 userData"),
+    )
+    .expect("UTF-8 userData")
+}
+
+#[test]
+fn a_gpu_launch_uses_the_nvidia_ami_a_merged_user_data_and_overrides_in_price_order() {
+    let Some(env) = Env::start() else { return };
+    let subnet_of = |zone: &str| {
+        env.seeded
+            .subnets
+            .iter()
+            .find(|(_, z)| z == zone)
+            .map(|(id, _)| id.clone())
+            .expect("seeded subnet")
+    };
+    let offers = vec![
+        offer("g4dn.xlarge", "us-east-1b", CapacityType::OnDemand, 0.526),
+        offer("g4dn.xlarge", "us-east-1a", CapacityType::OnDemand, 0.526),
+        offer("g5.xlarge", "us-east-1a", CapacityType::OnDemand, 1.006),
+    ];
+    let launched = env.cloud.launch(&request("gpu-1", offers)).expect("launch");
+    let i = &launched.instance;
+    assert!(launched.insufficient.is_empty());
+    assert_eq!(i.instance_type, "g4dn.xlarge");
+    assert_eq!(i.zone, "us-east-1b", "the first override wins");
+    assert_eq!(i.capacity_type, CapacityType::OnDemand);
+    assert_eq!(i.image_id, env.seeded.nvidia_ami);
+    assert_eq!(
+        i.tags.get(&cluster_tag(CLUSTER)).map(String::as_str),
+        Some("owned")
+    );
+    assert_eq!(i.tags.get(NODECLAIM_TAG).map(String::as_str), Some("gpu-1"));
+    assert_eq!(i.tags.get("Name").map(String::as_str), Some("lab-gpu-node"));
+    assert_eq!(i.tags.get("team").map(String::as_str), Some("ml"));
+
+    // The fleet request: one template, the three offers as overrides with the price order as
+    // priority, each in the selected subnet of its zone.
+    let ec2 = env.ec2();
+    let fleets = env
+        .rt
+        .block_on(ec2.describe_fleets().send())
+        .expect("DescribeFleets");
+    let fleet = fleets.fleets().first().expect("one fleet");
+    assert_eq!(fleet.r#type().map(|t| t.as_str()), Some("instant"));
+    let configs = fleet.launch_template_configs();
+    assert_eq!(configs.len(), 1, "{configs:?}");
+    let overrides: Vec<(String, String, f64)> = configs[0]
+        .overrides()
+        .iter()
+        .map(|o| {
+            (
+                o.instance_type()
+                    .map(|t| t.as_str().to_string())
+                    .unwrap_or_default(),
+                o.subnet_id().unwrap_or_default().to_string(),
+                o.priority().unwrap_or(-1.0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        overrides,
+        [
+            ("g4dn.xlarge".to_string(), subnet_of("us-east-1b"), 0.0),
+            ("g4dn.xlarge".to_string(), subnet_of("us-east-1a"), 1.0),
+            ("g5.xlarge".to_string(), subnet_of("us-east-1a"), 2.0),
+        ]
+    );
+
+    // The launch template: NVIDIA AMI, the 100 GiB root volume, the security group, IMDSv2,
+    // userData still MIME multipart with the user's script first and Joiner's NodeConfig last.
+    let names = template_names(&env);
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(names[0].starts_with("joiner/lab/"), "{names:?}");
+    let data = template_of(&env, &names[0]);
+    assert_eq!(data.image_id(), Some(env.seeded.nvidia_ami.as_str()));
+    let root = data
+        .block_device_mappings()
+        .iter()
+        .find(|b| b.device_name() == Some("/dev/xvda"))
+        .and_then(|b| b.ebs())
+        .expect("root volume");
+    assert_eq!(root.volume_size(), Some(100));
+    assert_eq!(root.volume_type().map(|v| v.as_str()), Some("gp3"));
+    assert_eq!(
+        data.security_group_ids(),
+        std::slice::from_ref(&env.seeded.security_group)
+    );
+    assert_eq!(
+        data.iam_instance_profile().and_then(|p| p.name()),
+        Some("lab_KarpenterNodeRole")
+    );
+    let user_data = decoded_user_data(&data);
+    let parts = user_parts(Some(&user_data)).expect("MIME multipart");
+    assert_eq!(parts.len(), 2, "{user_data}");
+    assert!(
+        parts[0].body.contains("tensorflow:2.12.0-gpu"),
+        "{user_data}"
+    );
+    assert_eq!(
+        parts[1].content_type().as_deref(),
+        Some(NODECONFIG_CONTENT_TYPE)
+    );
+    assert!(parts[1].body.contains("name: lab"), "{user_data}");
+    assert!(
+        parts[1]
+            .body
+            .contains("--register-with-taints=nvidia.com/gpu=true:NoSchedule"),
+        "{user_data}"
+    );
+
+    // A CPU type boots the standard AMI, from a second template.
+    let cpu = env
+        .cloud
+        .launch(&request(
+            "cpu-1",
+            vec![offer(
+                "m5.large",
+                "us-east-1c",
+                CapacityType::OnDemand,
+                0.096,
+            )],
+        ))
+        .expect("launch");
+    assert_eq!(cpu.instance.image_id, env.seeded.standard_ami);
+    let names = template_names(&env);
+    assert_eq!(names.len(), 2, "{names:?}");
+    let cpu_template = names
+        .iter()
+        .map(|n| template_of(&env, n))
+        .find(|d| d.image_id() == Some(env.seeded.standard_ami.as_str()));
+    assert!(cpu_template.is_some(), "no template with the standard AMI");
+
+    // The same GPU shape again re-uses its template.
+    env.cloud
+        .launch(&request(
+            "gpu-2",
+            vec![offer(
+                "g4dn.xlarge",
+                "us-east-1a",
+                CapacityType::OnDemand,
+                0.526,
+            )],
+        ))
+        .expect("launch");
+    assert_eq!(template_names(&env).len(), 2);
+}
+
+#[test]
+fn spot_launches_are_spot_instances() {
+    let Some(env) = Env::start() else { return };
+    let launched = env
+        .cloud
+        .launch(&request(
+            "spot-1",
+            vec![
+                offer("g4dn.xlarge", "us-east-1a", CapacityType::Spot, 0.21),
+                offer("g4dn.xlarge", "us-east-1a", CapacityType::OnDemand, 0.526),
+            ],
+        ))
+        .expect("launch");
+    assert_eq!(launched.instance.capacity_type, CapacityType::Spot);
+    let ec2 = env.ec2();
+    let fleets = env
+        .rt
+        .block_on(ec2.describe_fleets().send())
+        .expect("DescribeFleets");
+    let overrides = fleets.fleets()[0].launch_template_configs()[0]
+        .overrides()
+        .len();
+    assert_eq!(overrides, 1, "only the spot offer goes into a spot fleet");
+}
+
+#[test]
+fn efa_interfaces_are_attached_one_per_network_card_when_asked() {
+    let Some(env) = Env::start() else { return };
+    let mut r = request(
+        "efa-1",
+        vec![offer(
+            "p4d.24xlarge",
+            "us-east-1a",
+            CapacityType::OnDemand,
+            21.96,
+        )],
+    );
+    r.efa_interfaces = BTreeMap::from([("p4d.24xlarge".to_string(), 4)]);
+    env.cloud.launch(&r).expect("launch");
+    let names = template_names(&env);
+    assert_eq!(names.len(), 1);
+    let data = template_of(&env, &names[0]);
+    let nics = data.network_interfaces();
+    assert_eq!(nics.len(), 4, "{nics:?}");
+    for (card, nic) in nics.iter().enumerate() {
+        assert_eq!(nic.interface_type(), Some("efa"));
+        assert_eq!(nic.network_card_index(), Some(card as i32));
+        assert_eq!(nic.device_index(), Some(if card == 0 { 0 } else { 1 }));
+    }
+    // Without EFA the same shape has no interfaces of its own: a different template.
+    env.cloud
+        .launch(&request(
+            "plain-1",
+            vec![offer(
+                "p4d.24xlarge",
+                "us-east-1a",
+                CapacityType::OnDemand,
+                21.96,
+            )],
+        ))
+        .expect("launch");
+    let names = template_names(&env);
+    assert_eq!(names.len(), 2);
+    assert!(
+        names
+            .iter()
+            .any(|n| template_of(&env, n).network_interfaces().is_empty())
+    );
+}
+
+#[test]
+fn the_same_client_token_twice_launches_one_instance() {
+    let Some(env) = Env::start() else { return };
+    let r = request(
+        "once",
+        vec![offer(
+            "g4dn.xlarge",
+            "us-east-1a",
+            CapacityType::OnDemand,
+            0.526,
+        )],
+    );
+    let first = env.cloud.launch(&r).expect("launch");
+    let again = env.cloud.launch(&r).expect("launch");
+    assert_eq!(first.instance.id, again.instance.id);
+    assert_eq!(env.cloud.list(CLUSTER).expect("list").len(), 1);
+}
+
+#[test]
+fn instances_can_be_listed_read_and_terminated_idempotently() {
+    let Some(env) = Env::start() else { return };
+    let a = env
+        .cloud
+        .launch(&request(
+            "a",
+            vec![offer(
+                "g4dn.xlarge",
+                "us-east-1a",
+                CapacityType::OnDemand,
+                0.526,
+            )],
+        ))
+        .expect("launch")
+        .instance;
+    let b = env
+        .cloud
+        .launch(&request(
+            "b",
+            vec![offer(
+                "m5.large",
+                "us-east-1b",
+                CapacityType::OnDemand,
+                0.096,
+            )],
+        ))
+        .expect("launch")
+        .instance;
+    let mut listed: Vec<String> = env
+        .cloud
+        .list(CLUSTER)
+        .expect("list")
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    listed.sort();
+    let mut expected = vec![a.id.clone(), b.id.clone()];
+    expected.sort();
+    assert_eq!(listed, expected);
+    assert!(env.cloud.list("another-cluster").expect("list").is_empty());
+
+    let got = env.cloud.get(&a.id).expect("get").expect("found");
+    assert_eq!(got.provider_id(), format!("aws:///us-east-1a/{}", a.id));
+    assert!(!got.private_dns_name.is_empty());
+
+    env.cloud.terminate(&a.id).expect("terminate");
+    env.cloud
+        .terminate(&a.id)
+        .expect("terminating again succeeds");
+    let listed: Vec<String> = env
+        .cloud
+        .list(CLUSTER)
+        .expect("list")
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(listed, std::slice::from_ref(&b.id));
+    let gone = env.cloud.get(&a.id).expect("get");
+    assert!(
+        gone.as_ref()
+            .is_none_or(|i| i.state == InstanceState::Terminated),
+        "{gone:?}"
+    );
+    assert_eq!(env.cloud.get("i-0123456789abcdef0").expect("get"), None);
+    env.cloud
+        .terminate("i-0123456789abcdef0")
+        .expect("terminating an unknown instance succeeds");
+}
+
+#[test]
+fn instance_types_list_gpu_offerings_with_spot_prices() {
+    let Some(env) = Env::start() else { return };
+    let types = env.cloud.instance_types().expect("instance types");
+    let g4 = types
+        .iter()
+        .find(|t| t.name == "g4dn.xlarge")
+        .expect("g4dn.xlarge offered");
+    let zones: std::collections::BTreeSet<&str> =
+        g4.offerings.iter().map(|o| o.zone.as_str()).collect();
+    assert!(!zones.is_empty());
+    assert!(zones.iter().all(|z| common::ZONES.contains(z)), "{zones:?}");
+    let spot = g4
+        .offerings
+        .iter()
+        .find(|o| o.capacity_type == CapacityType::Spot)
+        .expect("a spot offering");
+    // moto reports every spot price as 0.00001 USD: proof it came from EC2, not the catalog.
+    assert_eq!(
+        spot.price,
+        joiner_model::Price::from_usd(0.00001).expect("price")
+    );
+    let od = g4
+        .offerings
+        .iter()
+        .find(|o| o.capacity_type == CapacityType::OnDemand)
+        .expect("an on-demand offering");
+    assert_eq!(
+        od.price,
+        joiner_model::Price::from_usd(0.526).expect("price")
+    );
+    let gpu_types = types
+        .iter()
+        .filter(|t| t.name.starts_with('g') || t.name.starts_with('p'))
+        .count();
+    assert!(gpu_types > 10, "only {gpu_types} GPU types");
+}
+
+#[test]
+fn the_sqs_queue_receives_and_deletes() {
+    let Some(env) = Env::start() else { return };
+    let sqs = aws_sdk_sqs::Client::new(&env.sdk);
+    let url = env
+        .rt
+        .block_on(sqs.create_queue().queue_name("lab-interruptions").send())
+        .expect("CreateQueue")
+        .queue_url()
+        .expect("url")
+        .to_string();
+    for n in 0..3 {
+        env.rt
+            .block_on(
+                sqs.send_message()
+                    .queue_url(&url)
+                    .message_body(format!(
+                        "{{\"detail-type\":\"EC2 Spot Instance Interruption Warning\",\"n\":{n}}}"
+                    ))
+                    .send(),
+            )
+            .expect("SendMessage");
+    }
+    let queue = env
+        .rt
+        .block_on(SqsInterruptionQueue::new(
+            &env.sdk,
+            "lab-interruptions",
+            env.rt.handle().clone(),
+        ))
+        .expect("queue");
+    assert_eq!(queue.url(), url);
+    let got = queue.receive(10).expect("receive");
+    assert_eq!(got.len(), 3);
+    assert!(
+        got.iter()
+            .all(|m| m.body.contains("Spot Instance Interruption"))
+    );
+    for m in &got {
+        queue.delete(&m.receipt).expect("delete");
+    }
+    // Deleted messages do not come back, even after their visibility timeout.
+    env.rt
+        .block_on(
+            sqs.set_queue_attributes()
+                .queue_url(&url)
+                .attributes(
+                    aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+                    "0",
+                )
+                .send(),
+        )
+        .expect("SetQueueAttributes");
+    assert!(queue.receive(10).expect("receive").is_empty());
+
+    let missing = env.rt.block_on(SqsInterruptionQueue::new(
+        &env.sdk,
+        "no-such-queue",
+        env.rt.handle().clone(),
+    ));
+    assert!(missing.is_err());
+}
+
+fn learning_lab() -> Manifests {
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/time-slicing-learning-lab");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("example directory")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let mut m = Manifests::default();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("example file");
+        for (origin, doc) in
+            joiner_model::parse_documents(&f.display().to_string(), &text).expect("YAML")
+        {
+            m.add_document(origin, doc).expect("a valid object");
+        }
+    }
+    m.finish();
+    m
+}
+
+fn config() -> Config {
+    Config::new(common::settings()).expect("config")
+}
+
+#[test]
+fn garbage_collection_terminates_an_instance_without_a_node_claim() {
+    let Some(env) = Env::start() else { return };
+    let leaked = env
+        .cloud
+        .launch(&request(
+            "lost-claim",
+            vec![offer(
+                "m5.large",
+                "us-east-1a",
+                CapacityType::OnDemand,
+                0.096,
+            )],
+        ))
+        .expect("launch")
+        .instance;
+    let clock = ManualClock::at(joiner_controller::clock::Clock::now(
+        &joiner_controller::clock::SystemClock,
+    ));
+    let store = InMemoryCluster::new(clock.clone());
+    let mut controller = Controller::new(&store, &env.cloud, clock.clone(), config());
+    // Within the grace period the instance may still be a launch being recorded.
+    let report = controller.step();
+    assert!(report.terminated.is_empty(), "{report:?}");
+    clock.advance(Duration::from_secs(120));
+    let report = controller.step();
+    assert_eq!(
+        report.terminated,
+        std::slice::from_ref(&leaked.id),
+        "{report:?}"
+    );
+    assert!(env.cloud.list(CLUSTER).expect("list").is_empty());
+}
+
+#[test]
+fn pending_learning_lab_pods_launch_a_moto_instance() {
+    let Some(env) = Env::start() else { return };
+    let clock = ManualClock::at(joiner_controller::clock::Clock::now(
+        &joiner_controller::clock::SystemClock,
+    ));
+    let store = InMemoryCluster::new(clock.clone());
+    store.load(&learning_lab()).expect("load");
+    let mut controller = Controller::new(&store, &env.cloud, clock.clone(), config());
+    let mut reports = Vec::new();
+    for _ in 0..4 {
+        reports.push(controller.step());
+        clock.advance(Duration::from_secs(1));
+    }
+    let errors: Vec<String> = reports
+        .iter()
+        .flat_map(|r| r.errors.iter().map(ToString::to_string))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    let claims = store.list::<NodeClaim>().expect("claims");
+    assert_eq!(claims.len(), 2, "the lab needs two g4dn.xlarge");
+    let instances = env.cloud.list(CLUSTER).expect("list");
+    assert_eq!(instances.len(), 2, "{instances:#?}");
+    for c in &claims {
+        let provider_id = c.status.provider_id.as_deref().expect("launched");
+        let instance = instances
+            .iter()
+            .find(|i| i.provider_id() == provider_id)
+            .expect("the NodeClaim's instance runs in moto");
+        assert_eq!(instance.instance_type, "g4dn.xlarge");
+        assert_eq!(
+            instance.image_id, env.seeded.nvidia_ami,
+            "AL2 GPU AMI via the alias"
+        );
+        assert_eq!(
+            instance.tags.get(NODECLAIM_TAG).map(String::as_str),
+            Some(c.name())
+        );
+        assert_eq!(
+            instance.tags.get("Name").map(String::as_str),
+            Some("Learninglab-Staging-Auto-GPU-Node")
+        );
+    }
+}

@@ -1,0 +1,826 @@
+//! The chart rendered as `helm upgrade --install joiner ... --namespace kube-system` renders it
+//! for Karpenter's getting-started invocation, and checked the way the API server and the
+//! controller will read it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use joiner_chart::{Chart, Release, RenderError};
+use joiner_model::settings::Settings;
+use serde_json::{Value, json};
+
+/// Karpenter's getting-started `--set`s, with `joiner` for `karpenter`.
+const SEED: &[&str] = &[
+    "settings.clusterName=demo-cluster",
+    "settings.interruptionQueue=demo-cluster",
+    "controller.resources.requests.cpu=1",
+    "controller.resources.requests.memory=1Gi",
+    "controller.resources.limits.cpu=1",
+    "controller.resources.limits.memory=1Gi",
+];
+
+const NAMESPACE: &str = "kube-system";
+
+fn chart_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../charts/joiner")
+}
+
+fn chart() -> Chart {
+    Chart::load(&chart_dir()).expect("the chart loads")
+}
+
+fn render_with(files: &[Value], sets: &[&str], release: &str) -> Result<Vec<Value>, RenderError> {
+    let chart = chart();
+    let values = chart.values(files, sets)?;
+    let mut docs = Vec::new();
+    for file in chart.render(&values, &Release::install(release, NAMESPACE))? {
+        docs.extend(file.documents()?);
+    }
+    Ok(docs)
+}
+
+fn render(sets: &[&str]) -> Vec<Value> {
+    render_with(&[], sets, "joiner").expect("the chart renders")
+}
+
+fn seed_plus(extra: &[&str]) -> Vec<String> {
+    SEED.iter().chain(extra).map(|s| s.to_string()).collect()
+}
+
+fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    let found: Vec<&Value> = docs.iter().filter(|d| d["kind"] == kind).collect();
+    assert_eq!(found.len(), 1, "exactly one {kind}");
+    found[0]
+}
+
+fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// The Role (and binding) reading the NVIDIA device plugin's ConfigMap.
+const DEVICE_CONFIG_ROLE: &str = "joiner-device-plugin-config";
+
+fn container(docs: &[Value]) -> &Value {
+    &one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+}
+
+#[test]
+fn the_seed_install_renders_each_object_once_in_the_release_namespace() {
+    let docs = render(SEED);
+    let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from([
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Deployment",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+        ])
+    );
+    // One of each, but for the device-plugin ConfigMap's Role and RoleBinding.
+    assert_eq!(docs.len(), kinds.len() + 2);
+    for d in &docs {
+        let name = d["metadata"]["name"].as_str().unwrap_or_default();
+        assert!(
+            name == "joiner" || name == DEVICE_CONFIG_ROLE,
+            "{} {name}",
+            d["kind"]
+        );
+        let cluster_scoped = matches!(
+            d["kind"].as_str(),
+            Some("ClusterRole" | "ClusterRoleBinding")
+        );
+        let expected_ns = if cluster_scoped {
+            Value::Null
+        } else {
+            json!(NAMESPACE)
+        };
+        assert_eq!(d["metadata"]["namespace"], expected_ns, "{}", d["kind"]);
+        assert_eq!(
+            d["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+            "Helm"
+        );
+    }
+}
+
+#[test]
+fn the_deployment_runs_the_controller_command_with_the_seed_resources() {
+    let docs = render(SEED);
+    let c = container(&docs);
+    assert_eq!(c["command"], json!(["joiner"]));
+    assert_eq!(
+        c["args"],
+        json!([
+            "controller",
+            "--values",
+            "/etc/joiner/values.yaml",
+            "--cloud",
+            "aws",
+            "--metrics-addr",
+            "0.0.0.0:8080",
+            "--health-addr",
+            "0.0.0.0:8081",
+            "--leader-elect=true",
+            "--log-format",
+            "json"
+        ])
+    );
+    let env: BTreeMap<&str, &Value> = c["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .filter_map(|e| Some((e["name"].as_str()?, e)))
+        .collect();
+    assert_eq!(
+        env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name"
+    );
+    assert_eq!(
+        env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    assert_eq!(
+        c["resources"],
+        json!({"requests": {"cpu": 1, "memory": "1Gi"}, "limits": {"cpu": 1, "memory": "1Gi"}})
+    );
+    assert_eq!(
+        c["livenessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": "http"})
+    );
+    assert_eq!(
+        c["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": "http"})
+    );
+    assert_eq!(
+        c["ports"],
+        json!([
+            {"name": "http-metrics", "containerPort": 8080, "protocol": "TCP"},
+            {"name": "http", "containerPort": 8081, "protocol": "TCP"}
+        ])
+    );
+    assert_eq!(
+        c["image"],
+        format!(
+            "ghcr.io/joiner-dev/joiner:{}",
+            chart().metadata["appVersion"].as_str().expect("appVersion")
+        )
+    );
+    // The settings file is the ConfigMap's, mounted where the command reads it.
+    assert_eq!(c["volumeMounts"][0]["mountPath"], "/etc/joiner");
+    let pod = &one(&docs, "Deployment")["spec"]["template"]["spec"];
+    let settings_volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == c["volumeMounts"][0]["name"])
+        .expect("the mounted volume");
+    assert_eq!(
+        settings_volume["configMap"]["name"],
+        one(&docs, "ConfigMap")["metadata"]["name"]
+    );
+    assert_eq!(
+        pod["serviceAccountName"],
+        one(&docs, "ServiceAccount")["metadata"]["name"]
+    );
+}
+
+#[test]
+fn the_controller_is_highly_available_and_stays_off_the_nodes_it_manages() {
+    let docs = render(SEED);
+    let deployment = one(&docs, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"];
+    let pod_labels = &pod["metadata"]["labels"];
+    assert_eq!(
+        &deployment["spec"]["selector"]["matchLabels"], pod_labels,
+        "the selector selects the pods"
+    );
+    let spec = &pod["spec"];
+    assert_eq!(spec["priorityClassName"], "system-cluster-critical");
+    assert_eq!(
+        spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            [0]["matchExpressions"][0],
+        json!({"key": "karpenter.sh/nodepool", "operator": "DoesNotExist"})
+    );
+    let anti =
+        &spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(anti["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(&anti["labelSelector"]["matchLabels"], pod_labels);
+    let spread = &spec["topologySpreadConstraints"][0];
+    assert_eq!(spread["topologyKey"], "topology.kubernetes.io/zone");
+    assert_eq!(&spread["labelSelector"]["matchLabels"], pod_labels);
+
+    let pdb = one(&docs, "PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(&pdb["spec"]["selector"]["matchLabels"], pod_labels);
+    let service = one(&docs, "Service");
+    assert_eq!(&service["spec"]["selector"], pod_labels);
+    assert_eq!(service["spec"]["ports"][0]["port"], 8080);
+}
+
+#[test]
+fn the_configmap_holds_settings_the_controller_reads_without_warnings() {
+    let docs = render(SEED);
+    let text = one(&docs, "ConfigMap")["data"]["values.yaml"]
+        .as_str()
+        .expect("values.yaml is a string");
+    let values: Value = serde_saphyr::from_str(text).expect("values.yaml is YAML");
+    let (settings, warnings) = Settings::from_values(&values).expect("the controller accepts them");
+    assert_eq!(settings.cluster_name.as_deref(), Some("demo-cluster"));
+    assert_eq!(settings.interruption_queue.as_deref(), Some("demo-cluster"));
+    assert!(
+        warnings.is_empty(),
+        "every setting the chart exposes is one the controller knows: {warnings:?}"
+    );
+    assert_eq!(settings.cluster.kubernetes_version, "1.36");
+    assert!(
+        settings.ignore_dra_requests,
+        "DRA stays off by default, as in Karpenter"
+    );
+
+    // DRA on through the chart reaches the controller.
+    let docs = render(
+        &seed_plus(&["settings.enableDRA=true"])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    let text = one(&docs, "ConfigMap")["data"]["values.yaml"]
+        .as_str()
+        .expect("values.yaml");
+    let values: Value = serde_saphyr::from_str(text).expect("YAML");
+    let (settings, _) = Settings::from_values(&values).expect("accepted");
+    assert!(settings.dra_nvidia_gpu && settings.dra_efa && !settings.ignore_dra_requests);
+}
+
+#[test]
+fn a_settings_change_rolls_the_controller_pods() {
+    let checksum = |docs: &[Value]| {
+        one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/settings"]
+            .clone()
+    };
+    let before = checksum(&render(SEED));
+    let sets = seed_plus(&["settings.batchMaxDuration=20s"]);
+    let after = checksum(&render(
+        &sets.iter().map(String::as_str).collect::<Vec<_>>(),
+    ));
+    assert!(before.as_str().is_some_and(|s| s.len() == 64), "{before}");
+    assert_ne!(before, after);
+    let same = seed_plus(&["controller.resources.limits.cpu=2"]);
+    assert_eq!(
+        before,
+        checksum(&render(
+            &same.iter().map(String::as_str).collect::<Vec<_>>()
+        )),
+        "only settings changes touch the checksum"
+    );
+}
+
+#[test]
+fn rbac_grants_what_the_controller_does_and_no_wildcards() {
+    let docs = render(SEED);
+    let rules_of = |kind: &str, name: &str| -> Vec<Value> {
+        named(&docs, kind, name)["rules"]
+            .as_array()
+            .expect("rules")
+            .clone()
+    };
+    let cluster = rules_of("ClusterRole", "joiner");
+    let namespaced = rules_of("Role", "joiner");
+    let device_config = rules_of("Role", DEVICE_CONFIG_ROLE);
+    for rule in cluster.iter().chain(&namespaced).chain(&device_config) {
+        for field in ["apiGroups", "resources", "verbs"] {
+            for entry in rule[field].as_array().expect("a list") {
+                assert_ne!(entry, "*", "wildcard in {rule}");
+            }
+        }
+    }
+    // (group, resource) -> verbs, over the ClusterRole.
+    let mut grants: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for rule in &cluster {
+        for g in rule["apiGroups"].as_array().expect("groups") {
+            for r in rule["resources"].as_array().expect("resources") {
+                let verbs = rule["verbs"]
+                    .as_array()
+                    .expect("verbs")
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_string));
+                grants
+                    .entry((
+                        g.as_str().unwrap_or("").to_string(),
+                        r.as_str().unwrap_or("").to_string(),
+                    ))
+                    .or_default()
+                    .extend(verbs);
+            }
+        }
+    }
+    let has = |group: &str, resource: &str, verbs: &[&str]| {
+        let granted = grants
+            .get(&(group.to_string(), resource.to_string()))
+            .cloned()
+            .unwrap_or_default();
+        for v in verbs {
+            assert!(granted.contains(*v), "{v} {group}/{resource}: {granted:?}");
+        }
+    };
+    for r in [
+        "deviceclasses",
+        "resourceclaims",
+        "resourceclaimtemplates",
+        "resourceslices",
+    ] {
+        has("resource.k8s.io", r, &["get", "list", "watch"]);
+    }
+    for r in ["pods", "nodes"] {
+        has("", r, &["get", "list", "watch"]);
+    }
+    has("apps", "daemonsets", &["get", "list", "watch"]);
+    has("policy", "poddisruptionbudgets", &["get", "list", "watch"]);
+    has("karpenter.sh", "nodepools", &["get", "list", "watch"]);
+    has(
+        "karpenter.k8s.aws",
+        "ec2nodeclasses",
+        &["get", "list", "watch"],
+    );
+    has(
+        "karpenter.sh",
+        "nodeclaims",
+        &[
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ],
+    );
+    has("karpenter.sh", "nodeclaims/status", &["update", "patch"]);
+    has("karpenter.sh", "nodepools/status", &["update", "patch"]);
+    has(
+        "karpenter.k8s.aws",
+        "ec2nodeclasses/status",
+        &["update", "patch"],
+    );
+    has("", "nodes", &["update", "patch", "delete"]);
+    has("", "pods", &["delete"]);
+    has("", "pods/eviction", &["create"]);
+    has("", "events", &["create", "patch"]);
+    // Read-only where the controller only reads.
+    assert_eq!(
+        grants[&("resource.k8s.io".to_string(), "resourceslices".to_string())],
+        BTreeSet::from(["get".to_string(), "list".to_string(), "watch".to_string()])
+    );
+    for r in ["secrets", "configmaps"] {
+        assert!(
+            !grants.contains_key(&("".to_string(), r.to_string())),
+            "no {r} cluster-wide"
+        );
+    }
+    // Leases only in the release namespace.
+    assert!(!grants.keys().any(|(_, r)| r == "leases"));
+    assert_eq!(
+        named(&docs, "Role", "joiner")["metadata"]["namespace"],
+        NAMESPACE
+    );
+    // The one ConfigMap the controller reads, by name, in its own namespace.
+    assert_eq!(
+        device_config,
+        [json!({"apiGroups": [""], "resources": ["configmaps"],
+            "resourceNames": ["nvidia-device-plugin"], "verbs": ["get", "list", "watch"]})]
+    );
+    assert_eq!(
+        named(&docs, "Role", DEVICE_CONFIG_ROLE)["metadata"]["namespace"],
+        "kube-system"
+    );
+    for rule in &namespaced {
+        assert_eq!(rule["resources"], json!(["leases"]));
+        assert_eq!(rule["apiGroups"], json!(["coordination.k8s.io"]));
+        // Writes only to the controller's own Lease.
+        if rule["verbs"]
+            .as_array()
+            .is_some_and(|v| v.contains(&json!("update")))
+        {
+            assert_eq!(rule["resourceNames"], json!(["joiner-leader-election"]));
+        }
+    }
+    for (binding, name) in [
+        ("ClusterRoleBinding", "joiner"),
+        ("RoleBinding", "joiner"),
+        ("RoleBinding", DEVICE_CONFIG_ROLE),
+    ] {
+        let binding = named(&docs, binding, name);
+        assert_eq!(binding["roleRef"]["name"], name);
+        let subject = &binding["subjects"][0];
+        assert_eq!(subject["kind"], "ServiceAccount");
+        assert_eq!(
+            subject["name"],
+            one(&docs, "ServiceAccount")["metadata"]["name"]
+        );
+        assert_eq!(subject["namespace"], NAMESPACE);
+    }
+}
+
+#[test]
+fn a_missing_cluster_name_fails_the_install() {
+    let e = render_with(&[], &["controller.resources.requests.cpu=1"], "joiner")
+        .expect_err("no clusterName")
+        .to_string();
+    assert!(e.contains("settings.clusterName is required"), "{e}");
+}
+
+/// Each case is rendered by the chart and read by the controller's settings reader: the chart
+/// must refuse exactly what the controller refuses, naming the same setting.
+#[test]
+fn render_time_validation_mirrors_the_controller() {
+    let cases: Vec<(Value, Vec<&str>)> = vec![
+        (json!({}), vec!["settings.enableDRA=true"]),
+        (
+            json!({}),
+            vec!["settings.enableDRA=true", "settings.ignoreDRARequests=true"],
+        ),
+        (
+            json!({}),
+            vec![
+                "settings.enableDRA=true",
+                "settings.ignoreDRARequests=false",
+            ],
+        ),
+        (
+            json!({}),
+            vec![
+                "settings.enableDRA=true",
+                "settings.awsFeatureGates.draEFA=false",
+            ],
+        ),
+        (
+            json!({}),
+            vec![
+                "settings.enableDRA=true",
+                "settings.awsFeatureGates.draNVIDIAGPU=true",
+            ],
+        ),
+        (
+            json!({}),
+            vec!["settings.awsFeatureGates.draNVIDIAGPU=true"],
+        ),
+        (
+            json!({}),
+            vec![
+                "settings.ignoreDRARequests=true",
+                "settings.awsFeatureGates.draNVIDIAGPU=true",
+            ],
+        ),
+        (
+            json!({}),
+            vec![
+                "settings.ignoreDRARequests=true",
+                "settings.awsFeatureGates.draEFA=true",
+            ],
+        ),
+        (json!({}), vec!["settings.enableDRA=maybe"]),
+        (json!({}), vec!["settings.batchIdleDuration=500ms"]),
+        (json!({}), vec!["settings.batchIdleDuration=1h30m"]),
+        (json!({}), vec!["settings.batchIdleDuration=10"]),
+        (json!({}), vec!["settings.batchMaxDuration=1d"]),
+        (
+            json!({"settings": {"cluster": {"kubernetesVersion": 1.3}}}),
+            vec![],
+        ),
+        (
+            json!({}),
+            vec!["settings.cluster.kubernetesVersion=v1.34.2"],
+        ),
+        (json!({}), vec!["settings.cluster.kubernetesVersion=latest"]),
+        (
+            json!({}),
+            vec!["settings.nvidiaDevicePlugin.configMap=gpu-operator/time-slicing"],
+        ),
+        (
+            json!({}),
+            vec!["settings.nvidiaDevicePlugin.configMap=just-a-name"],
+        ),
+        (
+            json!({"settings": {"vmMemoryOverheadPercent": 0.1}}),
+            vec![],
+        ),
+        (json!({}), vec!["settings.vmMemoryOverheadPercent=2"]),
+        (
+            json!({}),
+            vec!["settings.featureGates.spotToSpotConsolidation=true"],
+        ),
+        (
+            json!({}),
+            vec!["settings.featureGates.spotToSpotConsolidation=maybe"],
+        ),
+        (
+            json!({}),
+            vec!["settings.cluster.featureGates.DRAConsumableCapacity=yes"],
+        ),
+        (json!({}), vec!["settings.zones={us-west-2a,us-west-2b}"]),
+        (json!({}), vec!["settings.zones=us-west-2a"]),
+    ];
+    let chart = chart();
+    let mut failures = 0;
+    for (file, sets) in cases {
+        let all: Vec<String> = seed_plus(&sets);
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let values = chart
+            .values(std::slice::from_ref(&file), &all)
+            .expect("values merge");
+        let controller = Settings::from_values(&values);
+        let rendered = render_with(std::slice::from_ref(&file), &all, "joiner");
+        match (&controller, &rendered) {
+            (Ok(_), Ok(_)) => {}
+            (Err(c), Err(r)) => {
+                failures += 1;
+                // The setting the controller names (`settings.x.y: ...`) is named by the chart.
+                let c = c.to_string();
+                let key = c.split(':').next().unwrap_or_default();
+                let r = r.to_string();
+                assert!(
+                    r.contains(key),
+                    "{file} {sets:?}: the chart's message {r:?} does not name {key:?}"
+                );
+            }
+            _ => panic!(
+                "{file} {sets:?}: controller says {:?}, chart says {:?}",
+                controller.map(|_| ()),
+                rendered.map(|_| ())
+            ),
+        }
+    }
+    assert_eq!(failures, 16, "the table covers refusals and acceptances");
+}
+
+#[test]
+fn enable_dra_with_ignore_dra_requests_fails_with_a_clear_message() {
+    let sets = seed_plus(&["settings.enableDRA=true", "settings.ignoreDRARequests=true"]);
+    let e = render_with(
+        &[],
+        &sets.iter().map(String::as_str).collect::<Vec<_>>(),
+        "joiner",
+    )
+    .expect_err("refused")
+    .to_string();
+    assert!(
+        e.contains("settings.enableDRA cannot be combined with settings.ignoreDRARequests"),
+        "{e}"
+    );
+    assert!(
+        e.contains("set either enableDRA or the individual settings"),
+        "{e}"
+    );
+}
+
+#[test]
+fn irsa_service_monitor_and_names_follow_the_values() {
+    let sets = seed_plus(&[
+        "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::111122223333:role/joiner",
+        "serviceMonitor.enabled=true",
+        "serviceMonitor.additionalLabels.release=prometheus",
+        "podDisruptionBudget.name=joiner-pdb",
+        "controller.image.digest=sha256:abc",
+        "controller.metrics.port=9090",
+        "settings.nvidiaDevicePlugin.configMap=gpu-operator/time-slicing-config",
+    ]);
+    let docs = render_with(
+        &[],
+        &sets.iter().map(String::as_str).collect::<Vec<_>>(),
+        "prod",
+    )
+    .expect("renders");
+    let sa = one(&docs, "ServiceAccount");
+    assert_eq!(sa["metadata"]["name"], "prod-joiner");
+    assert_eq!(
+        sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::111122223333:role/joiner"
+    );
+    let monitor = one(&docs, "ServiceMonitor");
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "http-metrics");
+    assert_eq!(
+        &monitor["spec"]["selector"]["matchLabels"],
+        &one(&docs, "Service")["spec"]["selector"]
+    );
+    assert_eq!(
+        one(&docs, "PodDisruptionBudget")["metadata"]["name"],
+        "joiner-pdb"
+    );
+    let c = container(&docs);
+    assert!(
+        c["image"]
+            .as_str()
+            .is_some_and(|i| i.ends_with("@sha256:abc"))
+    );
+    assert_eq!(c["args"][6], "0.0.0.0:9090");
+    assert_eq!(one(&docs, "Service")["spec"]["ports"][0]["port"], 9090);
+    let device_config = named(&docs, "Role", "prod-joiner-device-plugin-config");
+    assert_eq!(device_config["metadata"]["namespace"], "gpu-operator");
+    assert_eq!(
+        device_config["rules"][0]["resourceNames"],
+        json!(["time-slicing-config"])
+    );
+
+    // Without serviceMonitor.enabled there is no ServiceMonitor (the CRD may not exist).
+    assert!(!render(SEED).iter().any(|d| d["kind"] == "ServiceMonitor"));
+}
+
+/// Every leaf of `values.yaml` (a scalar, a list or an empty map) must be read by a template:
+/// either its own path or a map above it rendered whole (`toYaml .Values.settings`).
+#[test]
+fn every_value_in_values_yaml_is_used_by_a_template() {
+    let chart = chart();
+    let reference = regex::Regex::new(r"\.Values((?:\.[A-Za-z0-9_]+)+)").expect("regex");
+    let mut used = BTreeSet::new();
+    for (_, text) in &chart.templates {
+        for m in reference.captures_iter(text) {
+            used.insert(m[1].trim_start_matches('.').to_string());
+        }
+    }
+    let mut leaves = Vec::new();
+    collect_leaves(&chart.default_values, "", &mut leaves);
+    assert!(leaves.len() > 40, "{leaves:?}");
+    let unused: Vec<&String> = leaves
+        .iter()
+        .map(|(leaf, _)| leaf)
+        .filter(|leaf| {
+            !used
+                .iter()
+                .any(|u| *leaf == u || leaf.starts_with(&format!("{u}.")))
+        })
+        .collect();
+    assert!(unused.is_empty(), "values no template reads: {unused:?}");
+}
+
+/// `(dotted path, default)` of every scalar, list and empty map in the values.
+fn collect_leaves(v: &Value, path: &str, out: &mut Vec<(String, Value)>) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, sub) in m {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                collect_leaves(sub, &p, out);
+            }
+        }
+        _ => out.push((path.to_string(), v.clone())),
+    }
+}
+
+/// The chart README's values table lists every leaf of `values.yaml` with its default.
+#[test]
+fn the_chart_readme_documents_every_value_with_its_default() {
+    let chart = chart();
+    let readme = std::fs::read_to_string(chart_dir().join("README.md")).expect("README");
+    let rows: BTreeMap<&str, &str> = readme
+        .lines()
+        .filter_map(|l| {
+            let mut cells = l.strip_prefix("| `")?.splitn(2, "` | `");
+            Some((cells.next()?, cells.next()?.split("` |").next()?))
+        })
+        .collect();
+    let mut leaves = Vec::new();
+    collect_leaves(&chart.default_values, "", &mut leaves);
+    for (leaf, value) in &leaves {
+        let documented = rows.get(leaf.as_str());
+        assert!(documented.is_some(), "{leaf} is missing from the README");
+        let documented: Value = documented
+            .and_then(|d| serde_json::from_str(d).ok())
+            .unwrap_or(Value::Null);
+        assert_eq!(&documented, value, "{leaf}: README default differs");
+    }
+    assert_eq!(
+        rows.len(),
+        leaves.len(),
+        "the README lists values that do not exist"
+    );
+}
+
+#[test]
+fn the_install_notes_name_the_release_and_the_crd_upgrade_step() {
+    let chart = chart();
+    let values = chart.values(&[], SEED).expect("values");
+    let notes = chart
+        .notes(&values, &Release::install("joiner", NAMESPACE))
+        .expect("renders")
+        .expect("the chart has notes");
+    assert!(notes.contains("for cluster demo-cluster"), "{notes}");
+    assert!(notes.contains("logs deploy/joiner"), "{notes}");
+    assert!(
+        notes.contains("kubectl apply --server-side -f charts/joiner/crds/"),
+        "{notes}"
+    );
+}
+
+/// Every optional value, set, lands where Kubernetes reads it (and the result is still YAML).
+#[test]
+fn optional_values_reach_the_pod_spec() {
+    let file = json!({
+        "additionalLabels": {"team": "platform"},
+        "additionalAnnotations": {"owner": "sre"},
+        "serviceAccount": {"create": false, "name": "existing-sa"},
+        "service": {"annotations": {"prometheus.io/scrape": "true"}},
+        "podLabels": {"tier": "control"},
+        "podAnnotations": {"ad.datadoghq.com/tags": "{}"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "terminationGracePeriodSeconds": 60,
+        "dnsPolicy": "Default",
+        "dnsConfig": {"options": [{"name": "ndots", "value": "2"}]},
+        "hostNetwork": true,
+        "extraVolumes": [{"name": "tmp", "emptyDir": {}}],
+        "logLevel": "debug",
+        "strategy": {"type": "Recreate"},
+        "controller": {
+            "image": {"repository": "registry.example/joiner", "tag": "dev"},
+            "env": [{"name": "AWS_REGION", "value": "eu-west-1"}],
+            "envFrom": [{"configMapRef": {"name": "proxy"}}],
+            "extraVolumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+            "healthProbe": {"port": 9443}
+        },
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 1, "podAffinityTerm": {"topologyKey": "topology.kubernetes.io/zone"}}]}},
+        // Helm merges maps (`{}` would keep the default's keys): null removes one.
+        "tolerations": [],
+        "nodeSelector": null
+    });
+    let docs = render_with(&[file], SEED, "joiner").expect("renders");
+    assert!(!docs.iter().any(|d| d["kind"] == "ServiceAccount"));
+    let deployment = one(&docs, "Deployment");
+    assert_eq!(deployment["metadata"]["labels"]["team"], "platform");
+    assert_eq!(deployment["metadata"]["annotations"]["owner"], "sre");
+    assert_eq!(deployment["spec"]["strategy"], json!({"type": "Recreate"}));
+    let pod = &deployment["spec"]["template"];
+    assert_eq!(pod["metadata"]["labels"]["tier"], "control");
+    assert_eq!(
+        pod["metadata"]["annotations"]["ad.datadoghq.com/tags"],
+        "{}"
+    );
+    let spec = &pod["spec"];
+    assert_eq!(spec["serviceAccountName"], "existing-sa");
+    assert_eq!(spec["imagePullSecrets"], json!([{"name": "regcred"}]));
+    assert_eq!(spec["terminationGracePeriodSeconds"], 60);
+    assert_eq!(spec["dnsPolicy"], "Default");
+    assert_eq!(spec["dnsConfig"]["options"][0]["name"], "ndots");
+    assert_eq!(spec["hostNetwork"], true);
+    assert_eq!(spec["volumes"][1]["name"], "tmp");
+    assert!(spec["nodeSelector"].is_null() && spec["tolerations"].is_null());
+    // Values maps merge: the default node affinity and required anti-affinity stay, the
+    // preferred term is added and passed through.
+    assert_eq!(
+        spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            [0]["matchExpressions"][0]["key"],
+        "karpenter.sh/nodepool"
+    );
+    let anti = &spec["affinity"]["podAntiAffinity"];
+    assert_eq!(
+        anti["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    assert_eq!(
+        anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"],
+        1
+    );
+    let c = &spec["containers"][0];
+    assert_eq!(c["image"], "registry.example/joiner:dev");
+    assert_eq!(c["args"][8], "0.0.0.0:9443");
+    assert_eq!(c["ports"][1]["containerPort"], 9443);
+    let env: Vec<&str> = c["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(
+        env,
+        ["POD_NAME", "POD_NAMESPACE", "JOINER_LOG", "AWS_REGION"]
+    );
+    assert_eq!(c["env"][2]["value"], "debug");
+    assert_eq!(c["envFrom"][0]["configMapRef"]["name"], "proxy");
+    assert_eq!(c["volumeMounts"][1]["mountPath"], "/tmp");
+    assert_eq!(
+        one(&docs, "Service")["metadata"]["annotations"]["prometheus.io/scrape"],
+        "true"
+    );
+    for binding in docs.iter().filter(|d| {
+        d["kind"]
+            .as_str()
+            .is_some_and(|k| k.ends_with("RoleBinding"))
+    }) {
+        assert_eq!(binding["subjects"][0]["name"], "existing-sa");
+    }
+
+    // serviceAccount.create=false needs a name.
+    let e = render_with(
+        &[json!({"serviceAccount": {"create": false}})],
+        SEED,
+        "joiner",
+    )
+    .expect_err("no name")
+    .to_string();
+    assert!(e.contains("serviceAccount.name is required"), "{e}");
+}

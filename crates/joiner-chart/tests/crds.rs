@@ -1,0 +1,510 @@
+//! The CRDs in `charts/joiner/crds/`: structural, with the printer columns Karpenter users see,
+//! accepting the bundled examples and the NodeClaims the controller writes, and rejecting broken
+//! objects with the failing field named (as `kubectl apply` would report it).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use joiner_chart::schema::{self, SchemaError, structural_problems, validate};
+use joiner_controller::nodeclaim::{
+    NodeClaim, NodeClaimSpec, ResourceRequirements, TERMINATION_FINALIZER, conditions, labels,
+};
+use joiner_model::api::nodepool::{
+    NodeClassReference, NodePoolV1Beta1, NodeSelectorRequirementWithMinValues, Operator,
+};
+use joiner_model::api::{EC2NodeClass, NodePool};
+use joiner_model::{Quantity, ResourceList};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use serde_json::{Value, json};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn crd(file: &str) -> Value {
+    let path = repo().join("charts/joiner/crds").join(file);
+    let text = std::fs::read_to_string(&path).expect("CRD file");
+    serde_saphyr::from_str(&text).expect("CRD is YAML")
+}
+
+fn nodepools() -> Value {
+    crd("karpenter.sh_nodepools.yaml")
+}
+fn nodeclaims() -> Value {
+    crd("karpenter.sh_nodeclaims.yaml")
+}
+fn ec2nodeclasses() -> Value {
+    crd("karpenter.k8s.aws_ec2nodeclasses.yaml")
+}
+
+fn schema_of(crd: &Value) -> &Value {
+    &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+}
+
+/// `kubectl get` column names (upper-cased as kubectl prints them), without the `-o wide` ones.
+fn columns(crd: &Value) -> Vec<String> {
+    crd["spec"]["versions"][0]["additionalPrinterColumns"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .filter(|c| c["priority"].as_i64().unwrap_or(0) == 0)
+        .filter_map(|c| c["name"].as_str().map(str::to_uppercase))
+        .collect()
+}
+
+#[test]
+fn each_crd_is_a_structural_v1_crd_with_karpenters_columns() {
+    let expected: [(Value, &str, &str, &[&str]); 3] = [
+        (
+            nodepools(),
+            "nodepools.karpenter.sh",
+            "NodePool",
+            &["NODECLASS", "NODES", "READY", "AGE"],
+        ),
+        (
+            nodeclaims(),
+            "nodeclaims.karpenter.sh",
+            "NodeClaim",
+            &["TYPE", "CAPACITY", "ZONE", "NODE", "READY", "AGE"],
+        ),
+        (
+            ec2nodeclasses(),
+            "ec2nodeclasses.karpenter.k8s.aws",
+            "EC2NodeClass",
+            &["READY", "AGE"],
+        ),
+    ];
+    for (crd, name, kind, cols) in expected {
+        assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
+        assert_eq!(crd["metadata"]["name"], name);
+        assert_eq!(crd["spec"]["names"]["kind"], kind);
+        assert_eq!(crd["spec"]["scope"], "Cluster");
+        let versions = crd["spec"]["versions"].as_array().expect("versions");
+        assert_eq!(versions.len(), 1, "{name}: only v1 is served");
+        assert_eq!(versions[0]["name"], "v1");
+        assert_eq!(versions[0]["served"], true);
+        assert_eq!(versions[0]["storage"], true);
+        assert_eq!(versions[0]["subresources"]["status"], json!({}));
+        assert_eq!(columns(&crd), cols, "{name}");
+        assert!(crd["spec"]["names"]["shortNames"].is_array(), "{name}");
+        let problems = structural_problems(schema_of(&crd));
+        assert!(problems.is_empty(), "{name}: {problems:?}");
+        for (path, rules) in schema::rules(schema_of(&crd)) {
+            for rule in rules {
+                assert!(
+                    schema::compile(&rule).is_ok(),
+                    "{name} {path}: {rule}: {:?}",
+                    schema::compile(&rule)
+                );
+            }
+        }
+    }
+}
+
+/// Every NodePool and EC2NodeClass in `examples/`: v1 ones as written, v1beta1 ones after the
+/// conversion Karpenter (and Joiner) apply.
+#[test]
+fn every_example_nodepool_and_ec2nodeclass_validates() {
+    let mut checked = BTreeMap::new();
+    for dir in std::fs::read_dir(repo().join("examples")).expect("examples") {
+        let dir = dir.expect("entry").path();
+        for file in std::fs::read_dir(&dir).expect("example dir") {
+            let file = file.expect("entry").path();
+            if file.extension().and_then(|e| e.to_str()) != Some("yaml") {
+                continue;
+            }
+            for doc in documents(&file) {
+                let (crd, object) = match (doc["kind"].as_str(), doc["apiVersion"].as_str()) {
+                    (Some("NodePool"), Some("karpenter.sh/v1")) => (nodepools(), doc),
+                    (Some("NodePool"), Some("karpenter.sh/v1beta1")) => {
+                        let old: NodePoolV1Beta1 =
+                            serde_json::from_value(doc).expect("a v1beta1 NodePool");
+                        (nodepools(), to_json(&old.into_v1()))
+                    }
+                    (Some("EC2NodeClass"), Some("karpenter.k8s.aws/v1")) => (ec2nodeclasses(), doc),
+                    (Some("EC2NodeClass"), Some("karpenter.k8s.aws/v1beta1")) => {
+                        let old: EC2NodeClass =
+                            serde_json::from_value(doc).expect("a v1beta1 EC2NodeClass");
+                        (ec2nodeclasses(), to_json(&old.into_v1()))
+                    }
+                    _ => continue,
+                };
+                let errors = validate(schema_of(&crd), &object);
+                assert!(errors.is_empty(), "{}: {errors:?}", file.display());
+                *checked
+                    .entry(object["kind"].as_str().unwrap_or_default().to_string())
+                    .or_insert(0) += 1;
+            }
+        }
+    }
+    assert!(
+        checked.get("NodePool").is_some_and(|n| *n >= 5),
+        "{checked:?}"
+    );
+    assert!(
+        checked.get("EC2NodeClass").is_some_and(|n| *n >= 5),
+        "{checked:?}"
+    );
+}
+
+fn documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("readable");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML");
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("serializes")
+}
+
+fn requirement(key: &str, values: &[&str]) -> NodeSelectorRequirementWithMinValues {
+    NodeSelectorRequirementWithMinValues {
+        key: key.to_string(),
+        operator: Operator::In,
+        values: values.iter().map(|v| v.to_string()).collect(),
+        min_values: None,
+    }
+}
+
+fn time(s: &str) -> Time {
+    serde_json::from_value(json!(s)).expect("a time")
+}
+
+/// A NodeClaim as the controller writes it: created with its finalizer, labels and
+/// requirements, then launched, registered and initialized.
+fn controller_nodeclaim() -> NodeClaim {
+    let mut requests = ResourceList::new();
+    requests.insert("cpu".to_string(), Quantity::from_milli(3500));
+    requests.insert("nvidia.com/gpu".to_string(), Quantity::from_units(3));
+    let mut claim = NodeClaim::new(
+        ObjectMeta {
+            name: Some("g4-nodepool-0123456789ab".to_string()),
+            labels: Some(BTreeMap::from([
+                (labels::NODEPOOL.to_string(), "g4-nodepool".to_string()),
+                (labels::NODECLASS.to_string(), "g4-nodeclass".to_string()),
+                (labels::NEED_HASH.to_string(), "0123456789ab".to_string()),
+                (labels::INSTANCE_TYPE.to_string(), "g4dn.xlarge".to_string()),
+                (labels::ZONE.to_string(), "us-east-1a".to_string()),
+                (labels::CAPACITY_TYPE.to_string(), "on-demand".to_string()),
+            ])),
+            annotations: Some(BTreeMap::from([(
+                labels::PLANNED_PODS.to_string(),
+                "default/lab-0,default/lab-1".to_string(),
+            )])),
+            finalizers: Some(vec![TERMINATION_FINALIZER.to_string()]),
+            generation: Some(1),
+            ..ObjectMeta::default()
+        },
+        NodeClaimSpec {
+            node_class_ref: NodeClassReference {
+                group: "karpenter.k8s.aws".to_string(),
+                kind: "EC2NodeClass".to_string(),
+                name: "g4-nodeclass".to_string(),
+            },
+            requirements: vec![
+                requirement(labels::NODEPOOL, &["g4-nodepool"]),
+                requirement(labels::INSTANCE_TYPE, &["g4dn.xlarge", "g4dn.2xlarge"]),
+                requirement(labels::ZONE, &["us-east-1a", "us-east-1b"]),
+                requirement(labels::CAPACITY_TYPE, &["on-demand"]),
+            ],
+            resources: ResourceRequirements { requests },
+            taints: Vec::new(),
+            startup_taints: Vec::new(),
+            expire_after: Some("720h".to_string()),
+            termination_grace_period: None,
+        },
+    );
+    let now = time("2026-11-29T20:00:00Z");
+    claim.status.provider_id = Some("aws:///us-east-1a/i-0123456789abcdef0".to_string());
+    claim.status.node_name = Some("ip-10-0-1-23.ec2.internal".to_string());
+    claim.status.image_id = Some("ami-0123456789abcdef0".to_string());
+    let mut capacity = ResourceList::new();
+    capacity.insert("cpu".to_string(), Quantity::from_units(4));
+    capacity.insert("memory".to_string(), Quantity::from_units(16_106_127_360));
+    capacity.insert("nvidia.com/gpu".to_string(), Quantity::from_units(1));
+    claim.status.capacity = capacity.clone();
+    capacity.insert("nvidia.com/gpu".to_string(), Quantity::from_units(3));
+    claim.status.allocatable = capacity;
+    for (condition, reason) in [
+        (conditions::LAUNCHED, "Launched"),
+        (conditions::REGISTERED, "Registered"),
+        (conditions::INITIALIZED, "Initialized"),
+    ] {
+        claim.set_condition(condition, true, reason, "", now.clone());
+    }
+    // Disruption marks a drifted node with the drift's reason and a sentence.
+    claim.set_condition(
+        conditions::DRIFTED,
+        true,
+        "NodePoolDrifted",
+        "the NodePool's template changed",
+        now,
+    );
+    claim
+}
+
+#[test]
+fn a_nodeclaim_as_the_controller_writes_it_validates() {
+    let claim = controller_nodeclaim();
+    assert!(claim.is_true(conditions::READY));
+    let object = to_json(&claim);
+    let errors = validate(schema_of(&nodeclaims()), &object);
+    assert!(errors.is_empty(), "{errors:?}\n{object:#}");
+
+    // And one just created (no status yet, not ready).
+    let mut fresh = controller_nodeclaim();
+    fresh.status = Default::default();
+    fresh.set_condition(
+        conditions::LAUNCHED,
+        false,
+        "Launching",
+        "",
+        time("2026-11-29T20:00:00Z"),
+    );
+    let errors = validate(schema_of(&nodeclaims()), &to_json(&fresh));
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+fn v1_example(file: &str, kind: &str) -> Value {
+    documents(&repo().join("examples").join(file))
+        .into_iter()
+        .find(|d| d["kind"] == kind)
+        .expect("the example has the object")
+}
+
+/// A broken object: what is wrong, the field the CRD must name, and the edit that breaks it.
+type Case = (&'static str, &'static str, Box<dyn FnOnce(&mut Value)>);
+
+/// Applies `edit` to a copy of `base` and returns the fields the CRD names.
+fn rejected(crd: &Value, base: &Value, edit: impl FnOnce(&mut Value)) -> Vec<SchemaError> {
+    let mut object = base.clone();
+    edit(&mut object);
+    validate(schema_of(crd), &object)
+}
+
+fn assert_rejected_at(errors: &[SchemaError], field: &str, what: &str) {
+    assert!(
+        errors.iter().any(|e| e.field == field),
+        "{what}: expected an error at {field}, got {errors:?}"
+    );
+}
+
+#[test]
+fn broken_nodepools_are_rejected_naming_the_field() {
+    let crd = nodepools();
+    let pool = v1_example("dra-gpu-efa-aligned/nodepool.yaml", "NodePool");
+    assert!(validate(schema_of(&crd), &pool).is_empty());
+    let cases: Vec<Case> = vec![
+        (
+            "unknown operator",
+            "spec.template.spec.requirements[0].operator",
+            Box::new(|p| {
+                p["spec"]["template"]["spec"]["requirements"][0]["operator"] = json!("Equals")
+            }),
+        ),
+        (
+            "In without values",
+            "spec.template.spec.requirements[0].values",
+            Box::new(|p| p["spec"]["template"]["spec"]["requirements"][0]["values"] = json!([])),
+        ),
+        (
+            "Gt with a word",
+            "spec.template.spec.requirements[0].values",
+            Box::new(
+                |p| p["spec"]["template"]["spec"]["requirements"][0] = json!({"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Gt", "values": ["many"]}),
+            ),
+        ),
+        (
+            "minValues above the values",
+            "spec.template.spec.requirements[0].minValues",
+            Box::new(|p| p["spec"]["template"]["spec"]["requirements"][0]["minValues"] = json!(9)),
+        ),
+        (
+            "hostname requirement",
+            "spec.template.spec.requirements[0].key",
+            Box::new(|p| {
+                p["spec"]["template"]["spec"]["requirements"][0] =
+                    json!({"key": "kubernetes.io/hostname", "operator": "Exists"})
+            }),
+        ),
+        (
+            "bad consolidateAfter",
+            "spec.disruption.consolidateAfter",
+            Box::new(|p| p["spec"]["disruption"] = json!({"consolidateAfter": "1d"})),
+        ),
+        (
+            "bad expireAfter",
+            "spec.template.spec.expireAfter",
+            Box::new(|p| p["spec"]["template"]["spec"]["expireAfter"] = json!("forever")),
+        ),
+        (
+            "negative limit as a string",
+            "spec.limits.cpu",
+            Box::new(|p| p["spec"]["limits"] = json!({"cpu": "-4"})),
+        ),
+        (
+            "negative limit as a number",
+            "spec.limits.nvidia.com/gpu",
+            Box::new(|p| p["spec"]["limits"] = json!({"nvidia.com/gpu": -1})),
+        ),
+        (
+            "limit that is not a quantity",
+            "spec.limits.memory",
+            Box::new(|p| p["spec"]["limits"] = json!({"memory": "lots"})),
+        ),
+        (
+            "budget over 100%",
+            "spec.disruption.budgets[0].nodes",
+            Box::new(|p| p["spec"]["disruption"] = json!({"budgets": [{"nodes": "150%"}]})),
+        ),
+        (
+            "budget schedule without duration",
+            "spec.disruption.budgets[0]",
+            Box::new(|p| {
+                p["spec"]["disruption"] = json!({"budgets": [{"nodes": "1", "schedule": "@daily"}]})
+            }),
+        ),
+        (
+            "taint effect",
+            "spec.template.spec.taints[0].effect",
+            Box::new(|p| p["spec"]["template"]["spec"]["taints"][0]["effect"] = json!("NoWhere")),
+        ),
+        (
+            "weight 0",
+            "spec.weight",
+            Box::new(|p| p["spec"]["weight"] = json!(0)),
+        ),
+        (
+            "unknown field",
+            "spec.template.spec.kubelet",
+            Box::new(|p| p["spec"]["template"]["spec"]["kubelet"] = json!({"maxPods": 110})),
+        ),
+        (
+            "missing nodeClassRef",
+            "spec.template.spec.nodeClassRef",
+            Box::new(|p| {
+                p["spec"]["template"]["spec"]
+                    .as_object_mut()
+                    .map(|s| s.remove("nodeClassRef"));
+            }),
+        ),
+        (
+            "restricted label",
+            "spec.template.metadata.labels",
+            Box::new(|p| {
+                p["spec"]["template"]["metadata"]["labels"]["karpenter.sh/nodepool"] = json!("x")
+            }),
+        ),
+    ];
+    for (what, field, edit) in cases {
+        let mut object = pool.clone();
+        edit(&mut object);
+        let errors = validate(schema_of(&crd), &object);
+        assert_rejected_at(&errors, field, what);
+        // Joiner's own reader refuses the same object (when it is one it can read at all).
+        let joiner = serde_json::from_value::<NodePool>(object).map(|p| p.validate());
+        if what != "unknown field" {
+            assert!(
+                !matches!(joiner, Ok(Ok(()))),
+                "{what}: the CRD refuses it but joiner-model accepts it"
+            );
+        }
+    }
+    // Durations Karpenter accepts are accepted.
+    for ok in ["0s", "30s", "1h30m", "Never"] {
+        let errors = rejected(&crd, &pool, |p| {
+            p["spec"]["disruption"] = json!({"consolidateAfter": ok, "budgets": [{"nodes": "0"}, {"nodes": "20%", "schedule": "0 9 * * mon-fri", "duration": "8h"}]});
+            p["spec"]["limits"] = json!({"cpu": 1000, "memory": "1000Gi", "nvidia.com/gpu": "8"});
+        });
+        assert!(errors.is_empty(), "{ok}: {errors:?}");
+    }
+}
+
+#[test]
+fn broken_ec2nodeclasses_are_rejected_naming_the_field() {
+    let crd = ec2nodeclasses();
+    let class = v1_example("dra-gpu-efa-aligned/nodepool.yaml", "EC2NodeClass");
+    assert!(validate(schema_of(&crd), &class).is_empty());
+    let cases: Vec<Case> = vec![
+        (
+            "role and instance profile",
+            "spec",
+            Box::new(|c| c["spec"]["instanceProfile"] = json!("profile")),
+        ),
+        (
+            "alias with another term",
+            "spec.amiSelectorTerms",
+            Box::new(|c| {
+                c["spec"]["amiSelectorTerms"] =
+                    json!([{"alias": "al2023@latest"}, {"id": "ami-0123"}])
+            }),
+        ),
+        (
+            "unknown alias family",
+            "spec.amiSelectorTerms[0].alias",
+            Box::new(|c| c["spec"]["amiSelectorTerms"] = json!([{"alias": "ubuntu@latest"}])),
+        ),
+        (
+            "empty subnet term",
+            "spec.subnetSelectorTerms[0]",
+            Box::new(|c| c["spec"]["subnetSelectorTerms"] = json!([{}])),
+        ),
+        (
+            "volume type",
+            "spec.blockDeviceMappings[0].ebs.volumeType",
+            Box::new(
+                |c| c["spec"]["blockDeviceMappings"] = json!([{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "100Gi", "volumeType": "gp9"}}]),
+            ),
+        ),
+        (
+            "zero volume",
+            "spec.blockDeviceMappings[0].ebs.volumeSize",
+            Box::new(|c| {
+                c["spec"]["blockDeviceMappings"] =
+                    json!([{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "0Gi"}}])
+            }),
+        ),
+        (
+            "two root volumes",
+            "spec.blockDeviceMappings",
+            Box::new(|c| {
+                c["spec"]["blockDeviceMappings"] =
+                    json!([{"rootVolume": true}, {"rootVolume": true}])
+            }),
+        ),
+        (
+            "no AMI family and no alias",
+            "spec.amiFamily",
+            Box::new(|c| c["spec"]["amiSelectorTerms"] = json!([{"id": "ami-0123"}])),
+        ),
+        (
+            "missing subnets",
+            "spec.subnetSelectorTerms",
+            Box::new(|c| {
+                c["spec"]
+                    .as_object_mut()
+                    .map(|s| s.remove("subnetSelectorTerms"));
+            }),
+        ),
+    ];
+    for (what, field, edit) in cases {
+        let errors = rejected(&crd, &class, edit);
+        assert_rejected_at(&errors, field, what);
+    }
+}
+
+#[test]
+fn broken_nodeclaims_are_rejected_naming_the_field() {
+    let crd = nodeclaims();
+    let claim = to_json(&controller_nodeclaim());
+    let errors = rejected(&crd, &claim, |c| {
+        c["status"]["conditions"][0]["status"] = json!("Yes")
+    });
+    assert_rejected_at(&errors, "status.conditions[0].status", "condition status");
+    let errors = rejected(&crd, &claim, |c| {
+        c["spec"]["resources"]["requests"]["cpu"] = json!("3.5 cores")
+    });
+    assert_rejected_at(&errors, "spec.resources.requests.cpu", "request quantity");
+    let errors = rejected(&crd, &claim, |c| c["spec"]["expireAfter"] = json!("30d"));
+    assert_rejected_at(&errors, "spec.expireAfter", "expireAfter");
+}

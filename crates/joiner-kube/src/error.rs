@@ -1,0 +1,185 @@
+//! Errors of the Kubernetes edge, and how API answers map to the store's errors.
+
+use std::fmt;
+use std::time::Duration;
+
+use joiner_controller::store::{ObjectKey, StoreError};
+use kube::core::Status;
+
+use crate::health::KindHealth;
+
+/// Why the store could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    /// Some caches had neither listed nor learnt that their kind is not served before the
+    /// deadline (RBAC refusing the list, an unreachable API server). Each names its last error.
+    #[error("caches not synced after {timeout:?}: {}", Pending(.pending))]
+    SyncTimeout {
+        timeout: Duration,
+        pending: Vec<KindHealth>,
+    },
+    /// The options cannot describe a watch (an empty ConfigMap name, say).
+    #[error("invalid store options: {0}")]
+    Options(String),
+}
+
+struct Pending<'a>(&'a [KindHealth]);
+
+impl fmt::Display for Pending<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, h) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{h}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The write that failed, which decides what a 409 means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verb {
+    Create,
+    Update,
+    Delete,
+    Evict,
+}
+
+/// Maps an API answer to the store's error for `key`.
+///
+/// - 409: `AlreadyExists` on create, `Conflict` otherwise (a stale `resourceVersion`);
+/// - 404: `NotFound`;
+/// - 400 and 422: `Invalid` with the server's message (retrying the same object cannot help);
+/// - 429 on an eviction that a PodDisruptionBudget refused: `Conflict`, see [`is_budget_refusal`];
+/// - everything else (other 429s, 401/403, 5xx, transport, timeouts, undecodable answers):
+///   `Unavailable`, which the controller retries on its next step.
+pub(crate) fn store_error(verb: Verb, key: &ObjectKey, e: kube::Error) -> StoreError {
+    match e {
+        kube::Error::Api(status) => status_error(verb, key, &status),
+        other => StoreError::Unavailable(format!("{verb:?} {key}: {other}")),
+    }
+}
+
+pub(crate) fn status_error(verb: Verb, key: &ObjectKey, status: &Status) -> StoreError {
+    match status.code {
+        409 if verb == Verb::Create => StoreError::AlreadyExists(key.clone()),
+        409 => StoreError::Conflict(key.clone()),
+        404 => StoreError::NotFound(key.clone()),
+        400 | 422 => StoreError::Invalid(key.clone(), server_message(status)),
+        429 if verb == Verb::Evict && is_budget_refusal(status) => {
+            tracing::info!(%key, message = %status.message, "eviction refused by a PodDisruptionBudget");
+            StoreError::Conflict(key.clone())
+        }
+        code => StoreError::Unavailable(format!(
+            "{verb:?} {key}: HTTP {code}: {}",
+            server_message(status)
+        )),
+    }
+}
+
+/// An eviction's 429 comes either from a PodDisruptionBudget (the budget the controller read
+/// was stale: another eviction or an unready pod spent it) or from API priority and fairness
+/// throttling. The first is a [`StoreError::Conflict`] — the caller's view of the cluster was out
+/// of date, exactly what `Conflict` tells it — the second is [`StoreError::Unavailable`]. The API
+/// server marks the first with a cause of type `DisruptionBudget`.
+pub(crate) fn is_budget_refusal(status: &Status) -> bool {
+    let by_cause = status.details.as_ref().is_some_and(|d| {
+        d.causes
+            .iter()
+            .any(|c| c.reason == "DisruptionBudget" || c.field == "DisruptionBudget")
+    });
+    by_cause
+        || status
+            .message
+            .to_ascii_lowercase()
+            .contains("disruption budget")
+}
+
+fn server_message(status: &Status) -> String {
+    let mut message = if status.message.is_empty() {
+        status.reason.clone()
+    } else {
+        status.message.clone()
+    };
+    for cause in status.details.iter().flat_map(|d| &d.causes) {
+        if !cause.message.is_empty() && !message.contains(&cause.message) {
+            message.push_str(&format!("; {}: {}", cause.field, cause.message));
+        }
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::core::response::{StatusCause, StatusDetails};
+
+    fn status(code: u16, message: &str) -> Status {
+        Status {
+            code,
+            message: message.into(),
+            ..Status::default()
+        }
+    }
+
+    fn key() -> ObjectKey {
+        ObjectKey::of::<Pod>(Some("ns"), "p")
+    }
+
+    #[test]
+    fn conflicts_depend_on_the_verb() {
+        let s = status(409, "exists");
+        assert_eq!(
+            status_error(Verb::Create, &key(), &s),
+            StoreError::AlreadyExists(key())
+        );
+        assert_eq!(
+            status_error(Verb::Update, &key(), &s),
+            StoreError::Conflict(key())
+        );
+    }
+
+    #[test]
+    fn invalid_objects_carry_the_server_message() {
+        let mut s = status(422, "NodeClaim.karpenter.sh \"x\" is invalid");
+        s.details = Some(StatusDetails {
+            name: "x".into(),
+            group: String::new(),
+            kind: String::new(),
+            uid: String::new(),
+            causes: vec![StatusCause {
+                reason: "FieldValueRequired".into(),
+                message: "Required value".into(),
+                field: "spec.nodeClassRef".into(),
+            }],
+            retry_after_seconds: 0,
+        });
+        let StoreError::Invalid(_, message) = status_error(Verb::Update, &key(), &s) else {
+            panic!("422 is invalid");
+        };
+        assert!(message.contains("is invalid") && message.contains("spec.nodeClassRef"));
+    }
+
+    #[test]
+    fn only_a_budget_refusal_is_a_conflict() {
+        let budget = status(
+            429,
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+        );
+        assert_eq!(
+            status_error(Verb::Evict, &key(), &budget),
+            StoreError::Conflict(key())
+        );
+        let throttled = status(429, "Too many requests, please try again later.");
+        assert!(matches!(
+            status_error(Verb::Evict, &key(), &throttled),
+            StoreError::Unavailable(_)
+        ));
+        assert!(matches!(
+            status_error(Verb::Create, &key(), &status(500, "etcd")),
+            StoreError::Unavailable(_)
+        ));
+    }
+}

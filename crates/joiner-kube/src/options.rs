@@ -1,0 +1,44 @@
+//! What the store watches beyond the defaults.
+
+use std::time::Duration;
+
+use joiner_model::settings::Settings;
+
+/// Options of [`crate::KubeStore::start_with`]; [`crate::KubeStore::start`] takes the defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// `namespace` and `name` of the NVIDIA device-plugin ConfigMap
+    /// (`settings.nvidiaDevicePlugin.configMap`). It is the only ConfigMap the planner reads, so
+    /// it is the only one watched (a field selector on its name, in its namespace): a cluster's
+    /// ConfigMaps can be many and large. Other ConfigMaps read as absent.
+    pub device_plugin_config_map: (String, String),
+    /// How long one API call of a write may take before it fails with
+    /// `StoreError::Unavailable` (the controller retries on its next step).
+    pub write_timeout: Duration,
+    /// How long a write of this process may shadow the cache when the watch never shows it.
+    pub overlay_ttl: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            device_plugin_config_map: ("kube-system".into(), "nvidia-device-plugin".into()),
+            write_timeout: Duration::from_secs(30),
+            overlay_ttl: Duration::from_secs(120),
+        }
+    }
+}
+
+impl StoreOptions {
+    /// The defaults, with the ConfigMap the settings name.
+    pub fn from_settings(settings: &Settings) -> StoreOptions {
+        let ndp = &settings.nvidia_device_plugin;
+        StoreOptions {
+            device_plugin_config_map: (
+                ndp.config_map_namespace.clone(),
+                ndp.config_map_name.clone(),
+            ),
+            ..StoreOptions::default()
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! The `ClusterStore` implementation: reads from the caches, and the API calls behind
+//! `create`, `update` and `delete`, with how their answers enter the overlay.
+
+use std::any::TypeId;
+use std::future::Future;
+
+use either::Either;
+use joiner_controller::store::{ClusterStore, Deleted, ObjectKey, Resource, StoreError};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::Eviction;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+
+use super::KubeStore;
+use crate::cache::{KindCache, Ticket};
+use crate::error::{Verb, store_error};
+use crate::typed::{Typed, to_json};
+
+impl KubeStore {
+    fn api<K: Resource>(&self, key: &ObjectKey) -> Api<Typed<K>> {
+        let client = self.inner.client.clone();
+        match &key.namespace {
+            Some(ns) => Api::namespaced_with(client, ns, &()),
+            None => Api::all_with(client, &()),
+        }
+    }
+
+    /// Runs one API call to completion on the store's runtime, within the write timeout.
+    fn call<T>(
+        &self,
+        verb: Verb,
+        key: &ObjectKey,
+        request: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, StoreError> {
+        let limit = self.inner.options.write_timeout;
+        // The timer is made inside `block_on`, where the runtime is entered.
+        let answer = self
+            .inner
+            .handle
+            .block_on(async move { tokio::time::timeout(limit, request).await });
+        match answer {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(store_error(verb, key, e)),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "{verb:?} {key}: no answer within {limit:?}"
+            ))),
+        }
+    }
+
+    /// Writes `sent`'s status through the status subresource when the main write did not
+    /// store it (the API server ignores `status` on the main resource of kinds that have one).
+    fn write_status<K: Resource>(
+        &self,
+        cache: &KindCache<K>,
+        ticket: &Ticket<'_, K>,
+        key: &ObjectKey,
+        sent: &K,
+        stored: K,
+    ) -> Result<K, StoreError> {
+        let wanted = match with_status_of(sent, &stored) {
+            Ok(Some(wanted)) => wanted,
+            Ok(None) => {
+                cache.wrote(ticket, &stored);
+                return Ok(stored);
+            }
+            Err(e) => {
+                cache.wrote(ticket, &stored);
+                return Err(StoreError::Invalid(key.clone(), e.to_string()));
+            }
+        };
+        let api = self.api::<K>(key);
+        let answer = self
+            .call(
+                Verb::Update,
+                key,
+                api.replace_status(&key.name, &PostParams::default(), &Typed::Valid(wanted)),
+            )
+            .and_then(|t| decoded(key, t));
+        match answer {
+            Ok(object) => {
+                cache.wrote(ticket, &object);
+                Ok(object)
+            }
+            Err(e) => {
+                // The main write stands; the next step sees it and writes the status again.
+                cache.wrote(ticket, &stored);
+                Err(e)
+            }
+        }
+    }
+
+    /// Evicts a pod: `POST pods/<name>/eviction` with a `policy/v1` Eviction. (kube's own
+    /// `Api::evict` sends no `apiVersion`/`kind` and a snake_case `delete_options`, which a
+    /// server with strict field validation would warn about.)
+    fn evict(
+        &self,
+        cache: &KindCache<Pod>,
+        ticket: &Ticket<'_, Pod>,
+        key: ObjectKey,
+    ) -> Result<Deleted, StoreError> {
+        let ns = key.namespace.as_deref().unwrap_or("default");
+        let eviction = Eviction {
+            metadata: ObjectMeta {
+                name: Some(key.name.clone()),
+                namespace: Some(ns.to_string()),
+                ..ObjectMeta::default()
+            },
+            delete_options: None,
+        };
+        let url = format!(
+            "{}/{}/eviction",
+            <Pod as kube::Resource>::url_path(&(), Some(ns)),
+            key.name
+        );
+        let request = serde_json::to_vec(&eviction)
+            .map_err(|e| StoreError::Invalid(key.clone(), e.to_string()))
+            .and_then(|body| {
+                http::Request::post(url)
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .body(body)
+                    .map_err(|e| StoreError::Invalid(key.clone(), e.to_string()))
+            })?;
+        let client = self.inner.client.clone();
+        match self.call(Verb::Evict, &key, async move {
+            client.request::<kube::core::Status>(request).await
+        }) {
+            Ok(_) => {
+                // The kubelet stops the pod within its grace period; until the watch shows it
+                // terminating, it is hidden.
+                cache.deleted(ticket, key);
+                Ok(Deleted::Pending)
+            }
+            Err(StoreError::NotFound(k)) => {
+                cache.deleted(ticket, key);
+                Err(StoreError::NotFound(k))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// An answer the controller can use, or `Unavailable` naming why it did not decode.
+fn decoded<K: Resource>(key: &ObjectKey, answer: Typed<K>) -> Result<K, StoreError> {
+    answer.into_valid().map_err(|e| {
+        StoreError::Unavailable(format!(
+            "{key}: the API server's answer does not decode: {e}"
+        ))
+    })
+}
+
+/// Kinds whose `status` is a subresource: a PUT of the object ignores its status.
+const STATUS_SUBRESOURCE: &[&str] = &[
+    "NodeClaim",
+    "NodePool",
+    "EC2NodeClass",
+    "Pod",
+    "Node",
+    "DaemonSet",
+    "ResourceClaim",
+    "PodDisruptionBudget",
+];
+
+/// `stored` with `sent`'s status, if the kind's status is a subresource and `sent` asked for a
+/// status that `stored` does not have.
+fn with_status_of<K: Resource>(sent: &K, stored: &K) -> Result<Option<K>, serde_json::Error> {
+    if !STATUS_SUBRESOURCE.contains(&K::KIND) {
+        return Ok(None);
+    }
+    let wanted = to_json(sent)?
+        .get("status")
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
+    let empty = wanted.is_null() || wanted.as_object().is_some_and(|m| m.is_empty());
+    let mut back = to_json(stored)?;
+    if empty || back.get("status") == Some(&wanted) {
+        return Ok(None);
+    }
+    if let Some(map) = back.as_object_mut() {
+        map.insert("status".into(), wanted);
+    }
+    serde_json::from_value(back).map(Some)
+}
+
+/// An update that removed the last finalizer of a deleting object deleted it.
+fn finalized(meta: &ObjectMeta) -> bool {
+    meta.deletion_timestamp.is_some() && meta.finalizers.as_ref().is_none_or(Vec::is_empty)
+}
+
+/// A DELETE answered with the object leaves it in place while finalizers remain or the kubelet
+/// has its grace period to finish; otherwise the answer is the object as it was deleted.
+fn still_there(meta: &ObjectMeta) -> bool {
+    meta.deletion_timestamp.is_some()
+        && (meta.finalizers.as_ref().is_some_and(|f| !f.is_empty())
+            || meta.deletion_grace_period_seconds.is_some_and(|s| s > 0))
+}
+
+impl ClusterStore for KubeStore {
+    fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
+        self.cache::<K>()?.list()
+    }
+
+    fn get<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError> {
+        self.cache::<K>()?.get(&ObjectKey::of::<K>(namespace, name))
+    }
+
+    /// POST; then PUT `/status` if the object carries a status (the main resource drops it).
+    fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        let key = ObjectKey::for_object(object);
+        if key.name.is_empty() {
+            return Err(StoreError::Invalid(key, "metadata.name is required".into()));
+        }
+        let cache = self.cache::<K>()?;
+        let ticket = cache.ticket();
+        let mut body = object.clone();
+        body.meta_mut().namespace = key.namespace.clone();
+        let created = self.call(
+            Verb::Create,
+            &key,
+            self.api::<K>(&key)
+                .create(&PostParams::default(), &Typed::Valid(body)),
+        )?;
+        let created = decoded(&key, created)?;
+        self.write_status(&cache, &ticket, &key, object, created)
+    }
+
+    /// PUT with the object's `resourceVersion` (a stale one is a `Conflict`); then PUT
+    /// `/status` when the status changed.
+    fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        let key = ObjectKey::for_object(object);
+        let cache = self.cache::<K>()?;
+        let ticket = cache.ticket();
+        let answer = self.call(
+            Verb::Update,
+            &key,
+            self.api::<K>(&key).replace(
+                &key.name,
+                &PostParams::default(),
+                &Typed::Valid(object.clone()),
+            ),
+        );
+        let updated = match answer {
+            Ok(t) => decoded(&key, t)?,
+            Err(StoreError::Conflict(k)) => {
+                cache.forget(&key);
+                return Err(StoreError::Conflict(k));
+            }
+            Err(StoreError::NotFound(k)) => {
+                cache.deleted(&ticket, key);
+                return Err(StoreError::NotFound(k));
+            }
+            Err(e) => return Err(e),
+        };
+        if finalized(updated.meta()) {
+            cache.deleted(&ticket, key);
+            return Ok(updated);
+        }
+        self.write_status(&cache, &ticket, &key, object, updated)
+    }
+
+    /// DELETE with background propagation (dependents are collected after the object goes, so
+    /// an object without finalizers is gone at once). Pods are evicted instead (POST
+    /// `pods/<name>/eviction`), so the API server enforces PodDisruptionBudgets too; a refusal
+    /// (429) is a `Conflict`: the budget the controller read was stale.
+    fn delete<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Deleted, StoreError> {
+        let key = ObjectKey::of::<K>(namespace, name);
+        if TypeId::of::<K>() == TypeId::of::<Pod>() {
+            let cache = self.cache::<Pod>()?;
+            let ticket = cache.ticket();
+            return self.evict(&cache, &ticket, key);
+        }
+        let cache = self.cache::<K>()?;
+        let ticket = cache.ticket();
+        let answer = self.call(
+            Verb::Delete,
+            &key,
+            self.api::<K>(&key)
+                .delete(&key.name, &DeleteParams::background()),
+        );
+        match answer {
+            Ok(Either::Right(_status)) => {
+                cache.deleted(&ticket, key);
+                Ok(Deleted::Gone)
+            }
+            Ok(Either::Left(object)) => {
+                if !still_there(kube::Resource::meta(&object)) {
+                    cache.deleted(&ticket, key);
+                    return Ok(Deleted::Gone);
+                }
+                if let Typed::Valid(o) = &object {
+                    cache.wrote(&ticket, o);
+                }
+                Ok(Deleted::Pending)
+            }
+            Err(StoreError::NotFound(k)) => {
+                cache.deleted(&ticket, key);
+                Err(StoreError::NotFound(k))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}

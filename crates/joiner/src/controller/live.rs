@@ -1,0 +1,428 @@
+//! The live controller process: wires the settings, the kube-rs store, the cloud, leader
+//! election, the step loop, Events and the HTTP endpoints together, and turns how it ended into
+//! an exit status.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use joiner_controller::Config;
+use joiner_controller::clock::SystemClock;
+use joiner_controller::cloud::SimulatedCloud;
+use joiner_engine::catalog::Catalog;
+use joiner_model::settings::Settings;
+use kube::runtime::events::{Recorder, Reporter};
+use serde_json::{Value, json};
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, watch};
+use tracing_subscriber::EnvFilter;
+
+use super::events::{self, events_of};
+use super::http::{self, Health};
+use super::leader::{self, Election, Leadership};
+use super::metrics::{Metrics, record};
+use super::run_loop::{LoopEnd, Timing, drive};
+use super::stepper::{Step, Stepped, Stepper};
+use super::{Args, CloudKind, LogFormat};
+
+/// The name Events are reported under.
+const REPORTING_CONTROLLER: &str = "joiner";
+/// How long to wait for the API server to answer at start-up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a step still running at exit may delay the exit.
+const EXIT_GRACE: Duration = Duration::from_secs(10);
+
+pub fn main(args: Args) -> ExitCode {
+    init_logging(args.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(run(args));
+    // A step still blocked on the cloud or the API server must not hold the exit up for long:
+    // everything durable is in the cluster and the cloud.
+    runtime.shutdown_timeout(EXIT_GRACE);
+    match outcome {
+        Ok(LoopEnd::Shutdown) => {
+            tracing::info!("stopped");
+            ExitCode::SUCCESS
+        }
+        Ok(LoopEnd::LostLeadership) => {
+            tracing::error!(
+                "lost the leader Lease: exiting so a fresh process starts as a follower"
+            );
+            ExitCode::FAILURE
+        }
+        Ok(LoopEnd::StepPanicked) => ExitCode::FAILURE,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "cannot run the controller");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// JSON lines (or text) on stderr, filtered by `JOINER_LOG`, else `RUST_LOG`, else `info`.
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("JOINER_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// The settings, exactly as `joiner plan --values/--set` reads them.
+fn settings(values: &Value) -> anyhow::Result<(Settings, Config)> {
+    let (settings, warnings) = Settings::from_values(values)?;
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    let config = Config::new(settings.clone()).map_err(|e| anyhow!("{e}"))?;
+    Ok((settings, config))
+}
+
+/// Fills in what the values leave out the way Karpenter finds it, so its getting-started
+/// `helm install` (which sets neither) works in any region and on any cluster version: the
+/// region from the AWS SDK (`AWS_REGION`, which IRSA and Pod Identity set, else instance
+/// metadata) and the Kubernetes version from the API server. Returns whether anything changed.
+fn fill_in(values: &mut Value, server_version: &str, region: Option<&str>) -> bool {
+    let version = set_if_absent(
+        values,
+        &["settings", "cluster", "kubernetesVersion"],
+        server_version,
+    );
+    let region = region.is_some_and(|r| set_if_absent(values, &["settings", "region"], r));
+    version || region
+}
+
+/// Sets `path` to `value` unless the values already give it (a null counts as not given).
+fn set_if_absent(values: &mut Value, path: &[&str], value: &str) -> bool {
+    let Some((last, parents)) = path.split_last() else {
+        return false;
+    };
+    let mut at = values;
+    for key in parents {
+        if at.is_null() {
+            *at = json!({});
+        }
+        let Some(map) = at.as_object_mut() else {
+            return false;
+        };
+        at = map.entry(key.to_string()).or_insert(Value::Null);
+    }
+    if at.is_null() {
+        *at = json!({});
+    }
+    match at.as_object_mut() {
+        Some(map) if map.get(*last).is_none_or(Value::is_null) => {
+            map.insert(last.to_string(), json!(value));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// This replica's name in the Lease and in Events: the pod's name, else the hostname.
+fn identity() -> String {
+    std::env::var("POD_NAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .or_else(|| hostname::get().ok().and_then(|h| h.into_string().ok()))
+        .unwrap_or_else(|| "joiner".to_string())
+}
+
+/// A client for the cluster in the environment (in-cluster service account, else kubeconfig),
+/// checked by asking the server its version so an unreachable cluster fails at once and clearly.
+async fn connect() -> anyhow::Result<(kube::Client, String)> {
+    let config = kube::Config::infer()
+        .await
+        .context("finding the cluster: no in-cluster service account and no usable kubeconfig")?;
+    let url = config.cluster_url.clone();
+    let client = kube::Client::try_from(config)
+        .with_context(|| format!("creating a Kubernetes client for {url}"))?;
+    match tokio::time::timeout(CONNECT_TIMEOUT, client.apiserver_version()).await {
+        Ok(Ok(v)) => {
+            tracing::info!(server = %url, version = %v.git_version, "connected to the cluster");
+            // EKS reports minors such as `34+`.
+            let version = format!("{}.{}", v.major, v.minor.trim_end_matches('+'));
+            Ok((client, version))
+        }
+        Ok(Err(e)) => bail!("cannot reach the Kubernetes API server at {url}: {e}"),
+        Err(_) => bail!(
+            "cannot reach the Kubernetes API server at {url}: no answer in {} s",
+            CONNECT_TIMEOUT.as_secs()
+        ),
+    }
+}
+
+/// Turns `shutdown` true on SIGTERM (what the kubelet sends) or Ctrl-C.
+async fn signals(shutdown: watch::Sender<bool>) {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = terminate => tracing::info!("SIGTERM: finishing the current step"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted: finishing the current step"),
+    }
+    let _ = shutdown.send(true);
+}
+
+/// Logs what a step did when it did something, and at debug level otherwise.
+fn log_step(out: &Stepped) {
+    let r = &out.report;
+    let busy = !(r.created.is_empty()
+        && r.deleted.is_empty()
+        && r.launched.is_empty()
+        && r.registered.is_empty()
+        && r.initialized.is_empty()
+        && r.disruption.is_empty()
+        && r.errors.is_empty());
+    let took_ms = u64::try_from(out.took.as_millis()).unwrap_or(u64::MAX);
+    if busy {
+        tracing::info!(
+            took_ms,
+            created = r.created.len(),
+            launched = r.launched.len(),
+            registered = r.registered.len(),
+            initialized = r.initialized.len(),
+            deleted = r.deleted.len(),
+            disruptions = r.disruption.len(),
+            unschedulable = r.unschedulable.len(),
+            errors = r.errors.len(),
+            "step"
+        );
+    } else {
+        tracing::debug!(took_ms, planned = r.planned, "step");
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<LoopEnd> {
+    let mut values = crate::load::load_values(&args.values, &args.set)?;
+    // Bad settings fail before any network call.
+    let (mut settings, mut config) = settings(&values)?;
+    let identity = identity();
+    let provider = match args.cloud {
+        CloudKind::Aws => "aws",
+        CloudKind::Simulated => "simulated",
+    };
+    tracing::info!(cluster = %config.cluster_name, cloud = provider, identity = %identity, "starting");
+    let metrics = Arc::new(Metrics::new(provider));
+    let health = Health::default();
+    let (stop, shutdown) = watch::channel(false);
+    tokio::spawn(signals(stop));
+    for (addr, _) in http::serve(
+        args.metrics_addr,
+        args.health_addr,
+        metrics.clone(),
+        health.clone(),
+        shutdown.clone(),
+    )
+    .await?
+    {
+        tracing::info!(%addr, "serving HTTP");
+    }
+
+    let (client, server_version) = connect().await?;
+    let sdk = match args.cloud {
+        CloudKind::Aws => Some(
+            // Credentials, region and endpoint from the SDK's usual chain (`AWS_ENDPOINT_URL`
+            // too); an explicit `settings.region` wins.
+            aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .load()
+                .await,
+        ),
+        CloudKind::Simulated => None,
+    };
+    let sdk_region = sdk
+        .as_ref()
+        .and_then(|c| c.region())
+        .map(|r| r.as_ref().to_string());
+    if fill_in(&mut values, &server_version, sdk_region.as_deref()) {
+        (settings, config) = self::settings(&values)?;
+    }
+    tracing::info!(region = %settings.region, kubernetes = %settings.cluster.kubernetes_version, "settings");
+    let store = joiner_kube::KubeStore::start_with(
+        client.clone(),
+        Handle::current(),
+        args.cache_sync_timeout(),
+        joiner_kube::StoreOptions::from_settings(&settings),
+    )
+    .await
+    .context("starting the cluster caches")?;
+    let probe = store.clone();
+    health.set_store(move || probe.is_ready());
+
+    // The Lease is joined only once the caches are synced and the cloud is up, so a replica
+    // that cannot work never holds it.
+    let stepper: BoxedStep = match args.cloud {
+        CloudKind::Aws => {
+            let sdk = sdk
+                .context("the AWS SDK configuration")?
+                .into_builder()
+                .region(aws_config::Region::new(settings.region.clone()))
+                .build();
+            let cloud = joiner_aws::AwsCloud::from_sdk_config(
+                &sdk,
+                &settings,
+                &config.cluster_name,
+                Handle::current(),
+            )
+            .await
+            .context("setting up the AWS cloud provider")?;
+            let mut stepper = Stepper::new(store.clone(), cloud, SystemClock, config);
+            if let Some(queue) = settings.interruption_queue.as_deref() {
+                let queue = joiner_aws::SqsInterruptionQueue::new(&sdk, queue, Handle::current())
+                    .await
+                    .with_context(|| format!("opening the interruption queue {queue}"))?;
+                stepper
+                    .controller_mut()
+                    .set_interruption_queue(Box::new(queue));
+            }
+            Box::new(stepper)
+        }
+        CloudKind::Simulated => {
+            let catalog = Catalog::builtin(&settings.region, &settings.zones);
+            let cloud = Arc::new(SimulatedCloud::new(&catalog, SystemClock));
+            let stepper = Stepper::new(store.clone(), cloud.clone(), SystemClock, config)
+                .with_kubelet(cloud, args.kwok);
+            Box::new(stepper)
+        }
+    };
+    health.set_cloud_ready();
+
+    let (election, leadership, _always) = if args.leader_elect {
+        let namespace = args
+            .leader_election_namespace
+            .clone()
+            .or_else(|| {
+                std::env::var("POD_NAMESPACE")
+                    .ok()
+                    .filter(|n| !n.is_empty())
+            })
+            .unwrap_or_else(|| client.default_namespace().to_string());
+        let election = Election::start(
+            client.clone(),
+            &namespace,
+            &args.leader_election_name,
+            &identity,
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "joining the leader election (Lease {namespace}/{})",
+                args.leader_election_name
+            )
+        })?;
+        tracing::info!(lease = %format!("{namespace}/{}", args.leader_election_name), "waiting for the leader Lease");
+        let state = election.state.clone();
+        (Some(election), state, None)
+    } else {
+        let (tx, rx) = leader::always_leading();
+        (None, rx, Some(tx))
+    };
+    tokio::spawn(follow_leadership(leadership.clone(), metrics.clone()));
+
+    let (events_tx, events_rx) = mpsc::channel(64);
+    let reporter = Reporter {
+        controller: REPORTING_CONTROLLER.into(),
+        instance: Some(identity),
+    };
+    let publisher = tokio::spawn(events::publish(Recorder::new(client, reporter), events_rx));
+    let observe = move |out: Stepped| {
+        record(&out.report, &out.pools, out.took, &metrics);
+        log_step(&out);
+        let batch = events_of(&out.report, &out.pod_uids);
+        // Events are best effort: when the publisher lags, a batch is dropped, not waited for.
+        if !batch.is_empty() && events_tx.try_send(batch).is_err() {
+            tracing::debug!("event publisher busy: dropped this step's events");
+        }
+    };
+    let changes = store.clone();
+    let end = drive(
+        stepper,
+        Timing::default(),
+        move || changes.changed(),
+        leadership,
+        shutdown,
+        observe,
+    )
+    .await;
+    if let Some(election) = election {
+        election.release().await;
+    }
+    // The loop dropped the sender: the publisher sends what it has and ends.
+    if tokio::time::timeout(Duration::from_secs(5), publisher)
+        .await
+        .is_err()
+    {
+        tracing::warn!("gave up publishing the last events");
+    }
+    Ok(end)
+}
+
+type BoxedStep = Box<dyn Step>;
+
+impl Step for Box<dyn Step> {
+    fn step(&mut self) -> Stepped {
+        (**self).step()
+    }
+}
+
+/// Keeps the `joiner_leader` gauge in step with the election.
+async fn follow_leadership(mut state: watch::Receiver<Leadership>, metrics: Arc<Metrics>) {
+    loop {
+        let leading = *state.borrow_and_update() == Leadership::Leading;
+        metrics.set_leader(leading);
+        if leading {
+            tracing::info!("leading: stepping the controller");
+        }
+        if state.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_and_the_sdk_fill_in_only_what_the_values_leave_out() {
+        let mut values = json!({"settings": {"clusterName": "c", "region": null}});
+        assert!(fill_in(&mut values, "1.34", Some("eu-west-1")));
+        let (filled, _) = settings(&values).unwrap();
+        assert_eq!(filled.region, "eu-west-1");
+        assert_eq!(filled.zones[0], "eu-west-1a");
+        assert_eq!(filled.cluster.kubernetes_version, "1.34");
+
+        let mut given = json!({"settings": {"clusterName": "c", "region": "us-west-2",
+            "cluster": {"kubernetesVersion": "1.35"}}});
+        assert!(!fill_in(&mut given, "1.34", Some("eu-west-1")));
+        let (kept, _) = settings(&given).unwrap();
+        assert_eq!(kept.region, "us-west-2");
+        assert_eq!(kept.cluster.kubernetes_version, "1.35");
+    }
+}

@@ -1,0 +1,207 @@
+//! `joiner controller`: the live controller process.
+//!
+//! The decisions are the controller core's (`joiner-controller`), made over the cluster as the
+//! kube-rs edge (`joiner-kube`) sees it and the cloud as the AWS edge (`joiner-aws`) drives it.
+//! This module is the process around them: settings, logs, leader election, the step loop,
+//! Kubernetes Events for pods, and the health and metrics endpoints.
+//!
+//! The flags are parsed in every build so the Helm chart's command line is always understood;
+//! the live controller itself is behind the `controller` cargo feature (it pulls in kube-rs, the
+//! AWS SDK and an async runtime, minutes of build time a newcomer running `joiner plan` does not
+//! need). A build without it says so and how to get it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[cfg(feature = "controller")]
+mod events;
+#[cfg(feature = "controller")]
+mod http;
+#[cfg(feature = "controller")]
+mod leader;
+#[cfg(feature = "controller")]
+mod live;
+#[cfg(feature = "controller")]
+mod metrics;
+#[cfg(feature = "controller")]
+mod run_loop;
+#[cfg(feature = "controller")]
+mod stepper;
+
+/// How to build a binary that has the live controller.
+#[cfg(not(feature = "controller"))]
+pub const BUILD_HINT: &str = "cargo build --release -p joiner --features controller";
+
+/// The command line of `joiner controller`, as the Helm chart gives it.
+// Without the live controller the flags are parsed (so the chart's command line is understood)
+// but never read.
+#[cfg_attr(not(feature = "controller"), allow(dead_code))]
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Helm values files, as given to the chart (repeatable; later ones win). The same settings
+    /// `joiner plan --values` reads, so a decision in the cluster equals the plan.
+    #[arg(long = "values")]
+    pub values: Vec<PathBuf>,
+    /// Set a value, Helm style: `settings.clusterName=prod` (repeatable).
+    #[arg(long = "set")]
+    pub set: Vec<String>,
+    /// Where instances come from: EC2, or an in-process simulated cloud whose instances register
+    /// as fake Nodes (for trying Joiner on a kind or kwok cluster).
+    #[arg(long, value_enum, default_value = "aws")]
+    pub cloud: CloudKind,
+    /// With `--cloud simulated`: annotate the fake Nodes `kwok.x-k8s.io/node: fake` so kwok
+    /// marks them Ready and runs their pods.
+    #[arg(long)]
+    pub kwok: bool,
+    /// Address of the Prometheus `/metrics` endpoint.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Address of `/healthz` and `/readyz`.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub health_addr: SocketAddr,
+    /// Elect a leader through a `coordination.k8s.io/v1` Lease so that of several replicas only
+    /// one acts. `--leader-elect=false` for a single replica.
+    #[arg(
+        long,
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub leader_elect: bool,
+    /// Namespace of the Lease: default the `POD_NAMESPACE` environment variable, else the
+    /// kubeconfig's namespace.
+    #[arg(long)]
+    pub leader_election_namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(long, default_value = "joiner-leader-election")]
+    pub leader_election_name: String,
+    /// Log format: one JSON object per line, or text for a terminal.
+    #[arg(long, value_enum, default_value = "json")]
+    pub log_format: LogFormat,
+    /// How long to wait for the cluster caches to fill at start-up, in seconds, before giving up.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    pub cache_sync_timeout: u64,
+}
+
+#[cfg_attr(not(feature = "controller"), allow(dead_code))]
+impl Args {
+    pub fn cache_sync_timeout(&self) -> Duration {
+        Duration::from_secs(self.cache_sync_timeout)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CloudKind {
+    Aws,
+    Simulated,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// Runs the live controller until SIGTERM (exit 0) or a fatal error (exit 1). Sets up its own
+/// logging: call it before any other tracing subscriber is installed.
+#[cfg(feature = "controller")]
+pub fn run(args: Args) -> ExitCode {
+    live::main(args)
+}
+
+/// Without the `controller` feature: says this build cannot run the live controller.
+#[cfg(not(feature = "controller"))]
+pub fn run(_args: Args) -> ExitCode {
+    eprintln!(
+        "error: this joiner binary was built without the live controller (the `controller` \
+         cargo feature); build one with `{BUILD_HINT}`"
+    );
+    ExitCode::FAILURE
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(argv: &[&str]) -> Result<Args, clap::Error> {
+        Cli::try_parse_from(std::iter::once("controller").chain(argv.iter().copied()))
+            .map(|c| c.args)
+    }
+
+    #[test]
+    fn defaults_are_the_charts() {
+        let a = parse(&["--values", "/etc/joiner/values.yaml"]).unwrap();
+        assert_eq!(a.values, [PathBuf::from("/etc/joiner/values.yaml")]);
+        assert_eq!(a.cloud, CloudKind::Aws);
+        assert!(a.leader_elect);
+        assert_eq!(a.leader_election_name, "joiner-leader-election");
+        assert_eq!(a.leader_election_namespace, None);
+        assert_eq!(a.metrics_addr, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(a.health_addr, "0.0.0.0:8081".parse().unwrap());
+        assert_eq!(a.log_format, LogFormat::Json);
+        assert!(!a.kwok);
+    }
+
+    #[test]
+    fn leader_election_can_be_turned_off_and_on() {
+        assert!(!parse(&["--leader-elect=false"]).unwrap().leader_elect);
+        assert!(!parse(&["--leader-elect", "false"]).unwrap().leader_elect);
+        assert!(parse(&["--leader-elect=true"]).unwrap().leader_elect);
+        assert!(parse(&["--leader-elect"]).unwrap().leader_elect);
+        assert!(parse(&["--leader-elect=maybe"]).is_err());
+    }
+
+    #[test]
+    fn every_flag_the_chart_passes_is_understood() {
+        let a = parse(&[
+            "--values",
+            "a.yaml",
+            "--values",
+            "b.yaml",
+            "--set",
+            "settings.clusterName=prod",
+            "--set",
+            "settings.region=us-west-2",
+            "--cloud",
+            "simulated",
+            "--kwok",
+            "--metrics-addr",
+            "127.0.0.1:9090",
+            "--health-addr",
+            "[::1]:9091",
+            "--leader-elect=false",
+            "--leader-election-namespace",
+            "joiner",
+            "--leader-election-name",
+            "lease",
+            "--log-format",
+            "text",
+        ])
+        .unwrap();
+        assert_eq!(a.values.len(), 2);
+        assert_eq!(
+            a.set,
+            ["settings.clusterName=prod", "settings.region=us-west-2"]
+        );
+        assert_eq!(a.cloud, CloudKind::Simulated);
+        assert!(a.kwok);
+        assert_eq!(a.metrics_addr.port(), 9090);
+        assert_eq!(a.health_addr, "[::1]:9091".parse().unwrap());
+        assert_eq!(a.leader_election_namespace.as_deref(), Some("joiner"));
+        assert_eq!(a.leader_election_name, "lease");
+        assert_eq!(a.log_format, LogFormat::Text);
+        assert!(parse(&["--cloud", "gcp"]).is_err());
+        assert!(parse(&["--metrics-addr", "localhost"]).is_err());
+    }
+}

@@ -1,0 +1,239 @@
+//! One step of the live controller, with what the process needs to know about it afterwards.
+//!
+//! The controller core is synchronous and its store and cloud block on async calls inside, so a
+//! step runs on a blocking thread (see [`super::run_loop`]). Everything that needs the store
+//! after a step (the NodePool of each NodeClaim for metric labels, pod uids for Events) is read
+//! here, on that same thread, so the async side never touches the store.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use joiner_controller::clock::Clock;
+use joiner_controller::cloud::{CloudProvider, SimulatedCloud};
+use joiner_controller::kubelet::SimulatedKubelet;
+use joiner_controller::nodeclaim::{NodeClaim, labels};
+use joiner_controller::store::{ClusterStore, Deleted, Resource, StoreError};
+use joiner_controller::{Config, Controller, StepReport};
+use k8s_openapi::api::core::v1::Pod;
+
+/// The annotation kwok looks for on the Nodes it should pretend to be the kubelet of.
+pub const KWOK_ANNOTATION: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
+
+/// What one step did and what the async side needs to act on it.
+#[derive(Debug, Clone, Default)]
+pub struct Stepped {
+    pub report: StepReport,
+    /// How long the controller's step took.
+    pub took: Duration,
+    /// NodePool of every NodeClaim seen before or after the step (deleted ones included).
+    pub pools: BTreeMap<String, String>,
+    /// Uid of every pod the report mentions that the cluster still has.
+    pub pod_uids: BTreeMap<String, String>,
+}
+
+/// Something the loop can step on a blocking thread.
+pub trait Step: Send + 'static {
+    fn step(&mut self) -> Stepped;
+}
+
+/// A simulated kubelet that registers Nodes for the simulated cloud's instances.
+struct Kubelet {
+    kubelet: SimulatedKubelet,
+    cloud: Arc<SimulatedCloud>,
+    kwok: bool,
+}
+
+/// The controller over a store, a cloud and a clock, plus (with the simulated cloud) the
+/// kubelet that makes its instances appear as Nodes.
+pub struct Stepper<S, C, K> {
+    controller: Controller<S, C, K>,
+    store: S,
+    clock: K,
+    kubelet: Option<Kubelet>,
+    /// NodePool by NodeClaim, as of the end of the last step.
+    known_pools: BTreeMap<String, String>,
+}
+
+impl<S, C, K> Stepper<S, C, K>
+where
+    S: ClusterStore + Clone,
+    C: CloudProvider,
+    K: Clock + Clone,
+{
+    pub fn new(store: S, cloud: C, clock: K, config: Config) -> Self {
+        Stepper {
+            controller: Controller::new(store.clone(), cloud, clock.clone(), config),
+            store,
+            clock,
+            kubelet: None,
+            known_pools: BTreeMap::new(),
+        }
+    }
+
+    /// Registers Nodes for the simulated cloud's instances before each step; with `kwok`, the
+    /// Nodes carry [`KWOK_ANNOTATION`] so kwok runs their pods.
+    pub fn with_kubelet(mut self, cloud: Arc<SimulatedCloud>, kwok: bool) -> Self {
+        self.kubelet = Some(Kubelet {
+            kubelet: SimulatedKubelet::default(),
+            cloud,
+            kwok,
+        });
+        self
+    }
+
+    pub fn controller_mut(&mut self) -> &mut Controller<S, C, K> {
+        &mut self.controller
+    }
+
+    fn node_pools(&self) -> BTreeMap<String, String> {
+        match self.store.list::<NodeClaim>() {
+            Ok(claims) => claims
+                .iter()
+                .filter_map(|c| {
+                    c.label(labels::NODEPOOL)
+                        .map(|p| (c.name().to_string(), p.to_string()))
+                })
+                .collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "could not list NodeClaims for metric labels");
+                self.known_pools.clone()
+            }
+        }
+    }
+
+    fn pod_uids(&self, report: &StepReport) -> BTreeMap<String, String> {
+        let pods = report
+            .nominated
+            .iter()
+            .map(|(p, _)| p)
+            .chain(report.unschedulable.iter().map(|(p, _)| p));
+        let mut uids = BTreeMap::new();
+        for key in pods {
+            let Some((namespace, name)) = key.split_once('/') else {
+                continue;
+            };
+            if let Ok(Some(pod)) = self.store.get::<Pod>(Some(namespace), name)
+                && let Some(uid) = pod.metadata.uid
+            {
+                uids.insert(key.clone(), uid);
+            }
+        }
+        uids
+    }
+}
+
+impl<S, C, K> Step for Stepper<S, C, K>
+where
+    S: ClusterStore + Clone + Send + 'static,
+    C: CloudProvider + Send + 'static,
+    K: Clock + Clone + Send + 'static,
+{
+    fn step(&mut self) -> Stepped {
+        if let Some(k) = &self.kubelet {
+            let now = self.clock.now();
+            let result = if k.kwok {
+                k.kubelet.step(&KwokNodes(&self.store), &k.cloud, now)
+            } else {
+                k.kubelet.step(&self.store, &k.cloud, now)
+            };
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "simulated kubelet");
+            }
+        }
+        let started = Instant::now();
+        let report = self.controller.step();
+        let took = started.elapsed();
+        let after = self.node_pools();
+        let mut pools = std::mem::replace(&mut self.known_pools, after.clone());
+        pools.extend(after);
+        let pod_uids = self.pod_uids(&report);
+        Stepped {
+            report,
+            took,
+            pools,
+            pod_uids,
+        }
+    }
+}
+
+/// A store that adds [`KWOK_ANNOTATION`] to every Node created through it.
+pub struct KwokNodes<'a, S>(pub &'a S);
+
+impl<S: ClusterStore> ClusterStore for KwokNodes<'_, S> {
+    fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
+        self.0.list()
+    }
+    fn get<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError> {
+        self.0.get(namespace, name)
+    }
+    fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        if K::KIND != "Node" {
+            return self.0.create(object);
+        }
+        let mut node = object.clone();
+        node.meta_mut()
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(KWOK_ANNOTATION.0.into(), KWOK_ANNOTATION.1.into());
+        self.0.create(&node)
+    }
+    fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        self.0.update(object)
+    }
+    fn delete<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Deleted, StoreError> {
+        self.0.delete::<K>(namespace, name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use joiner_controller::clock::ManualClock;
+    use joiner_controller::store::InMemoryCluster;
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    fn node(name: &str) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        }
+    }
+
+    #[test]
+    fn kwok_nodes_are_annotated_and_nothing_else_is() {
+        let store = InMemoryCluster::new(ManualClock::new());
+        let kwok = KwokNodes(&store);
+        kwok.create(&node("n1")).unwrap();
+        let stored: Node = store.get(None, "n1").unwrap().unwrap();
+        let annotations = stored.metadata.annotations.unwrap_or_default();
+        assert_eq!(
+            annotations.get(KWOK_ANNOTATION.0).map(String::as_str),
+            Some(KWOK_ANNOTATION.1)
+        );
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("default".into()),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        };
+        kwok.create(&pod).unwrap();
+        let stored: Pod = store.get(Some("default"), "p").unwrap().unwrap();
+        assert!(stored.metadata.annotations.unwrap_or_default().is_empty());
+    }
+}
