@@ -464,10 +464,15 @@ pub fn planner(data: &[u8]) {
 
 fn check_plan(snapshot: &ClusterSnapshot, plan: &joiner_engine::plan::Plan) {
     let mut expected: BTreeMap<String, usize> = BTreeMap::new();
-    for p in snapshot.input.pods.iter().filter(|p| p.node_name.is_none()) {
+    for p in snapshot
+        .input()
+        .pods
+        .iter()
+        .filter(|p| p.node_name.is_none())
+    {
         *expected.entry(p.key()).or_default() += 1;
     }
-    for d in &snapshot.decided {
+    for d in snapshot.decided() {
         *expected.entry(d.pod.clone()).or_default() += 1;
     }
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();

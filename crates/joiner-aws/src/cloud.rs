@@ -19,7 +19,8 @@ use joiner_controller::cloud::{
     CloudError, CloudInstanceType, CloudProvider, Instance, InstanceState, LaunchRequest, Launched,
     Offer,
 };
-use joiner_controller::nodeclaim::labels;
+use joiner_model::wellknown::{labels, tags};
+
 use joiner_engine::catalog::{CapacityType, Catalog};
 use joiner_model::api::EC2NodeClass;
 use joiner_model::api::ec2nodeclass::AmiFamily;
@@ -37,11 +38,6 @@ use crate::userdata::{self, NodeBootstrap};
 
 /// Where EKS publishes its optimized AMI ids in SSM.
 pub const DEFAULT_AMI_PARAMETER_ROOT: &str = "/aws/service/eks/optimized-ami";
-
-/// Tag carrying the launch's idempotency token, so a retried launch finds the instance the first
-/// one started even where EC2's own `ClientToken` window has passed (or, as in moto, is not
-/// honoured).
-pub const LAUNCH_TOKEN_TAG: &str = "joiner.dev/launch-token";
 
 /// The instance profile Joiner expects for an EC2NodeClass that names a `role`:
 /// `<cluster>_<role>`, cut to IAM's 128 characters. Joiner does not create it: create it with
@@ -190,7 +186,7 @@ impl AwsCloud {
                 } else if let Some(it) = self.catalog.get(name) {
                     let arch = it
                         .labels
-                        .get(joiner_engine::catalog::labels::ARCH)
+                        .get(joiner_model::wellknown::labels::ARCH)
                         .and_then(|a| Arch::parse(a))
                         .unwrap_or(Arch::X86_64);
                     let nvidia = it
@@ -247,7 +243,7 @@ impl AwsCloud {
     /// The live instance a launch with this token already started, if any.
     async fn launched_with(&self, token: &str) -> Result<Option<Instance>, AwsError> {
         let filter = aws_sdk_ec2::types::Filter::builder()
-            .name(format!("tag:{LAUNCH_TOKEN_TAG}"))
+            .name(format!("tag:{}", tags::LAUNCH_TOKEN))
             .values(token)
             .build();
         Ok(self
@@ -341,10 +337,7 @@ impl AwsCloud {
             joiner_controller::cloud::cluster_tag(&self.cluster_name),
             "owned".to_string(),
         );
-        template_tags.insert(
-            joiner_controller::cloud::NODECLASS_TAG.to_string(),
-            node_class.to_string(),
-        );
+        template_tags.insert(tags::NODECLASS.to_string(), node_class.to_string());
 
         // Group the offers by launch template, keeping the price order as priority.
         let mut templates: BTreeMap<
@@ -405,7 +398,7 @@ impl AwsCloud {
 
         let mut instance_tags = spec.tags.clone();
         instance_tags.extend(request.tags.clone());
-        instance_tags.insert(LAUNCH_TOKEN_TAG.to_string(), request.client_token.clone());
+        instance_tags.insert(tags::LAUNCH_TOKEN.to_string(), request.client_token.clone());
         let tag_specs = [
             ResourceType::Instance,
             ResourceType::Volume,
@@ -595,7 +588,7 @@ pub(crate) fn kubelet_labels(all: &BTreeMap<String, String>) -> BTreeMap<String,
         labels::REGISTERED,
         labels::INITIALIZED,
         labels::NODECLAIM,
-        labels::NEED_HASH,
+        labels::NEED,
     ];
     all.iter()
         .filter(|(k, _)| !CONTROLLER_SET.contains(&k.as_str()))

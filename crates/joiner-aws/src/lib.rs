@@ -26,8 +26,6 @@ mod sqs;
 mod template;
 pub mod userdata;
 
-pub use cloud::{
-    AwsCloud, DEFAULT_AMI_PARAMETER_ROOT, LAUNCH_TOKEN_TAG, instance_profile_for_role,
-};
+pub use cloud::{AwsCloud, DEFAULT_AMI_PARAMETER_ROOT, instance_profile_for_role};
 pub use error::AwsError;
 pub use sqs::SqsInterruptionQueue;

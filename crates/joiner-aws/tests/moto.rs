@@ -15,15 +15,16 @@ use joiner_aws::SqsInterruptionQueue;
 use joiner_aws::userdata::{NODECONFIG_CONTENT_TYPE, user_parts};
 use joiner_controller::clock::ManualClock;
 use joiner_controller::cloud::{
-    CloudProvider, InstanceState, LaunchRequest, NODECLAIM_TAG, Offer, OfferingKey, cluster_tag,
+    CloudProvider, InstanceState, LaunchRequest, Offer, OfferingKey, cluster_tag,
 };
 use joiner_controller::interruption::InterruptionQueue;
-use joiner_controller::nodeclaim::NodeClaim;
 use joiner_controller::store::{ClusterStore, InMemoryCluster};
 use joiner_controller::{Config, Controller};
 use joiner_engine::catalog::CapacityType;
 use joiner_model::Manifests;
 use joiner_model::api::EC2NodeClass;
+use joiner_model::api::nodeclaim::NodeClaim;
+use joiner_model::wellknown::tags;
 use k8s_openapi::api::core::v1::Taint;
 
 const LAB_USER_DATA: &str = "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"\n\n--//\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\n\nset -ex\nsudo ctr -n=k8s.io image pull docker.io/tensorflow/tensorflow:2.12.0-gpu\n--//--\n";
@@ -79,7 +80,7 @@ fn offer(t: &str, zone: &str, capacity_type: CapacityType, usd: f64) -> Offer {
 fn request(claim: &str, offers: Vec<Offer>) -> LaunchRequest {
     let mut tags = BTreeMap::new();
     tags.insert(cluster_tag(CLUSTER), "owned".to_string());
-    tags.insert(NODECLAIM_TAG.to_string(), claim.to_string());
+    tags.insert(tags::NODECLAIM.to_string(), claim.to_string());
     LaunchRequest {
         node_claim: claim.into(),
         node_class: "gpu".into(),
@@ -170,7 +171,10 @@ fn a_gpu_launch_uses_the_nvidia_ami_a_merged_user_data_and_overrides_in_price_or
         i.tags.get(&cluster_tag(CLUSTER)).map(String::as_str),
         Some("owned")
     );
-    assert_eq!(i.tags.get(NODECLAIM_TAG).map(String::as_str), Some("gpu-1"));
+    assert_eq!(
+        i.tags.get(tags::NODECLAIM).map(String::as_str),
+        Some("gpu-1")
+    );
     assert_eq!(i.tags.get("Name").map(String::as_str), Some("lab-gpu-node"));
     assert_eq!(i.tags.get("team").map(String::as_str), Some("ml"));
 
@@ -640,7 +644,7 @@ fn pending_learning_lab_pods_launch_a_moto_instance() {
             "AL2 GPU AMI via the alias"
         );
         assert_eq!(
-            instance.tags.get(NODECLAIM_TAG).map(String::as_str),
+            instance.tags.get(tags::NODECLAIM).map(String::as_str),
             Some(c.name())
         );
         assert_eq!(

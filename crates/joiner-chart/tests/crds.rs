@@ -2,13 +2,12 @@
 //! accepting the bundled examples and the NodeClaims the controller writes, and rejecting broken
 //! objects with the failing field named (as `kubectl apply` would report it).
 
+use joiner_model::wellknown::{annotations, finalizers, labels};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use joiner_chart::schema::{self, SchemaError, structural_problems, validate};
-use joiner_controller::nodeclaim::{
-    NodeClaim, NodeClaimSpec, ResourceRequirements, TERMINATION_FINALIZER, conditions, labels,
-};
+use joiner_model::api::nodeclaim::{NodeClaim, NodeClaimSpec, ResourceRequirements, conditions};
 use joiner_model::api::nodepool::{
     NodeClassReference, NodePoolV1Beta1, NodeSelectorRequirementWithMinValues, Operator,
 };
@@ -182,16 +181,16 @@ fn controller_nodeclaim() -> NodeClaim {
             labels: Some(BTreeMap::from([
                 (labels::NODEPOOL.to_string(), "g4-nodepool".to_string()),
                 (labels::NODECLASS.to_string(), "g4-nodeclass".to_string()),
-                (labels::NEED_HASH.to_string(), "0123456789ab".to_string()),
+                (labels::NEED.to_string(), "0123456789ab".to_string()),
                 (labels::INSTANCE_TYPE.to_string(), "g4dn.xlarge".to_string()),
                 (labels::ZONE.to_string(), "us-east-1a".to_string()),
                 (labels::CAPACITY_TYPE.to_string(), "on-demand".to_string()),
             ])),
             annotations: Some(BTreeMap::from([(
-                labels::PLANNED_PODS.to_string(),
+                annotations::PLANNED_PODS.to_string(),
                 "default/lab-0,default/lab-1".to_string(),
             )])),
-            finalizers: Some(vec![TERMINATION_FINALIZER.to_string()]),
+            finalizers: Some(vec![finalizers::TERMINATION.to_string()]),
             generation: Some(1),
             ..ObjectMeta::default()
         },

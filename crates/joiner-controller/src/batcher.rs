@@ -1,11 +1,16 @@
 //! Batching pending pods, so a Deployment scaled to 100 replicas is planned once with all of
 //! them rather than 100 times with one more each.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
+use joiner_model::api::NodeClaim;
+use k8s_openapi::api::core::v1::Pod;
+
 use crate::clock::elapsed;
+use crate::pods::{is_pending, pod_key};
 
 /// A batch window: it opens when something new is pending, stays open while new pending pods
 /// keep arriving within `idle`, and closes `idle` after the last one or `max` after it opened.
@@ -87,6 +92,21 @@ pub fn fnv1a(parts: &[&str]) -> u64 {
         }
     }
     h
+}
+
+/// What the batcher watches: the pending pods and the live NodeClaims. Returns the fingerprint
+/// and whether any pod is pending.
+pub fn fingerprint(pods: &[Pod], claims: &[NodeClaim]) -> (u64, bool) {
+    let pending: BTreeSet<String> = pods.iter().filter(|p| is_pending(p)).map(pod_key).collect();
+    let live: BTreeSet<&str> = claims
+        .iter()
+        .filter(|c| !c.is_deleting())
+        .map(NodeClaim::name)
+        .collect();
+    let mut parts: Vec<&str> = pending.iter().map(String::as_str).collect();
+    parts.push("--");
+    parts.extend(live);
+    (fnv1a(&parts), !pending.is_empty())
 }
 
 #[cfg(test)]

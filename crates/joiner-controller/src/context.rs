@@ -1,25 +1,36 @@
 //! What every reconciler works with during one step.
 
-use joiner_model::Manifests;
+use std::collections::BTreeSet;
+
+use joiner_engine::snapshot::ClusterSnapshot;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::cloud::{CloudInstanceType, CloudProvider};
+use crate::cloud::{CloudInstanceType, CloudProvider, OfferingKey};
 use crate::config::Config;
-use crate::error::{ControllerError, StepReport};
-use crate::pools::PoolOptions;
+use crate::error::ControllerError;
+use crate::report::StepReport;
 use crate::store::{ClusterStore, manifests_of};
 use crate::unavailable::UnavailableOfferings;
 
-/// One step's view: the time is fixed for the whole step, and what is expensive to read
-/// (the planner's pool options, the cloud's price list) is read at most once.
+/// One step's view: the time is fixed for the whole step, and what is expensive to read is read
+/// at most once: the cloud's price list, and the cluster snapshot every reconciler plans over.
+///
+/// The snapshot is built on first use from the store, the settings, the offerings known to be
+/// unavailable and the consolidation candidates, and is shared by provisioning, consolidation,
+/// drift, expiry and interruption. It is built again only after this step changed what it
+/// holds: NodeClaims created or deleted ([`Ctx::invalidate_view`]), an offering marked
+/// unavailable, other consolidation candidates. Its warnings are logged once per build.
 pub struct Ctx<'a, S, C> {
     pub store: &'a S,
     pub cloud: &'a C,
     pub config: &'a Config,
     pub now: Timestamp,
-    pub unavailable: &'a mut UnavailableOfferings,
     pub report: &'a mut StepReport,
-    pool_options: Option<PoolOptions>,
+    unavailable: &'a mut UnavailableOfferings,
+    view: Option<ClusterSnapshot>,
+    /// The view no longer matches the cluster (this step wrote something it holds).
+    stale: bool,
+    candidates: Option<BTreeSet<String>>,
     instance_types: Option<Vec<CloudInstanceType>>,
 }
 
@@ -37,29 +48,62 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
             cloud,
             config,
             now,
-            unavailable,
             report,
-            pool_options: None,
+            unavailable,
+            view: None,
+            stale: false,
+            candidates: None,
             instance_types: None,
         }
     }
 
-    pub fn manifests(&self) -> Result<Manifests, ControllerError> {
-        Ok(manifests_of(self.store)?)
-    }
-
-    /// The NodePools' launch options, built on first use in this step.
-    pub fn pool_options(&mut self) -> Result<&PoolOptions, ControllerError> {
-        if self.pool_options.is_none() {
-            let m = self.manifests()?;
-            self.pool_options = Some(PoolOptions::build(&m, self.config)?);
+    /// The cluster as it is now, with in-flight NodeClaims as machines.
+    pub fn view(&mut self) -> Result<&ClusterSnapshot, ControllerError> {
+        if self.view.is_none() || self.stale {
+            let m = manifests_of(self.store)?;
+            let unavailable = self.unavailable.active(self.now);
+            let mut builder =
+                ClusterSnapshot::builder(&m, &self.config.settings, &self.config.options)
+                    .unavailable(&unavailable);
+            if let Some(candidates) = &self.candidates {
+                builder = builder.consolidation_candidates(candidates);
+            }
+            let view = builder.build()?;
+            for w in view.warnings() {
+                tracing::warn!("{w}");
+            }
+            self.view = Some(view);
+            self.stale = false;
         }
-        Ok(self.pool_options.get_or_insert_with(PoolOptions::default))
+        self.view
+            .as_ref()
+            .ok_or_else(|| ControllerError::Config("the cluster view could not be built".into()))
     }
 
-    /// Sets the pool options when the caller already built them.
-    pub fn set_pool_options(&mut self, options: PoolOptions) {
-        self.pool_options = Some(options);
+    /// A view for what does not change within a step: the NodePools' launch options (their
+    /// instance types' labels, allocatable and capacity). Reuses this step's view even after
+    /// writes, since NodeClaims and pods do not change what a NodePool launches.
+    pub fn pools_view(&mut self) -> Result<&ClusterSnapshot, ControllerError> {
+        if self.view.is_none() {
+            return self.view();
+        }
+        self.view
+            .as_ref()
+            .ok_or_else(|| ControllerError::Config("the cluster view could not be built".into()))
+    }
+
+    /// This step created or deleted NodeClaims, or changed pods or nodes: the next
+    /// [`Ctx::view`] reads the cluster again.
+    pub fn invalidate_view(&mut self) {
+        self.stale = true;
+    }
+
+    /// Only these nodes may be consolidated in this step's view.
+    pub fn set_consolidation_candidates(&mut self, nodes: BTreeSet<String>) {
+        if self.candidates.as_ref() != Some(&nodes) {
+            self.candidates = Some(nodes);
+            self.stale = true;
+        }
     }
 
     /// The cloud's instance types and prices, read on first use in this step.
@@ -76,5 +120,22 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
         tracing::warn!(error = %e, "{what}");
         self.report.errors.push(e);
         self.report.errors_during.push(what.to_string());
+    }
+}
+
+/// What needs neither the store nor the cloud.
+impl<S, C> Ctx<'_, S, C> {
+    /// Whether the offering is known to be out of capacity now.
+    pub fn is_unavailable(&self, offering: &OfferingKey) -> bool {
+        self.unavailable.is_unavailable(offering, self.now)
+    }
+
+    /// Records that an offering is out of capacity for a while; plans after this avoid it.
+    pub fn mark_unavailable(&mut self, offering: OfferingKey) {
+        tracing::warn!(offering = %offering, "offering unavailable for a while");
+        self.report.unavailable.push(offering.to_string());
+        self.unavailable
+            .mark(offering, self.now, self.config.unavailable_ttl);
+        self.stale = true;
     }
 }

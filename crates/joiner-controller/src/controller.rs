@@ -3,18 +3,19 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::batcher::Batcher;
+use crate::batcher::fingerprint;
 use crate::clock::Clock;
 use crate::cloud::CloudProvider;
 use crate::config::Config;
 use crate::context::Ctx;
 use crate::disruption::{DisruptionState, disrupt};
-use crate::error::StepReport;
 use crate::interruption::InterruptionQueue;
-use crate::nodeclaim::NodeClaim;
-use crate::provisioning::{fingerprint, provision};
+use crate::provisioning::provision;
+use crate::report::StepReport;
 use crate::store::ClusterStore;
 use crate::unavailable::UnavailableOfferings;
 use crate::{gc, lifecycle};
+use joiner_model::api::nodeclaim::NodeClaim;
 
 /// The reconcilers over one store, one cloud and one clock.
 ///

@@ -7,11 +7,12 @@
 use std::collections::BTreeSet;
 
 use crate::clock::elapsed;
-use crate::cloud::{CloudProvider, InstanceState, NODECLAIM_TAG, instance_id_of};
+use crate::cloud::{CloudProvider, InstanceState, instance_id_of};
 use crate::context::Ctx;
 use crate::error::ControllerError;
-use crate::nodeclaim::NodeClaim;
 use crate::store::{ClusterStore, StoreError};
+use joiner_model::api::nodeclaim::NodeClaim;
+use joiner_model::wellknown::tags;
 
 pub fn collect<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
@@ -32,7 +33,7 @@ pub fn collect<S: ClusterStore, C: CloudProvider>(
     for i in &instances {
         let owned = recorded.contains(i.provider_id().as_str())
             || i.tags
-                .get(NODECLAIM_TAG)
+                .get(tags::NODECLAIM)
                 .is_some_and(|n| launching.contains(n.as_str()));
         if owned || elapsed(ctx.now, i.launch_time) < ctx.config.gc_grace {
             continue;

@@ -8,7 +8,7 @@
 //!
 //! [`poll`] runs once per [`crate::Controller::step`], before disruption: each message is read
 //! ([`messages::parse`]); for an instance that is going away its NodeClaim is marked (annotation
-//! [`INTERRUPTED`] and condition `Interrupted`, and for a spot interruption the offering is
+//! [`annotations::INTERRUPTED`] and condition `Interrupted`, and for a spot interruption the offering is
 //! marked unavailable for a while), and the message is deleted. Unknown and malformed messages
 //! are logged and deleted too, so they never block the queue; a message whose NodeClaim could not
 //! be written is kept and handled again. Marking is the only write, so handling a message twice
@@ -19,22 +19,20 @@
 pub mod messages;
 pub mod simulated;
 
+use joiner_model::wellknown::{annotations, labels};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::clock::k8s_time;
 use crate::cloud::{CloudError, CloudProvider, OfferingKey, instance_id_of};
 use crate::context::Ctx;
-use crate::disruption::DisruptionEvent;
 use crate::error::ControllerError;
-use crate::nodeclaim::{NodeClaim, conditions, labels};
+use crate::report::DisruptionEvent;
 use crate::store::{ClusterStore, StoreError};
+use joiner_model::api::nodeclaim::{NodeClaim, conditions};
+use joiner_model::wellknown::DisruptionAction;
 use messages::{Interruption, Notice};
 
 pub use simulated::SimulatedInterruptionQueue;
-
-/// Annotation on a NodeClaim whose instance the cloud is taking away: the notice's reason
-/// (`SpotInterrupted`, `ScheduledChange`, `InstanceStopping`).
-pub const INTERRUPTED: &str = "joiner.dev/interrupted";
 
 /// Messages taken per step (the most one SQS ReceiveMessage returns).
 pub const BATCH: usize = 10;
@@ -131,7 +129,7 @@ fn act<S: ClusterStore, C: CloudProvider>(
         if !event.notice.is_interruption() {
             tracing::info!(nodeclaim = claim.name(), instance = %id, "{reason}");
             ctx.report.disruption.push(DisruptionEvent {
-                action: "recommended".into(),
+                action: DisruptionAction::Recommended,
                 reason: reason.into(),
                 node_claims: vec![claim.name().to_string()],
                 detail: vec![id.clone()],
@@ -148,7 +146,7 @@ fn act<S: ClusterStore, C: CloudProvider>(
         marked.insert(claim.name().to_string());
         tracing::warn!(nodeclaim = claim.name(), instance = %id, "{reason}: replacing and draining now");
         ctx.report.disruption.push(DisruptionEvent {
-            action: "interrupted".into(),
+            action: DisruptionAction::Interrupted,
             reason: reason.into(),
             node_claims: vec![claim.name().to_string()],
             detail: vec![id.clone()],
@@ -163,7 +161,7 @@ pub fn is_interrupted(claim: &NodeClaim) -> bool {
         .metadata
         .annotations
         .as_ref()
-        .is_some_and(|a| a.contains_key(INTERRUPTED))
+        .is_some_and(|a| a.contains_key(annotations::INTERRUPTED))
 }
 
 /// A spot offering that was just reclaimed is likely short of capacity: keep off it a while.
@@ -179,9 +177,7 @@ fn mark_unavailable<S, C>(ctx: &mut Ctx<'_, S, C>, claim: &NodeClaim) {
         zone: zone.to_string(),
         capacity_type: joiner_engine::catalog::CapacityType::Spot,
     };
-    ctx.unavailable
-        .mark(key.clone(), ctx.now, ctx.config.unavailable_ttl);
-    ctx.report.unavailable.push(key.to_string());
+    ctx.mark_unavailable(key);
 }
 
 fn mark<S: ClusterStore, C>(
@@ -198,7 +194,7 @@ fn mark<S: ClusterStore, C>(
     c.metadata
         .annotations
         .get_or_insert_with(Default::default)
-        .insert(INTERRUPTED.into(), reason.into());
+        .insert(annotations::INTERRUPTED.into(), reason.into());
     c.set_condition(
         conditions::INTERRUPTED,
         true,

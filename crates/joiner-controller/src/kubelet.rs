@@ -4,10 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use joiner_engine::catalog::devices::{
-    CONSUMABLE_CAPACITY_ANNOTATION, ConsumableCapacity, TemplateOptions, builtin_templates,
-};
+use joiner_engine::catalog::devices::{ConsumableCapacity, TemplateOptions, builtin_templates};
 use joiner_model::api::EC2NodeClass;
+use joiner_model::wellknown::{annotations, labels, tags};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
@@ -15,9 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::jiff::Timestamp;
 
 use crate::clock::{add, k8s_time};
-use crate::cloud::{InstanceState, NODECLAIM_TAG, Registration, SimulatedCloud};
-use crate::nodeclaim::{NodeClaim, labels};
+use crate::cloud::{InstanceState, Registration, SimulatedCloud};
 use crate::store::{ClusterStore, StoreError};
+use joiner_model::api::nodeclaim::NodeClaim;
 
 /// Registers a Node for each running instance once its registration delay has passed (Ready,
 /// with the NodeClaim's taints and startup taints, without extended resources), then after
@@ -71,7 +70,7 @@ impl SimulatedKubelet {
                 continue;
             }
             // The kubelet knows its NodeClaim through the bootstrap Karpenter generated.
-            let claim = match instance.tags.get(NODECLAIM_TAG) {
+            let claim = match instance.tags.get(tags::NODECLAIM) {
                 Some(n) => store.get::<NodeClaim>(None, n)?,
                 None => None,
             };
@@ -206,7 +205,7 @@ impl SimulatedKubelet {
             class.as_ref().and_then(|c| c.metadata.annotations.as_ref()),
         )
         .unwrap_or_else(|e| {
-            tracing::debug!("{CONSUMABLE_CAPACITY_ANNOTATION}: {e}");
+            tracing::debug!("{}: {e}", annotations::NVIDIA_CONSUMABLE_CAPACITY);
             ConsumableCapacity::Disabled
         });
         let options = TemplateOptions {

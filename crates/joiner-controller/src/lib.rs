@@ -28,12 +28,14 @@ pub mod interruption;
 pub mod kubelet;
 pub mod lifecycle;
 pub mod nodeclaim;
-pub mod pools;
+pub mod pods;
 pub mod provisioning;
+mod report;
 pub mod store;
 pub mod unavailable;
 
 pub use config::Config;
 pub use context::Ctx;
 pub use controller::Controller;
-pub use error::{ControllerError, StepReport};
+pub use error::ControllerError;
+pub use report::{DisruptionEvent, StepReport};

@@ -8,20 +8,20 @@
 
 use std::collections::BTreeSet;
 
-use joiner_engine::scheduling::planner::REQUESTED_DRA_DRIVERS;
 use joiner_model::api::EC2NodeClass;
+use joiner_model::wellknown::{annotations, finalizers, labels, tags};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 
 use crate::clock::{add, k8s_time};
 use crate::cloud::{
-    CLUSTER_NAME_TAG, CloudError, CloudProvider, Instance, InstanceState, LaunchRequest,
-    NODECLAIM_TAG, NODECLASS_TAG, NODEPOOL_TAG, Offer, OfferingKey, cluster_tag, instance_id_of,
+    CLUSTER_NAME_TAG, CloudError, CloudProvider, Instance, InstanceState, LaunchRequest, Offer,
+    OfferingKey, cluster_tag, instance_id_of,
 };
 use crate::context::Ctx;
 use crate::error::ControllerError;
-use crate::nodeclaim::{NodeClaim, TERMINATION_FINALIZER, conditions, labels};
 use crate::store::{ClusterStore, StoreError};
+use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 
 /// One lifecycle pass over every NodeClaim.
 pub fn reconcile<S: ClusterStore, C: CloudProvider>(
@@ -86,7 +86,7 @@ fn tagged_instances<S, C: CloudProvider>(
         .cloud
         .list(&ctx.config.cluster_name)?
         .into_iter()
-        .filter(|i| i.tags.get(NODECLAIM_TAG).map(String::as_str) == Some(claim.name()))
+        .filter(|i| i.tags.get(tags::NODECLAIM).map(String::as_str) == Some(claim.name()))
         .collect();
     found.sort_by(|a, b| (a.launch_time, &a.id).cmp(&(b.launch_time, &b.id)));
     Ok(found)
@@ -104,7 +104,6 @@ where
     let types = claim.requirement_values(labels::INSTANCE_TYPE);
     let zones = claim.requirement_values(labels::ZONE);
     let capacity_types = claim.requirement_values(labels::CAPACITY_TYPE);
-    let now = ctx.now;
     let mut ranked = Vec::new();
     let cloud_types = ctx.instance_types()?.to_vec();
     for (ti, t) in types.iter().enumerate() {
@@ -127,7 +126,7 @@ where
                 zone: o.zone.clone(),
                 capacity_type: o.capacity_type,
             };
-            if ctx.unavailable.is_unavailable(&key, now) {
+            if ctx.is_unavailable(&key) {
                 continue;
             }
             ranked.push((
@@ -189,10 +188,8 @@ pub fn launch<S: ClusterStore, C: CloudProvider>(
 
 fn mark_unavailable<S, C>(ctx: &mut Ctx<'_, S, C>, keys: &[OfferingKey]) {
     for key in keys {
-        tracing::warn!(offering = %key, "insufficient capacity; offering unavailable for a while");
-        ctx.unavailable
-            .mark(key.clone(), ctx.now, ctx.config.unavailable_ttl);
-        ctx.report.unavailable.push(key.to_string());
+        tracing::warn!(offering = %key, "insufficient capacity");
+        ctx.mark_unavailable(key.clone());
     }
 }
 
@@ -209,16 +206,16 @@ fn launch_request<S: ClusterStore, C: CloudProvider>(
     let mut tags = std::collections::BTreeMap::new();
     tags.insert(cluster_tag(cluster), "owned".to_string());
     tags.insert(CLUSTER_NAME_TAG.to_string(), cluster.clone());
-    tags.insert(NODECLAIM_TAG.to_string(), claim.name().to_string());
+    tags.insert(tags::NODECLAIM.to_string(), claim.name().to_string());
     if let Some(pool) = claim.label(labels::NODEPOOL) {
-        tags.insert(NODEPOOL_TAG.to_string(), pool.to_string());
+        tags.insert(tags::NODEPOOL.to_string(), pool.to_string());
     }
     tags.insert(
-        NODECLASS_TAG.to_string(),
+        tags::NODECLASS.to_string(),
         claim.spec.node_class_ref.name.clone(),
     );
     let mut node_labels = claim.labels();
-    node_labels.remove(labels::NEED_HASH);
+    node_labels.remove(labels::NEED);
     Ok(LaunchRequest {
         node_claim: claim.name().to_string(),
         node_class: claim.spec.node_class_ref.name.clone(),
@@ -251,7 +248,7 @@ fn efa_interfaces<S: ClusterStore, C: CloudProvider>(
         .spec
         .resources
         .requests
-        .get(joiner_engine::catalog::resource::EFA)
+        .get(joiner_model::wellknown::resources::EFA)
         .is_some_and(|q| !q.is_zero());
     let wants_dranet =
         requested_dra_drivers(claim).any(|d| d == joiner_engine::catalog::devices::DRANET_DRIVER);
@@ -263,12 +260,12 @@ fn efa_interfaces<S: ClusterStore, C: CloudProvider>(
         .label(labels::NODEPOOL)
         .unwrap_or_default()
         .to_string();
-    let options = ctx.pool_options()?;
+    let options = ctx.pools_view()?;
     for offer in offers {
         let name = &offer.offering.instance_type;
         let count = options
-            .option(&pool, name)
-            .and_then(|o| o.capacity.get(joiner_engine::catalog::resource::EFA))
+            .launch_option(&pool, name)
+            .and_then(|o| o.capacity.get(joiner_model::wellknown::resources::EFA))
             .map_or(0, |q| u32::try_from(q.units_ceil()).unwrap_or(u32::MAX));
         if count > 0 {
             counts.insert(name.clone(), count);
@@ -287,8 +284,8 @@ fn record_launch<S: ClusterStore, C: CloudProvider>(
         .unwrap_or_default()
         .to_string();
     let option = ctx
-        .pool_options()?
-        .option(&pool, &instance.instance_type)
+        .pools_view()?
+        .launch_option(&pool, &instance.instance_type)
         .cloned();
     let now = k8s_time(ctx.now);
     update_claim(ctx, claim, |c| {
@@ -354,7 +351,7 @@ fn register<S: ClusterStore, C: CloudProvider>(
     let mut node_labels = node.metadata.labels.clone().unwrap_or_default();
     let first_time = !node_labels.contains_key(labels::REGISTERED);
     let mut wanted = claim.labels();
-    wanted.remove(labels::NEED_HASH);
+    wanted.remove(labels::NEED);
     node_labels.extend(wanted);
     node_labels.insert(labels::REGISTERED.into(), "true".into());
     node_labels.insert(labels::NODECLAIM.into(), claim.name().into());
@@ -456,7 +453,7 @@ fn requested_dra_drivers(claim: &NodeClaim) -> impl Iterator<Item = &str> {
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(REQUESTED_DRA_DRIVERS))
+        .and_then(|a| a.get(annotations::REQUESTED_DRA_DRIVERS))
         .into_iter()
         .flat_map(|v| v.split(','))
         .map(str::trim)
@@ -504,7 +501,7 @@ fn finalize<S: ClusterStore, C: CloudProvider>(
         .metadata
         .finalizers
         .as_ref()
-        .is_some_and(|f| f.iter().any(|x| x == TERMINATION_FINALIZER));
+        .is_some_and(|f| f.iter().any(|x| x == finalizers::TERMINATION));
     if !has_finalizer {
         return Ok(());
     }
@@ -541,7 +538,7 @@ fn finalize<S: ClusterStore, C: CloudProvider>(
     }
     update_claim(ctx, claim, |c| {
         if let Some(f) = c.metadata.finalizers.as_mut() {
-            f.retain(|x| x != TERMINATION_FINALIZER);
+            f.retain(|x| x != finalizers::TERMINATION);
         }
     })
 }
@@ -549,7 +546,7 @@ fn finalize<S: ClusterStore, C: CloudProvider>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nodeclaim::NodeClaimSpec;
+    use joiner_model::api::nodeclaim::NodeClaimSpec;
     use joiner_model::api::nodepool::NodeClassReference;
     use k8s_openapi::api::resource::v1::{ResourcePool, ResourceSliceSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -591,7 +588,7 @@ mod tests {
         assert!(dra_drivers_published(&claim, "n", &[]), "nothing requested");
         claim.metadata.annotations = Some(
             [(
-                REQUESTED_DRA_DRIVERS.to_string(),
+                annotations::REQUESTED_DRA_DRIVERS.to_string(),
                 "gpu.nvidia.com,dra.net".to_string(),
             )]
             .into(),

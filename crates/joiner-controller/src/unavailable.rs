@@ -1,7 +1,7 @@
 //! Offerings recently out of capacity. Kept in memory, as Karpenter keeps its cache: after a
 //! restart at worst one launch per offering fails again and refills it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -22,6 +22,15 @@ impl UnavailableOfferings {
 
     pub fn is_unavailable(&self, offering: &OfferingKey, now: Timestamp) -> bool {
         self.until.get(offering).is_some_and(|&until| now < until)
+    }
+
+    /// The offerings unavailable at `now`.
+    pub fn active(&self, now: Timestamp) -> BTreeSet<OfferingKey> {
+        self.until
+            .iter()
+            .filter(|&(_, &until)| now < until)
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 
     /// Forgets expired entries; returns how many expired (capacity may be back: worth a plan).

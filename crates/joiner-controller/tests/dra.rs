@@ -17,10 +17,11 @@ use joiner_controller::StepReport;
 use joiner_controller::clock::ManualClock;
 use joiner_controller::cloud::SimulatedCloud;
 use joiner_controller::kubelet::SimulatedKubelet;
-use joiner_controller::nodeclaim::{NodeClaim, conditions, labels};
 use joiner_controller::store::{ClusterStore, InMemoryCluster};
 use joiner_engine::catalog::Catalog;
-use joiner_engine::scheduling::planner::REQUESTED_DRA_DRIVERS;
+use joiner_model::api::nodeclaim::{NodeClaim, conditions};
+use joiner_model::wellknown::{annotations, labels};
+
 use joiner_model::Manifests;
 use joiner_model::settings::Settings;
 use k8s_openapi::api::core::v1::Node;
@@ -118,7 +119,7 @@ fn requested_drivers(c: &NodeClaim) -> BTreeSet<String> {
     c.metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(REQUESTED_DRA_DRIVERS))
+        .and_then(|a| a.get(annotations::REQUESTED_DRA_DRIVERS))
         .map(|v| v.split(',').map(str::to_string).collect())
         .unwrap_or_default()
 }

@@ -9,13 +9,13 @@ use common::{CLUSTER, Fuse, World, config, run_with_crashes};
 use joiner_controller::Controller;
 use joiner_controller::clock::Clock;
 use joiner_controller::cloud::{
-    CloudProvider, InstanceState, NODECLAIM_TAG, OfferingKey, Registration, SimulatedCloud,
-    cluster_tag,
+    CloudProvider, InstanceState, OfferingKey, Registration, SimulatedCloud, cluster_tag,
 };
-use joiner_controller::nodeclaim::{NodeClaim, TERMINATION_FINALIZER, conditions, labels};
 use joiner_controller::store::ClusterStore;
 use joiner_engine::catalog::CapacityType;
 use joiner_model::Quantity;
+use joiner_model::api::nodeclaim::{NodeClaim, conditions};
+use joiner_model::wellknown::{annotations, finalizers, labels, tags};
 use k8s_openapi::api::core::v1::Node;
 
 #[test]
@@ -45,7 +45,7 @@ fn pending_pods_become_two_initialized_nodes() {
         // Karpenter's shape: finalizer, provider ID, predicted time-sliced GPUs.
         assert_eq!(
             c.metadata.finalizers.as_deref(),
-            Some(&[TERMINATION_FINALIZER.to_string()][..])
+            Some(&[finalizers::TERMINATION.to_string()][..])
         );
         assert!(
             c.status
@@ -76,7 +76,7 @@ fn pending_pods_become_two_initialized_nodes() {
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(labels::PLANNED_PODS))
+            .and_then(|a| a.get(annotations::PLANNED_PODS))
             .cloned()
             .unwrap_or_default();
         assert!(!pods.is_empty());
@@ -88,7 +88,7 @@ fn pending_pods_become_two_initialized_nodes() {
             c.metadata
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get(labels::PLANNED_PODS))
+                .and_then(|a| a.get(annotations::PLANNED_PODS))
                 .map_or(0, |p| p.split(',').count())
         })
         .sum();
@@ -186,7 +186,7 @@ fn registration_timeout_deletes_the_nodeclaim_and_terminates_its_instance() {
     assert_eq!(instance.state, InstanceState::Terminated);
     let timed_out = instance
         .tags
-        .get(NODECLAIM_TAG)
+        .get(tags::NODECLAIM)
         .cloned()
         .unwrap_or_default();
     let deleted_at = reports
@@ -212,7 +212,7 @@ fn garbage_collection_terminates_an_orphan_after_the_grace_period() {
     };
     let mut ours = BTreeMap::new();
     ours.insert(cluster_tag(CLUSTER), "owned".to_string());
-    ours.insert(NODECLAIM_TAG.to_string(), "g4-nodepool-gone".to_string());
+    ours.insert(tags::NODECLAIM.to_string(), "g4-nodepool-gone".to_string());
     let orphan = world.cloud.launch_untracked(&offering, ours);
     let mut theirs = BTreeMap::new();
     theirs.insert(cluster_tag("another-cluster"), "owned".to_string());

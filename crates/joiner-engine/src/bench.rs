@@ -3,6 +3,7 @@
 //! pods; spot in two zones, on-demand in three) and pods split evenly between plain pods, zone
 //! and hostname topology spread, hostname and zone pod affinity, and hostname anti-affinity.
 
+use joiner_model::wellknown::labels;
 use joiner_model::{Price, Quantity, Source};
 use k8s_openapi::api::core::v1::Pod;
 
@@ -123,7 +124,7 @@ pub fn scheduling_input(pods: usize) -> SchedulingInput {
     let mut requirements = crate::requirements::Requirements::new();
     if let Ok(r) = crate::requirements::Requirement::new("In", &["spot".into(), "on-demand".into()])
     {
-        requirements.add(crate::scheduling::planner::CAPACITY_TYPE_KEY, r);
+        requirements.add(labels::CAPACITY_TYPE, r);
     }
     SchedulingInput {
         nodes: vec![],
@@ -338,14 +339,14 @@ mod tests {
         let (m, settings) = consolidation_manifests(20);
         let snapshot =
             crate::snapshot::ClusterSnapshot::build(&m, &settings, &Default::default()).unwrap();
-        assert_eq!(snapshot.input.nodes.len(), 20);
-        assert!(snapshot.input.nodes.iter().all(|n| n.price.is_some()));
-        let decisions = crate::disruption::consolidate(&snapshot.input);
+        assert_eq!(snapshot.input().nodes.len(), 20);
+        assert!(snapshot.input().nodes.iter().all(|n| n.price.is_some()));
+        let decisions = crate::disruption::consolidate(snapshot.input());
         assert!(
             decisions
                 .iter()
-                .any(|d| d.reason == crate::disruption::Reason::Empty)
+                .any(|d| d.reason == joiner_model::wellknown::DisruptionReason::Empty)
         );
-        assert!(crate::disruption::evaluate_every_candidate(&snapshot.input) > 0);
+        assert!(crate::disruption::evaluate_every_candidate(snapshot.input()) > 0);
     }
 }

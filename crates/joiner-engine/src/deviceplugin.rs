@@ -24,6 +24,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use joiner_model::wellknown::labels;
 use joiner_model::{InputError, ObjectRef, Source};
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::Value;
@@ -32,10 +33,6 @@ mod node;
 
 pub use node::{NodeGpuResources, NodeGpus, node_resources};
 
-/// The node label that names the config key a node uses.
-pub const CONFIG_LABEL: &str = "nvidia.com/device-plugin.config";
-/// The resource whole NVIDIA GPUs are advertised as.
-pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// The key the plugin's config manager falls back to when no default is set (Helm chart's
 /// `named` fallback strategy).
 pub const NAMED_FALLBACK: &str = "default";
@@ -164,14 +161,16 @@ impl fmt::Display for NoConfig<'_> {
             NoConfig::Empty => f.write_str("the device plugin ConfigMap has no configs"),
             NoConfig::Ambiguous => write!(
                 f,
-                "the device plugin ConfigMap has several configs, the node has no {CONFIG_LABEL} \
+                "the device plugin ConfigMap has several configs, the node has no {label} \
                  label and no default config is set: GPUs are assumed unshared (the plugin's \
-                 config manager would fail to start)"
+                 config manager would fail to start)",
+                label = labels::NVIDIA_DEVICE_PLUGIN_CONFIG,
             ),
             NoConfig::UnknownKey(key) => write!(
                 f,
-                "the node's {CONFIG_LABEL} label names config {key:?}, which the ConfigMap lacks: \
-                 GPUs are assumed unshared (the plugin's config manager would fail to start)"
+                "the node's {label} label names config {key:?}, which the ConfigMap lacks: \
+                 GPUs are assumed unshared (the plugin's config manager would fail to start)",
+                label = labels::NVIDIA_DEVICE_PLUGIN_CONFIG,
             ),
         }
     }
@@ -233,7 +232,10 @@ impl DevicePluginConfigs {
             Some((key, config)) => Selection::Config { key, config, by },
             None => Selection::NoConfig(NoConfig::UnknownKey(key)),
         };
-        if let Some(key) = node_labels.get(CONFIG_LABEL).filter(|k| !k.is_empty()) {
+        if let Some(key) = node_labels
+            .get(labels::NVIDIA_DEVICE_PLUGIN_CONFIG)
+            .filter(|k| !k.is_empty())
+        {
             return found(key, SelectedBy::NodeLabel);
         }
         if let Some(key) = &self.default {

@@ -176,6 +176,9 @@ fn existing(name: &str) -> ExistingNode {
         node_pool: None,
         price: None,
         do_not_disrupt: false,
+        consolidation_candidate: true,
+        node_claim: None,
+        in_flight: false,
     }
 }
 

@@ -123,6 +123,9 @@ fn existing(r: &mut Rng, i: usize) -> ExistingNode {
         node_pool: None,
         price: None,
         do_not_disrupt: false,
+        consolidation_candidate: true,
+        node_claim: None,
+        in_flight: false,
     }
 }
 
@@ -485,6 +488,9 @@ fn nodes_hold_no_more_pods_than_allocatable() {
             node_pool: None,
             price: None,
             do_not_disrupt: false,
+            consolidation_candidate: true,
+            node_claim: None,
+            in_flight: false,
         }],
         pods: vec![
             small_pod("bound-0", Some("node-0")),
@@ -580,6 +586,9 @@ fn unschedulable_reasons_do_not_depend_on_pod_order() {
         node_pool: None,
         price: None,
         do_not_disrupt: false,
+        consolidation_candidate: true,
+        node_claim: None,
+        in_flight: false,
     };
     let mut bound = pod_requesting("bound", &format!("cpu: 100m, {GPU}: '1'"));
     bound.node_name = Some("node-0".into());

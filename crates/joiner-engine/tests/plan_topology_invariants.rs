@@ -189,6 +189,9 @@ fn cluster(seed: u64) -> (SchedulingInput, BTreeMap<&'static str, Vec<Rule>>) {
                 node_pool: None,
                 price: None,
                 do_not_disrupt: false,
+                consolidation_candidate: true,
+                node_claim: None,
+                in_flight: false,
             }
         })
         .collect();

@@ -1,6 +1,6 @@
 //! The kinds the controller reads, and where each is watched.
 
-use joiner_controller::nodeclaim::NodeClaim;
+use joiner_model::api::nodeclaim::NodeClaim;
 use joiner_model::api::{EC2NodeClass, NodePool};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};

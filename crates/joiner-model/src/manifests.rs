@@ -24,7 +24,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::api::nodepool::NodePoolV1Beta1;
-use crate::api::{EC2NodeClass, FieldError, InstanceType, NodePool};
+use crate::api::{EC2NodeClass, FieldError, InstanceType, NodeClaim, NodePool};
+use crate::kinds::Kind;
 use crate::{InputError, ObjectRef, Source};
 
 /// An object and the place it was read from.
@@ -65,6 +66,9 @@ pub struct Manifests {
     pub node_pools: Vec<Sourced<NodePool>>,
     /// Converted to `karpenter.k8s.aws/v1` whatever version they were written in.
     pub node_classes: Vec<Sourced<EC2NodeClass>>,
+    /// Karpenter's (or Joiner's) NodeClaims with their status: launched capacity that may not
+    /// have a Node yet.
+    pub node_claims: Vec<Sourced<NodeClaim>>,
     pub instance_types: Vec<Sourced<InstanceType>>,
     pub config_maps: Vec<Sourced<ConfigMap>>,
     pub device_classes: Vec<Sourced<DeviceClass>>,
@@ -80,34 +84,6 @@ pub struct Manifests {
     /// Pods the workloads added so far will expand into (bounded by [`MAX_WORKLOAD_PODS`]).
     workload_pods: i64,
 }
-
-/// The kinds Joiner reads, the API versions it accepts for each, and whether they are namespaced.
-const KINDS: &[(&str, &[&str], bool)] = &[
-    ("Pod", &["v1"], true),
-    ("Node", &["v1"], false),
-    ("Deployment", &["apps/v1"], true),
-    ("ReplicaSet", &["apps/v1"], true),
-    ("StatefulSet", &["apps/v1"], true),
-    ("DaemonSet", &["apps/v1"], true),
-    ("Job", &["batch/v1"], true),
-    (
-        "NodePool",
-        &["karpenter.sh/v1", "karpenter.sh/v1beta1"],
-        false,
-    ),
-    (
-        "EC2NodeClass",
-        &["karpenter.k8s.aws/v1", "karpenter.k8s.aws/v1beta1"],
-        false,
-    ),
-    ("InstanceType", &["joiner.dev/v1alpha1"], false),
-    ("ConfigMap", &["v1"], true),
-    ("DeviceClass", &["resource.k8s.io/v1"], false),
-    ("ResourceClaim", &["resource.k8s.io/v1"], true),
-    ("ResourceClaimTemplate", &["resource.k8s.io/v1"], true),
-    ("ResourceSlice", &["resource.k8s.io/v1"], false),
-    ("PodDisruptionBudget", &["policy/v1"], true),
-];
 
 /// Lists nested deeper than this are refused; real `List`s nest at most once or twice.
 const MAX_LIST_NESTING: usize = 8;
@@ -210,10 +186,11 @@ impl Manifests {
         {
             return self.add_list(origin, doc, &api_version, element_kind, depth);
         }
-        let Some(&(_, versions, namespaced)) = KINDS.iter().find(|(k, _, _)| *k == kind) else {
+        let Some(info) = Kind::parse(&kind).map(Kind::info) else {
             self.skip_kind(origin, &api_version, &kind);
             return Ok(());
         };
+        let (versions, namespaced) = (info.versions, info.namespaced);
         let name = str_at(&doc, "/metadata/name")
             .unwrap_or_default()
             .to_string();
@@ -257,7 +234,7 @@ impl Manifests {
             ));
         }
         self.seen.insert(object.clone(), origin.clone());
-        self.add_object(origin, &object, &api_version, doc)
+        self.add_object(origin, info.kind, &object, &api_version, doc)
     }
 
     /// Flattens `kind: List` and typed lists (`PodList`); items of a typed list may leave out
@@ -301,18 +278,19 @@ impl Manifests {
     fn count_workload_pods(
         &mut self,
         origin: &Source,
+        kind: Kind,
         object: &ObjectRef,
         doc: &Value,
     ) -> Result<(), InputError> {
         let int = |pointer: &str| doc.pointer(pointer).and_then(Value::as_i64);
-        let (field, count) = match object.kind.as_str() {
-            "Deployment" | "ReplicaSet" | "StatefulSet" => {
+        let (field, count) = match kind {
+            Kind::Deployment | Kind::ReplicaSet | Kind::StatefulSet => {
                 ("spec.replicas", int("/spec/replicas").unwrap_or(1))
             }
-            "Job" if doc.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true) => {
+            Kind::Job if doc.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true) => {
                 return Ok(());
             }
-            "Job" => {
+            Kind::Job => {
                 let parallelism = int("/spec/parallelism").unwrap_or(1);
                 let count = int("/spec/completions").map_or(parallelism, |c| parallelism.min(c));
                 ("spec.parallelism", count)
@@ -349,39 +327,40 @@ impl Manifests {
     fn add_object(
         &mut self,
         origin: Source,
+        kind: Kind,
         object: &ObjectRef,
         api_version: &str,
         mut doc: Value,
     ) -> Result<(), InputError> {
         let o = &origin;
-        self.count_workload_pods(o, object, &doc)?;
-        match object.kind.as_str() {
-            "Pod" => self.pods.push(sourced(o, decode(o, object, doc)?)),
-            "Node" => self.nodes.push(sourced(o, decode(o, object, doc)?)),
-            "Deployment" => self.deployments.push(sourced(o, decode(o, object, doc)?)),
-            "ReplicaSet" => self.replica_sets.push(sourced(o, decode(o, object, doc)?)),
-            "StatefulSet" => self.stateful_sets.push(sourced(o, decode(o, object, doc)?)),
-            "DaemonSet" => self.daemon_sets.push(sourced(o, decode(o, object, doc)?)),
-            "Job" => self.jobs.push(sourced(o, decode(o, object, doc)?)),
-            "ConfigMap" => self.config_maps.push(sourced(o, decode(o, object, doc)?)),
-            "DeviceClass" => self
+        self.count_workload_pods(o, kind, object, &doc)?;
+        match kind {
+            Kind::Pod => self.pods.push(sourced(o, decode(o, object, doc)?)),
+            Kind::Node => self.nodes.push(sourced(o, decode(o, object, doc)?)),
+            Kind::Deployment => self.deployments.push(sourced(o, decode(o, object, doc)?)),
+            Kind::ReplicaSet => self.replica_sets.push(sourced(o, decode(o, object, doc)?)),
+            Kind::StatefulSet => self.stateful_sets.push(sourced(o, decode(o, object, doc)?)),
+            Kind::DaemonSet => self.daemon_sets.push(sourced(o, decode(o, object, doc)?)),
+            Kind::Job => self.jobs.push(sourced(o, decode(o, object, doc)?)),
+            Kind::ConfigMap => self.config_maps.push(sourced(o, decode(o, object, doc)?)),
+            Kind::DeviceClass => self
                 .device_classes
                 .push(sourced(o, decode(o, object, doc)?)),
-            "ResourceClaim" => self
+            Kind::ResourceClaim => self
                 .resource_claims
                 .push(sourced(o, decode(o, object, doc)?)),
-            "ResourceClaimTemplate" => {
+            Kind::ResourceClaimTemplate => {
                 let t = decode(o, object, doc)?;
                 self.resource_claim_templates.push(sourced(o, t));
             }
-            "ResourceSlice" => self
+            Kind::ResourceSlice => self
                 .resource_slices
                 .push(sourced(o, decode(o, object, doc)?)),
-            "PodDisruptionBudget" => {
+            Kind::PodDisruptionBudget => {
                 let p = decode(o, object, doc)?;
                 self.pod_disruption_budgets.push(sourced(o, p));
             }
-            "NodePool" => {
+            Kind::NodePool => {
                 strip_status(&mut doc);
                 let v1beta1 = api_version == crate::api::nodepool::API_VERSION_V1BETA1;
                 let np = if v1beta1 {
@@ -395,7 +374,7 @@ impl Manifests {
                     .map_err(|e| e.into_input_error(o, object))?;
                 self.node_pools.push(sourced(o, np));
             }
-            "EC2NodeClass" => {
+            Kind::EC2NodeClass => {
                 strip_status(&mut doc);
                 let mut nc: EC2NodeClass = self.decode_crd(o, object, doc)?;
                 if api_version == crate::api::ec2nodeclass::API_VERSION_V1BETA1 {
@@ -404,13 +383,18 @@ impl Manifests {
                 nc.validate().map_err(|e| e.into_input_error(o, object))?;
                 self.node_classes.push(sourced(o, nc));
             }
-            "InstanceType" => {
+            Kind::InstanceType => {
                 strip_status(&mut doc);
                 let it: InstanceType = self.decode_crd(o, object, doc)?;
                 it.validate().map_err(|e| e.into_input_error(o, object))?;
                 self.instance_types.push(sourced(o, it));
             }
-            _ => self.skip_kind(origin, api_version, &object.kind),
+            Kind::NodeClaim => {
+                // Status is the point: which NodeClaims are still in flight, their Nodes and
+                // expected resources.
+                let claim: NodeClaim = decode(o, object, doc)?;
+                self.node_claims.push(sourced(o, claim));
+            }
         }
         Ok(())
     }

@@ -3,14 +3,12 @@
 
 use std::collections::BTreeMap;
 
+use crate::wellknown::annotations;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::manifests::{Manifests, Sourced};
-
-/// Annotation on generated pods naming the workload they stand for (`Deployment/web`).
-pub const OWNER_ANNOTATION: &str = "joiner.dev/owner";
 
 /// All pods the input implies: bare pods as given, then the pods of Deployments, ReplicaSets,
 /// StatefulSets and Jobs (in that order, each kind in input order), named `<workload>-<ordinal>`.
@@ -118,7 +116,7 @@ fn pod_from_template(
         .and_then(|m| m.annotations.clone())
         .unwrap_or_default();
     annotations.insert(
-        OWNER_ANNOTATION.to_string(),
+        annotations::OWNER.to_string(),
         format!("{kind}/{}", owner.name.as_deref().unwrap_or_default()),
     );
     Pod {
@@ -280,7 +278,7 @@ spec:
         assert_eq!(labels.get("app").map(String::as_str), Some("learning-lab"));
         let ann = p.metadata.annotations.clone().unwrap_or_default();
         assert_eq!(
-            ann.get(OWNER_ANNOTATION).map(String::as_str),
+            ann.get(annotations::OWNER).map(String::as_str),
             Some("Deployment/learning-lab")
         );
         assert_eq!(ann.get("note").map(String::as_str), Some("kept"));

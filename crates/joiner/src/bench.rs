@@ -91,15 +91,15 @@ pub fn consolidation(nodes: usize) -> anyhow::Result<()> {
     use joiner_engine::snapshot::{ClusterSnapshot, Options};
     let (manifests, settings) = joiner_engine::bench::consolidation_manifests(nodes);
     let snapshot = ClusterSnapshot::build(&manifests, &settings, &Options::default())?;
-    let pods = snapshot.input.pods.len();
+    let pods = snapshot.input().pods.len();
     println!(
         "\nConsolidation benchmark ({nodes} nodes: m5.2xlarge CPU nodes and g6.xlarge GPU nodes; {pods} bound pods)"
     );
     let start = Instant::now();
-    let valid = joiner_engine::disruption::evaluate_every_candidate(&snapshot.input);
+    let valid = joiner_engine::disruption::evaluate_every_candidate(snapshot.input());
     let every = start.elapsed().as_secs_f64();
     let start = Instant::now();
-    let decisions = joiner_engine::disruption::consolidate(&snapshot.input);
+    let decisions = joiner_engine::disruption::consolidate(snapshot.input());
     let round = start.elapsed().as_secs_f64();
     println!("every node as a single-node candidate: {every:.3} s ({valid} would be taken)");
     println!(

@@ -160,7 +160,7 @@ fn snapshot(input: &InputArgs) -> anyhow::Result<joiner_engine::snapshot::Cluste
     };
     let snapshot =
         joiner_engine::snapshot::ClusterSnapshot::build(&manifests, &settings, &options)?;
-    for w in &snapshot.warnings {
+    for w in snapshot.warnings() {
         eprintln!("warning: {w}");
     }
     Ok(snapshot)

@@ -207,3 +207,57 @@ spec:
     assert_eq!(plan["totalPricePerHour"], 3.0);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// A dump of a cluster whose first node is still launching plans that node's pods onto it: one
+/// more NodeClaim for the fourth pod, not two.
+#[test]
+fn in_flight_node_claims_in_a_dump_are_not_launched_again() {
+    let dir = examples()
+        .join("time-slicing-learning-lab")
+        .display()
+        .to_string();
+    let alone = plan_json(&["-f", &dir]);
+    assert_eq!(alone["nodeClaims"].as_array().unwrap().len(), 2);
+
+    let dump = fixture("in-flight/cluster-dump.yaml");
+    let plan = plan_json(&["-f", &dir, "-f", &dump]);
+    let claims = plan["nodeClaims"].as_array().unwrap();
+    assert_eq!(claims.len(), 1, "{plan}");
+    assert_eq!(claims[0]["pods"].as_array().unwrap().len(), 1, "{plan}");
+    let on_in_flight = plan["bindings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["node"] == "ip-10-0-1-23.ec2.internal")
+        .count();
+    assert_eq!(on_in_flight, 3, "{plan}");
+    // Only the new node is paid for.
+    assert_eq!(plan["totalPricePerHour"], "0.526");
+}
+
+/// A NodeClaim being deleted, with no Node, holds nothing: its pods need new nodes.
+#[test]
+fn a_deleting_node_claim_without_a_node_holds_nothing() {
+    let dir = examples()
+        .join("time-slicing-learning-lab")
+        .display()
+        .to_string();
+    let text = std::fs::read_to_string(fixture("in-flight/cluster-dump.yaml")).unwrap();
+    let doc: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+    let mut claim = doc["items"][0].clone();
+    claim["metadata"]["deletionTimestamp"] = "2026-12-01T10:02:00Z".into();
+    claim["status"].as_object_mut().unwrap().remove("nodeName");
+    let path = std::env::temp_dir().join(format!("joiner-deleting-{}.json", std::process::id()));
+    std::fs::write(&path, claim.to_string()).unwrap();
+    let plan = plan_json(&["-f", &dir, "-f", path.to_str().unwrap()]);
+    assert_eq!(plan["nodeClaims"].as_array().unwrap().len(), 2, "{plan}");
+    std::fs::remove_file(&path).ok();
+}

@@ -7,7 +7,6 @@
 mod simulated;
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use joiner_engine::catalog::CapacityType;
 use joiner_model::Price;
@@ -22,27 +21,9 @@ pub fn cluster_tag(cluster_name: &str) -> String {
     format!("kubernetes.io/cluster/{cluster_name}")
 }
 pub const CLUSTER_NAME_TAG: &str = "eks:eks-cluster-name";
-pub const NODECLAIM_TAG: &str = "karpenter.sh/nodeclaim";
-pub const NODEPOOL_TAG: &str = "karpenter.sh/nodepool";
-pub const NODECLASS_TAG: &str = "karpenter.k8s.aws/ec2nodeclass";
 
-/// One way to buy an instance type: where and how.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct OfferingKey {
-    pub instance_type: String,
-    pub zone: String,
-    pub capacity_type: CapacityType,
-}
-
-impl fmt::Display for OfferingKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}/{}/{}",
-            self.instance_type, self.zone, self.capacity_type
-        )
-    }
-}
+/// One way to buy an instance type (the engine's key, which cloud errors and launches use too).
+pub use joiner_engine::catalog::OfferingKey;
 
 /// An offering with its price, as a launch request lists them.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,6 +18,7 @@ use croner::Cron;
 use joiner_model::api::NodePool;
 use joiner_model::api::nodepool::DisruptionBudget;
 use joiner_model::duration::parse_duration;
+use joiner_model::wellknown::DisruptionReason;
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::jiff::tz::TimeZone;
 
@@ -68,16 +69,20 @@ fn nodes_allowed(budget: &DisruptionBudget, total: usize) -> Result<usize, Strin
 
 /// How many of the pool's nodes may be disrupted at once for `reason` at `now`: the smallest of
 /// the active budgets that cover the reason (`usize::MAX` when none does).
-pub fn allowed_disruptions(pool: &NodePool, reason: &str, total: usize, now: Timestamp) -> usize {
+pub fn allowed_disruptions(
+    pool: &NodePool,
+    reason: DisruptionReason,
+    total: usize,
+    now: Timestamp,
+) -> usize {
     pool.spec
         .disruption
         .budgets
         .iter()
         .filter(|b| {
-            b.reasons.as_ref().is_none_or(|rs| {
-                rs.iter()
-                    .any(|r| format!("{r:?}").eq_ignore_ascii_case(reason))
-            })
+            b.reasons
+                .as_ref()
+                .is_none_or(|rs| rs.iter().any(|r| r.reason() == reason))
         })
         .map(|b| {
             match is_active(b, now).and_then(|active| {
@@ -104,7 +109,7 @@ pub fn allowed_disruptions(pool: &NodePool, reason: &str, total: usize, now: Tim
 #[cfg(test)]
 mod tests {
     use super::*;
-    use joiner_model::api::nodepool::DisruptionReason;
+    use joiner_model::api::nodepool::BudgetReason;
 
     fn at(text: &str) -> Timestamp {
         text.parse().expect("timestamp")
@@ -148,7 +153,7 @@ mod tests {
     #[test]
     fn the_most_restrictive_active_budget_wins_for_its_reasons() {
         let mut drift_only = budget("1", None, None);
-        drift_only.reasons = Some(vec![DisruptionReason::Drifted]);
+        drift_only.reasons = Some(vec![BudgetReason::Drifted]);
         let p = pool(vec![
             budget("50%", None, None),
             budget("0", Some("0 9 * * *"), Some("8h")),
@@ -156,15 +161,30 @@ mod tests {
         ]);
         let morning = at("2026-01-05T10:00:00Z");
         let night = at("2026-01-05T22:00:00Z");
-        assert_eq!(allowed_disruptions(&p, "Empty", 10, morning), 0);
-        assert_eq!(allowed_disruptions(&p, "Empty", 10, night), 5);
-        assert_eq!(allowed_disruptions(&p, "Drifted", 10, night), 1);
-        assert_eq!(allowed_disruptions(&p, "Underutilized", 3, night), 2);
+        assert_eq!(
+            allowed_disruptions(&p, DisruptionReason::Empty, 10, morning),
+            0
+        );
+        assert_eq!(
+            allowed_disruptions(&p, DisruptionReason::Empty, 10, night),
+            5
+        );
+        assert_eq!(
+            allowed_disruptions(&p, DisruptionReason::Drifted, 10, night),
+            1
+        );
+        assert_eq!(
+            allowed_disruptions(&p, DisruptionReason::Underutilized, 3, night),
+            2
+        );
         // A reason no budget covers is not limited.
         let only_drift = pool(vec![budget("0", None, None)]);
         let mut q = only_drift.clone();
-        q.spec.disruption.budgets[0].reasons = Some(vec![DisruptionReason::Drifted]);
-        assert_eq!(allowed_disruptions(&q, "Empty", 10, night), usize::MAX);
+        q.spec.disruption.budgets[0].reasons = Some(vec![BudgetReason::Drifted]);
+        assert_eq!(
+            allowed_disruptions(&q, DisruptionReason::Empty, 10, night),
+            usize::MAX
+        );
     }
 
     #[test]
@@ -175,7 +195,10 @@ mod tests {
             budget("1", Some("not a schedule"), Some("1h")),
             budget("1", Some("@daily"), None),
         ] {
-            assert_eq!(allowed_disruptions(&pool(vec![b]), "Empty", 10, now), 0);
+            assert_eq!(
+                allowed_disruptions(&pool(vec![b]), DisruptionReason::Empty, 10, now),
+                0
+            );
         }
     }
 }

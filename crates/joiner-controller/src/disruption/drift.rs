@@ -21,25 +21,13 @@
 //! JSON form), so they carry their own version and a Karpenter sharing the cluster re-stamps
 //! rather than drifts them, as it does on any version change.
 
-use std::collections::BTreeMap;
-
 use joiner_engine::requirements::Requirement;
 use joiner_model::api::NodePool;
-use joiner_model::api::ec2nodeclass::{AmiFamily, EC2NodeClass};
-use serde_json::{Value, json};
+use joiner_model::api::ec2nodeclass::EC2NodeClass;
+use joiner_model::api::nodeclaim::NodeClaim;
+use joiner_model::wellknown::annotations;
 
-use crate::batcher::fnv1a;
-use crate::nodeclaim::NodeClaim;
-
-/// The NodePool template hash a NodeClaim was created with.
-pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
-pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
-/// The EC2NodeClass hash a NodeClaim was created with.
-pub const NODECLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
-pub const NODECLASS_HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
-/// The version of Joiner's hashes. Bump it when the hashed fields or their defaults change, so
-/// NodeClaims stamped before are not all taken for drifted.
-pub const HASH_VERSION: &str = "joiner-v1";
+use crate::nodeclaim::stamp::{node_class_hash, node_pool_hash, stamp_differs};
 
 /// Why a NodeClaim has drifted: the reason of its `Drifted` condition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,129 +57,6 @@ impl Drift {
             Drift::RequirementsDrifted(m) | Drift::AmiDrifted(m) => m.clone(),
         }
     }
-}
-
-/// Arrays are compared as sets (their order carries no meaning in these specs), object keys are
-/// put in name order, and empty values are dropped, so that `taints: []` and no taints hash
-/// alike.
-fn canonical(v: Value) -> Option<Value> {
-    match v {
-        Value::Null => None,
-        Value::Array(items) => {
-            let mut items: Vec<Value> = items.into_iter().filter_map(canonical).collect();
-            items.sort_by_key(|i| i.to_string());
-            (!items.is_empty()).then_some(Value::Array(items))
-        }
-        Value::Object(map) => {
-            // Keys in name order, whatever order the map keeps.
-            let sorted: BTreeMap<String, Value> = map
-                .into_iter()
-                .filter_map(|(k, v)| canonical(v).map(|v| (k, v)))
-                .collect();
-            let map: serde_json::Map<String, Value> = sorted.into_iter().collect();
-            (!map.is_empty()).then_some(Value::Object(map))
-        }
-        Value::String(s) if s.is_empty() => None,
-        other => Some(other),
-    }
-}
-
-fn hash_of(v: Value) -> String {
-    let text = canonical(v).map(|v| v.to_string()).unwrap_or_default();
-    fnv1a(&[&text]).to_string()
-}
-
-/// The hash of the NodePool fields that define its nodes (see the module docs).
-pub fn node_pool_hash(pool: &NodePool) -> String {
-    let t = &pool.spec.template;
-    hash_of(json!({
-        "labels": t.metadata.labels,
-        "annotations": t.metadata.annotations,
-        "taints": t.spec.taints,
-        "startupTaints": t.spec.startup_taints,
-        "nodeClassRef": t.spec.node_class_ref,
-        "expireAfter": t.spec.expire_after,
-        "terminationGracePeriod": t.spec.termination_grace_period,
-        "kubelet": t.spec.kubelet,
-    }))
-}
-
-/// The hash of the EC2NodeClass fields that define its nodes (see the module docs).
-pub fn node_class_hash(class: &EC2NodeClass) -> String {
-    let mut spec = match serde_json::to_value(&class.spec) {
-        Ok(Value::Object(m)) => m,
-        _ => serde_json::Map::new(),
-    };
-    for ignored in [
-        "subnetSelectorTerms",
-        "securityGroupSelectorTerms",
-        "capacityReservationSelectorTerms",
-        "amiSelectorTerms",
-        "amiFamily",
-        "ipPrefixCount",
-    ] {
-        spec.remove(ignored);
-    }
-    let family = class.spec.ami_family.or_else(|| {
-        class
-            .spec
-            .ami_selector_terms
-            .iter()
-            .find_map(|t| t.alias.as_deref().and_then(AmiFamily::from_alias))
-    });
-    if let Some(f) = family {
-        spec.insert("amiFamily".into(), json!(f));
-    }
-    hash_of(Value::Object(spec))
-}
-
-/// Stamps the NodePool hash (and, when known, the EC2NodeClass hash) on a new NodeClaim.
-pub fn stamp(claim: &mut NodeClaim, pool: &NodePool, class: Option<&EC2NodeClass>) {
-    let a = claim.metadata.annotations.get_or_insert_with(BTreeMap::new);
-    a.insert(NODEPOOL_HASH.into(), node_pool_hash(pool));
-    a.insert(NODEPOOL_HASH_VERSION.into(), HASH_VERSION.into());
-    if let Some(class) = class {
-        a.insert(NODECLASS_HASH.into(), node_class_hash(class));
-        a.insert(NODECLASS_HASH_VERSION.into(), HASH_VERSION.into());
-    }
-}
-
-/// Stamps the hashes a NodeClaim lacks, or has in another version (Karpenter's, an older
-/// Joiner's), with the current ones; a stamp of this version is left alone, since it is what
-/// drift is judged by. Returns whether anything changed.
-pub fn restamp(claim: &mut NodeClaim, pool: &NodePool, class: Option<&EC2NodeClass>) -> bool {
-    let mut changed = false;
-    let current = |c: &NodeClaim, key| annotation(c, key) == Some(HASH_VERSION);
-    if !current(claim, NODEPOOL_HASH_VERSION) {
-        let a = claim.metadata.annotations.get_or_insert_with(BTreeMap::new);
-        a.insert(NODEPOOL_HASH.into(), node_pool_hash(pool));
-        a.insert(NODEPOOL_HASH_VERSION.into(), HASH_VERSION.into());
-        changed = true;
-    }
-    if let Some(class) = class
-        && !current(claim, NODECLASS_HASH_VERSION)
-    {
-        let a = claim.metadata.annotations.get_or_insert_with(BTreeMap::new);
-        a.insert(NODECLASS_HASH.into(), node_class_hash(class));
-        a.insert(NODECLASS_HASH_VERSION.into(), HASH_VERSION.into());
-        changed = true;
-    }
-    changed
-}
-
-fn annotation<'a>(claim: &'a NodeClaim, key: &str) -> Option<&'a str> {
-    claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
-
-/// Whether the stamp under `key` (of this hash version) differs from `now`.
-fn stamp_differs(claim: &NodeClaim, key: &str, version_key: &str, now: &str) -> bool {
-    annotation(claim, version_key) == Some(HASH_VERSION)
-        && annotation(claim, key).is_some_and(|h| h != now)
 }
 
 /// The first requirement of the NodePool the NodeClaim's labels no longer satisfy. Keys the
@@ -230,8 +95,8 @@ pub fn drift_of(
 ) -> Option<Drift> {
     if stamp_differs(
         claim,
-        NODEPOOL_HASH,
-        NODEPOOL_HASH_VERSION,
+        annotations::NODEPOOL_HASH,
+        annotations::NODEPOOL_HASH_VERSION,
         &node_pool_hash(pool),
     ) {
         return Some(Drift::NodePoolDrifted);
@@ -239,8 +104,8 @@ pub fn drift_of(
     if let Some(class) = class
         && stamp_differs(
             claim,
-            NODECLASS_HASH,
-            NODECLASS_HASH_VERSION,
+            annotations::NODECLASS_HASH,
+            annotations::NODECLASS_HASH_VERSION,
             &node_class_hash(class),
         )
     {
@@ -263,10 +128,13 @@ pub fn drift_of(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nodeclaim::NodeClaimSpec;
+    use crate::nodeclaim::stamp::*;
+    use joiner_model::api::ec2nodeclass::AmiFamily;
+    use joiner_model::api::nodeclaim::NodeClaimSpec;
     use joiner_model::api::nodepool::{NodeSelectorRequirementWithMinValues, Operator};
     use k8s_openapi::api::core::v1::Taint;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use serde_json::json;
 
     fn pool() -> NodePool {
         serde_json::from_value(json!({
@@ -401,12 +269,12 @@ mod tests {
         let (p, k) = (pool(), class());
         let mut c = claim(&p, &k);
         let a = c.metadata.annotations.as_mut().expect("annotations");
-        a.insert(NODEPOOL_HASH_VERSION.into(), "v3".into());
-        a.insert(NODEPOOL_HASH.into(), "12345".into());
+        a.insert(annotations::NODEPOOL_HASH_VERSION.into(), "v3".into());
+        a.insert(annotations::NODEPOOL_HASH.into(), "12345".into());
         assert_eq!(drift_of(&c, &p, Some(&k), None), None);
         assert!(restamp(&mut c, &p, Some(&k)));
         assert_eq!(
-            annotation(&c, NODEPOOL_HASH),
+            annotation(&c, annotations::NODEPOOL_HASH),
             Some(node_pool_hash(&p).as_str())
         );
         // A current stamp is kept even when it no longer matches: that is the drift.

@@ -14,8 +14,8 @@
 //!    once so pods get their graceful termination before the instance is reclaimed. The drain
 //!    of an interrupted node evicts every pod, do-not-disrupt and PodDisruptionBudgets
 //!    notwithstanding: the instance goes anyway, and a pod left waiting would only be killed.
-//! 2. A disruption in progress (old NodeClaims annotated with [`DISRUPTION_REASON`] and the
-//!    replacements they wait for in [`REPLACED_BY`]) is carried on: once every replacement is
+//! 2. A disruption in progress (old NodeClaims annotated with [`annotations::DISRUPTION_REASON`] and the
+//!    replacements they wait for in [`annotations::REPLACED_BY`]) is carried on: once every replacement is
 //!    initialized the old nodes are drained (tainted `karpenter.sh/disrupted:NoSchedule`, their
 //!    pods evicted except those marked `karpenter.sh/do-not-disrupt`, and only as far as their
 //!    PodDisruptionBudgets allow; the rest on later steps) and their NodeClaims deleted
@@ -39,7 +39,7 @@
 //! NodeClaim's `terminationGracePeriod` deletes the remaining pods whatever blocks them
 //! (PodDisruptionBudgets, do-not-disrupt) and the NodeClaim. Karpenter counts that period from
 //! the NodeClaim's deletion; Joiner deletes a NodeClaim only once it is drained, so it counts from
-//! the drain's start, recorded in [`labels::TERMINATION_TIMESTAMP`].
+//! the drain's start, recorded in [`annotations::TERMINATION_TIMESTAMP`].
 //!
 //! All durable state is in annotations, conditions and taints; what is kept in memory (since when
 //! each node's pods are unchanged, the last state consolidation found nothing in) is rebuilt by a
@@ -55,15 +55,15 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use joiner_engine::disruption::{Reason, consolidate, replacements};
 use joiner_engine::plan::PlannedNodeClaim;
-use joiner_engine::snapshot::ClusterSnapshot;
 use joiner_model::api::NodePool;
 use joiner_model::api::ec2nodeclass::EC2NodeClass;
 use joiner_model::duration::parse_duration;
+use joiner_model::wellknown::{DisruptionAction, DisruptionReason};
+use joiner_model::wellknown::{annotations, labels, taints};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
-use serde::Serialize;
+
 
 pub use budgets::allowed_disruptions;
 
@@ -74,41 +74,12 @@ use crate::context::Ctx;
 use crate::error::ControllerError;
 use crate::interruption::is_interrupted;
 use crate::lifecycle;
-use crate::nodeclaim::{NodeClaim, conditions, labels};
-use crate::pools::PoolOptions;
-use crate::provisioning::{add_in_flight, is_pending, node_claim_for, pod_key};
+use crate::nodeclaim::node_claim_for;
+use crate::nodeclaim::stamp::{restamp, stamp};
+use crate::pods::{bound_to, is_daemon_pod, is_do_not_disrupt, is_pending, pod_key};
+use crate::report::DisruptionEvent;
 use crate::store::{ClusterStore, StoreError};
-
-/// Annotation on a NodeClaim being disrupted: why (`Empty`, `Underutilized`, `Expired`,
-/// `Drifted`, `Interrupted`).
-pub const DISRUPTION_REASON: &str = "joiner.dev/disruption";
-/// Annotation on a NodeClaim being disrupted: the NodeClaims launched to replace it.
-pub const REPLACED_BY: &str = "joiner.dev/replaced-by";
-/// The taint that keeps new pods off a node being disrupted.
-pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
-/// On a pod or a node: never disrupt voluntarily.
-pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
-/// The disruption reason of an interrupted node.
-pub const REASON_INTERRUPTED: &str = "Interrupted";
-
-/// One thing the disruption step did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DisruptionEvent {
-    /// `decided`, `replacing`, `evicted`, `deleted`, `aborted`, `forced` (the termination grace
-    /// period ran out), `drifted` (a NodeClaim was found drifted), `interrupted` (the cloud
-    /// warned that it takes an instance), `recommended` (a rebalance recommendation: recorded
-    /// only).
-    pub action: String,
-    /// `Empty`, `Underutilized`, `Expired`, `Drifted`, `Interrupted`; for `drifted` the kind of
-    /// drift, for `interrupted` and `recommended` the notice.
-    pub reason: String,
-    /// The NodeClaims disrupted.
-    pub node_claims: Vec<String>,
-    /// Replacement NodeClaims (for `replacing`), pods (for `evicted`), or a note.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub detail: Vec<String>,
-}
+use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 
 /// What the disruption step remembers between steps (a cache; see the module docs).
 #[derive(Debug, Default)]
@@ -126,33 +97,6 @@ fn annotation<'a>(claim: &'a NodeClaim, key: &str) -> Option<&'a str> {
         .as_ref()
         .and_then(|a| a.get(key))
         .map(String::as_str)
-}
-
-fn is_do_not_disrupt(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(DO_NOT_DISRUPT))
-        .is_some_and(|v| v == "true")
-}
-
-fn is_daemon_pod(pod: &Pod) -> bool {
-    pod.metadata
-        .owner_references
-        .as_ref()
-        .is_some_and(|o| o.iter().any(|r| r.kind == "DaemonSet"))
-        || pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(joiner_model::workloads::OWNER_ANNOTATION))
-            .is_some_and(|o| o.starts_with("DaemonSet/"))
-}
-
-fn bound_to<'a>(pods: &'a [Pod], node: &str) -> impl Iterator<Item = &'a Pod> {
-    pods.iter().filter(move |p| {
-        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
-            && p.metadata.deletion_timestamp.is_none()
-    })
 }
 
 /// `expireAfter`/`consolidateAfter`/`terminationGracePeriod`: `None` for `Never` or nonsense.
@@ -192,13 +136,13 @@ impl View {
             .collect();
         let disrupting = of_pool
             .iter()
-            .filter(|c| c.is_deleting() || annotation(c, DISRUPTION_REASON).is_some())
+            .filter(|c| c.is_deleting() || annotation(c, annotations::DISRUPTION_REASON).is_some())
             .count();
         let total = of_pool.iter().filter(|c| !c.is_deleting()).count();
         (total, disrupting)
     }
     /// How many more of the pool's nodes may be disrupted now for `reason`.
-    fn budget_left(&self, pool_name: &str, reason: &str, now: Timestamp) -> usize {
+    fn budget_left(&self, pool_name: &str, reason: DisruptionReason, now: Timestamp) -> usize {
         let Some(pool) = self.pools.get(pool_name) else {
             return 0;
         };
@@ -250,12 +194,19 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
         .filter(|c| {
             !c.is_deleting()
                 && is_interrupted(c)
-                && annotation(c, DISRUPTION_REASON) != Some(REASON_INTERRUPTED)
+                && annotation(c, annotations::DISRUPTION_REASON)
+                    != Some(DisruptionReason::Interrupted.as_str())
         })
         .cloned()
         .collect();
     if !interrupted.is_empty() {
-        start_move(ctx, &view, &interrupted, REASON_INTERRUPTED, None)?;
+        start_move(
+            ctx,
+            &view,
+            &interrupted,
+            DisruptionReason::Interrupted,
+            None,
+        )?;
     }
     let just_interrupted: BTreeSet<&str> = interrupted.iter().map(NodeClaim::name).collect();
 
@@ -265,13 +216,14 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
         .iter()
         .filter(|c| {
             !c.is_deleting()
-                && annotation(c, DISRUPTION_REASON).is_some()
+                && annotation(c, annotations::DISRUPTION_REASON).is_some()
                 && !just_interrupted.contains(c.name())
         })
         .collect();
-    let voluntary_in_progress = in_progress
-        .iter()
-        .any(|c| annotation(c, DISRUPTION_REASON) != Some(REASON_INTERRUPTED));
+    let voluntary_in_progress = in_progress.iter().any(|c| {
+        annotation(c, annotations::DISRUPTION_REASON)
+            != Some(DisruptionReason::Interrupted.as_str())
+    });
     for claim in &in_progress {
         continue_move(ctx, &view, claim)?;
     }
@@ -284,13 +236,13 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
     // 3. Expiry.
     if let Some(claim) = expired(ctx.now, &view) {
         let claim = claim.clone();
-        return start_move(ctx, &view, &[claim], "Expired", None);
+        return start_move(ctx, &view, &[claim], DisruptionReason::Expired, None);
     }
 
     // 4. Drift.
     if let Some(claim) = drift_candidate(ctx.now, &view, &drifted) {
         let claim = claim.clone();
-        return start_move(ctx, &view, &[claim], "Drifted", None);
+        return start_move(ctx, &view, &[claim], DisruptionReason::Drifted, None);
     }
 
     // 5. Consolidation.
@@ -314,7 +266,7 @@ fn mark_drift<S: ClusterStore, C: CloudProvider>(
         };
         let class = view.class_of(claim);
         let mut updated = claim.clone();
-        let restamped = drift::restamp(&mut updated, pool, class);
+        let restamped = restamp(&mut updated, pool, class);
         let found = drift::drift_of(&updated, pool, class, None);
         let had = claim.condition(conditions::DRIFTED);
         let unchanged = match (&found, had) {
@@ -332,7 +284,7 @@ fn mark_drift<S: ClusterStore, C: CloudProvider>(
                     d.message()
                 );
                 ctx.report.disruption.push(DisruptionEvent {
-                    action: "drifted".into(),
+                    action: DisruptionAction::Drifted,
                     reason: d.reason().into(),
                     node_claims: vec![claim.name().to_string()],
                     detail: vec![d.message()],
@@ -377,11 +329,11 @@ fn drift_candidate<'a>(
         .iter()
         .filter(|c| drifted.contains(c.name()))
         .filter(|c| !c.is_deleting() && c.is_true(conditions::INITIALIZED))
-        .filter(|c| annotation(c, DISRUPTION_REASON).is_none())
+        .filter(|c| annotation(c, annotations::DISRUPTION_REASON).is_none())
         .filter(|c| c.spec.termination_grace_period.is_some() || !view.do_not_disrupt(c))
         .filter(|c| {
             c.label(labels::NODEPOOL)
-                .is_some_and(|p| view.budget_left(p, "Drifted", now) > 0)
+                .is_some_and(|p| view.budget_left(p, DisruptionReason::Drifted, now) > 0)
         })
         .collect();
     candidates.sort_by(|a, b| {
@@ -425,48 +377,13 @@ fn expired(now: Timestamp, view: &View) -> Option<&NodeClaim> {
         .map(|(_, c)| c)
 }
 
-/// The cluster snapshot provisioning plans over, with in-flight NodeClaims as nodes.
-fn snapshot<S: ClusterStore, C: CloudProvider>(
-    ctx: &mut Ctx<'_, S, C>,
-) -> Result<(ClusterSnapshot, PoolOptions), ControllerError> {
-    let mut m = ctx.manifests()?;
-    let claims = ctx.store.list::<NodeClaim>()?;
-    let options = PoolOptions::build(&m, ctx.config)?;
-    add_in_flight(&mut m, &claims, &options);
-    let mut snapshot = ClusterSnapshot::build(&m, &ctx.config.settings, &ctx.config.options)?;
-    // Offerings that just ran out of capacity (or whose spot capacity was just reclaimed) are
-    // not planned on, as in provisioning.
-    let now = ctx.now;
-    for pool in &mut snapshot.input.pools {
-        for option in &mut pool.options {
-            let it = option.instance_type.clone();
-            option.offerings.retain(|o| {
-                joiner_engine::catalog::CapacityType::parse(&o.capacity_type).is_none_or(
-                    |capacity_type| {
-                        !ctx.unavailable.is_unavailable(
-                            &crate::cloud::OfferingKey {
-                                instance_type: it.clone(),
-                                zone: o.zone.clone(),
-                                capacity_type,
-                            },
-                            now,
-                        )
-                    },
-                )
-            });
-        }
-    }
-    Ok((snapshot, options))
-}
-
 /// Plans the pods of `nodes` elsewhere, without asking for a saving (see
 /// [`joiner_engine::disruption::replacements`]).
 fn replacements_for<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     nodes: &[String],
 ) -> Result<joiner_engine::disruption::Replacements, ControllerError> {
-    let (snapshot, _) = snapshot(ctx)?;
-    Ok(replacements(&snapshot.input, nodes))
+    Ok(ctx.view()?.replacements(nodes))
 }
 
 fn consolidation<S: ClusterStore, C: CloudProvider>(
@@ -519,8 +436,8 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
                 .resource_version
                 .as_deref()
                 .unwrap_or_default(),
-            view.budget_left(name, "Empty", ctx.now),
-            view.budget_left(name, "Underutilized", ctx.now),
+            view.budget_left(name, DisruptionReason::Empty, ctx.now),
+            view.budget_left(name, DisruptionReason::Underutilized, ctx.now),
         ));
     }
     for p in &view.pods {
@@ -538,18 +455,10 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
     if state.quiet == Some(fingerprint) {
         return Ok(());
     }
-    let (mut snapshot, _) = snapshot(ctx)?;
-    for n in &mut snapshot.input.nodes {
-        if !eligible.contains(&n.name) {
-            n.do_not_disrupt = true;
-        }
-    }
-    let decisions = consolidate(&snapshot.input);
+    ctx.set_consolidation_candidates(eligible);
+    let decisions = ctx.view()?.consolidate();
     for d in decisions {
-        let reason = match d.reason {
-            Reason::Empty => "Empty",
-            Reason::Underutilized => "Underutilized",
-        };
+        let reason = d.reason;
         // Within budgets: empty nodes up to what each pool allows; other moves whole or not.
         let mut left: BTreeMap<String, usize> = BTreeMap::new();
         let mut chosen = Vec::new();
@@ -569,7 +478,9 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
             left.insert(pool_name.to_string(), allowed - 1);
             chosen.push(claim.clone());
         }
-        if chosen.is_empty() || (d.reason != Reason::Empty && chosen.len() < d.nodes.len()) {
+        if chosen.is_empty()
+            || (d.reason != DisruptionReason::Empty && chosen.len() < d.nodes.len())
+        {
             continue;
         }
         state.quiet = None;
@@ -589,11 +500,11 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     view: &View,
     old: &[NodeClaim],
-    reason: &str,
+    reason: DisruptionReason,
     replacements: Option<Vec<PlannedNodeClaim>>,
 ) -> Result<(), ControllerError> {
     let names: Vec<String> = old.iter().map(|c| c.name().to_string()).collect();
-    let interrupted = reason == REASON_INTERRUPTED;
+    let interrupted = reason == DisruptionReason::Interrupted;
     let mut wait_for: Vec<String> = Vec::new();
     let replacements = match replacements {
         Some(r) => r,
@@ -633,8 +544,8 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
         }
     };
     ctx.report.disruption.push(DisruptionEvent {
-        action: "decided".into(),
-        reason: reason.into(),
+        action: DisruptionAction::Decided,
+        reason: reason.as_str().into(),
         node_claims: names.clone(),
         detail: Vec::new(),
     });
@@ -649,7 +560,7 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
             continue;
         };
         let mut claim = node_claim_for(planned, pool, &pods, vec![planned.zone.clone()]);
-        drift::stamp(
+        stamp(
             &mut claim,
             pool,
             view.classes
@@ -668,14 +579,15 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
         };
         ctx.report.created.push(stored.name().to_string());
         created.push(stored.name().to_string());
+        ctx.invalidate_view();
         if let Err(e) = lifecycle::launch(ctx, stored) {
             ctx.error("launching a replacement NodeClaim", e);
         }
     }
     if !created.is_empty() {
         ctx.report.disruption.push(DisruptionEvent {
-            action: "replacing".into(),
-            reason: reason.into(),
+            action: DisruptionAction::Replacing,
+            reason: reason.as_str().into(),
             node_claims: names.clone(),
             detail: created.clone(),
         });
@@ -693,7 +605,7 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
         let a = c.metadata.annotations.get_or_insert_with(Default::default);
         // An interrupted node in the middle of another move keeps the replacements it has.
         let mut all: Vec<String> = a
-            .get(REPLACED_BY)
+            .get(annotations::REPLACED_BY)
             .map(|r| {
                 r.split(',')
                     .filter(|s| !s.is_empty())
@@ -706,8 +618,11 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
                 all.push(w.clone());
             }
         }
-        a.insert(DISRUPTION_REASON.into(), reason.into());
-        a.insert(REPLACED_BY.into(), all.join(","));
+        a.insert(
+            annotations::DISRUPTION_REASON.into(),
+            reason.as_str().into(),
+        );
+        a.insert(annotations::REPLACED_BY.into(), all.join(","));
         ctx.store.update(&c)?;
     }
     if wait_for.is_empty() || interrupted {
@@ -726,13 +641,20 @@ fn continue_move<S: ClusterStore, C: CloudProvider>(
     view: &View,
     claim: &NodeClaim,
 ) -> Result<(), ControllerError> {
-    let reason = annotation(claim, DISRUPTION_REASON)
-        .unwrap_or_default()
-        .to_string();
-    if reason == REASON_INTERRUPTED {
-        return drain(ctx, claim, &reason, &view.pods);
+    let written = annotation(claim, annotations::DISRUPTION_REASON).unwrap_or_default();
+    let Some(reason) = DisruptionReason::parse(written) else {
+        // Not a move Joiner started: leave the NodeClaim alone rather than guess.
+        tracing::warn!(
+            nodeclaim = claim.name(),
+            "unknown {} annotation {written:?}; not acting on it",
+            annotations::DISRUPTION_REASON
+        );
+        return Ok(());
+    };
+    if reason == DisruptionReason::Interrupted {
+        return drain(ctx, claim, reason, &view.pods);
     }
-    let replacements: Vec<&str> = annotation(claim, REPLACED_BY)
+    let replacements: Vec<&str> = annotation(claim, annotations::REPLACED_BY)
         .unwrap_or_default()
         .split(',')
         .filter(|s| !s.is_empty())
@@ -746,20 +668,20 @@ fn continue_move<S: ClusterStore, C: CloudProvider>(
         })
         .collect();
     if found.iter().any(Option::is_none)
-        && annotation(claim, labels::TERMINATION_TIMESTAMP).is_none()
+        && annotation(claim, annotations::TERMINATION_TIMESTAMP).is_none()
     {
         // A replacement failed (no capacity): undo, and decide again later. (Once draining has
         // begun there is nothing to undo: the drain goes on.)
         let mut c = claim.clone();
         if let Some(a) = c.metadata.annotations.as_mut() {
-            a.remove(DISRUPTION_REASON);
-            a.remove(REPLACED_BY);
+            a.remove(annotations::DISRUPTION_REASON);
+            a.remove(annotations::REPLACED_BY);
         }
         ctx.store.update(&c)?;
         untaint(ctx, claim)?;
         ctx.report.disruption.push(DisruptionEvent {
-            action: "aborted".into(),
-            reason,
+            action: DisruptionAction::Aborted,
+            reason: reason.as_str().into(),
             node_claims: vec![claim.name().to_string()],
             detail: vec!["a replacement NodeClaim went away".into()],
         });
@@ -770,7 +692,7 @@ fn continue_move<S: ClusterStore, C: CloudProvider>(
         .flatten()
         .all(|c| c.is_true(conditions::INITIALIZED))
     {
-        drain(ctx, claim, &reason, &view.pods)?;
+        drain(ctx, claim, reason, &view.pods)?;
     }
     Ok(())
 }
@@ -797,11 +719,11 @@ fn taint<S: ClusterStore, C>(
         .get_or_insert_with(Default::default)
         .taints
         .get_or_insert_with(Vec::new);
-    if taints.iter().any(|t| t.key == DISRUPTED_TAINT) {
+    if taints.iter().any(|t| t.key == taints::DISRUPTED) {
         return Ok(());
     }
     taints.push(Taint {
-        key: DISRUPTED_TAINT.into(),
+        key: taints::DISRUPTED.into(),
         effect: "NoSchedule".into(),
         value: None,
         time_added: None,
@@ -818,7 +740,7 @@ fn untaint<S: ClusterStore, C>(
         return Ok(());
     };
     if let Some(ts) = node.spec.as_mut().and_then(|s| s.taints.as_mut()) {
-        ts.retain(|t| t.key != DISRUPTED_TAINT);
+        ts.retain(|t| t.key != taints::DISRUPTED);
     }
     ctx.store.update(&node)?;
     Ok(())
@@ -830,7 +752,7 @@ fn termination_deadline<S: ClusterStore, C>(
     ctx: &mut Ctx<'_, S, C>,
     claim: &NodeClaim,
 ) -> Result<Option<Timestamp>, ControllerError> {
-    if let Some(t) = annotation(claim, labels::TERMINATION_TIMESTAMP) {
+    if let Some(t) = annotation(claim, annotations::TERMINATION_TIMESTAMP) {
         return Ok(t.parse().ok());
     }
     let Some(grace) = claim
@@ -845,13 +767,16 @@ fn termination_deadline<S: ClusterStore, C>(
     let Some(mut c) = ctx.store.get::<NodeClaim>(None, claim.name())? else {
         return Ok(None);
     };
-    if let Some(t) = annotation(&c, labels::TERMINATION_TIMESTAMP) {
+    if let Some(t) = annotation(&c, annotations::TERMINATION_TIMESTAMP) {
         return Ok(t.parse().ok());
     }
     c.metadata
         .annotations
         .get_or_insert_with(Default::default)
-        .insert(labels::TERMINATION_TIMESTAMP.into(), deadline.to_string());
+        .insert(
+            annotations::TERMINATION_TIMESTAMP.into(),
+            deadline.to_string(),
+        );
     ctx.store.update(&c)?;
     Ok(Some(deadline))
 }
@@ -864,14 +789,14 @@ fn termination_deadline<S: ClusterStore, C>(
 fn drain<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     claim: &NodeClaim,
-    reason: &str,
+    reason: DisruptionReason,
     pods: &[Pod],
 ) -> Result<(), ControllerError> {
     taint(ctx, claim)?;
     let forced = termination_deadline(ctx, claim)?.is_some_and(|d| d <= ctx.now);
     // An interrupted instance goes whatever we do: evicting everything now gives every pod its
     // graceful shutdown, where waiting on a budget or do-not-disrupt would only get it killed.
-    let interrupted = reason == REASON_INTERRUPTED;
+    let interrupted = reason == DisruptionReason::Interrupted;
     let node = claim.status.node_name.clone().unwrap_or_default();
     let mut evicted = Vec::new();
     let mut blocked = false;
@@ -896,16 +821,17 @@ fn drain<S: ClusterStore, C: CloudProvider>(
     if forced {
         tracing::warn!(nodeclaim = claim.name(), pods = ?evicted, "terminationGracePeriod elapsed: deleting remaining pods");
         ctx.report.disruption.push(DisruptionEvent {
-            action: "forced".into(),
-            reason: reason.into(),
+            action: DisruptionAction::Forced,
+            reason: reason.as_str().into(),
             node_claims: vec![claim.name().to_string()],
             detail: vec!["terminationGracePeriod elapsed".into()],
         });
     }
     if !evicted.is_empty() {
+        ctx.invalidate_view();
         ctx.report.disruption.push(DisruptionEvent {
-            action: "evicted".into(),
-            reason: reason.into(),
+            action: DisruptionAction::Evicted,
+            reason: reason.as_str().into(),
             node_claims: vec![claim.name().to_string()],
             detail: evicted,
         });
@@ -918,9 +844,10 @@ fn drain<S: ClusterStore, C: CloudProvider>(
         Err(e) => return Err(e.into()),
     }
     ctx.report.deleted.push(claim.name().to_string());
+    ctx.invalidate_view();
     ctx.report.disruption.push(DisruptionEvent {
-        action: "deleted".into(),
-        reason: reason.into(),
+        action: DisruptionAction::Deleted,
+        reason: reason.as_str().into(),
         node_claims: vec![claim.name().to_string()],
         detail: Vec::new(),
     });

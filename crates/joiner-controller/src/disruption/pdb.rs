@@ -5,23 +5,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-
-use crate::store::Resource;
-
-impl Resource for PodDisruptionBudget {
-    const API_VERSION: &'static str = "policy/v1";
-    const KIND: &'static str = "PodDisruptionBudget";
-    const PLURAL: &'static str = "poddisruptionbudgets";
-    const NAMESPACED: bool = true;
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
 
 fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
     let by_labels = selector

@@ -1,6 +1,7 @@
 //! What the rest of a cluster does, for tests and `joiner simulate`: kube-scheduler binding
 //! pending pods to nodes that can take them.
 
+use joiner_model::wellknown::labels;
 use std::collections::BTreeSet;
 
 use joiner_engine::snapshot::ClusterSnapshot;
@@ -8,8 +9,8 @@ use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 
 use crate::config::Config;
 use crate::error::ControllerError;
-use crate::nodeclaim::labels;
-use crate::provisioning::{is_pending, pod_key};
+
+use crate::pods::{is_pending, pod_key};
 use crate::store::{ClusterStore, StoreError, manifests_of};
 
 /// Binds pending pods to existing, initialized (or unmanaged) Nodes where the planner places

@@ -9,6 +9,8 @@ use joiner_engine::catalog::Catalog;
 use joiner_model::Manifests;
 use joiner_model::api::NodePool;
 use joiner_model::settings::Settings;
+use joiner_model::wellknown::{DisruptionAction, DisruptionReason};
+use joiner_model::wellknown::{annotations, labels};
 use k8s_openapi::api::core::v1::Pod;
 
 use super::simulated::{collect_orphans, schedule_pending};
@@ -157,7 +159,7 @@ impl World {
 
 fn events<'a>(
     reports: &'a [StepReport],
-    action: &'a str,
+    action: DisruptionAction,
 ) -> impl Iterator<Item = &'a DisruptionEvent> {
     reports
         .iter()
@@ -193,10 +195,10 @@ fn empty_nodes_go_after_consolidate_after() {
     world.scale_away(|_| false);
     // Not before consolidateAfter.
     let early = world.run(&mut c, 240);
-    assert_eq!(events(&early, "deleted").count(), 0);
+    assert_eq!(events(&early, DisruptionAction::Deleted).count(), 0);
     assert_eq!(world.live().len(), 2);
     let later = world.run(&mut c, 300);
-    let deleted: Vec<_> = events(&later, "deleted").collect();
+    let deleted: Vec<_> = events(&later, DisruptionAction::Deleted).collect();
     assert_eq!(deleted.len(), 2, "{deleted:?}");
     assert!(deleted.iter().all(|e| e.reason == "Empty"));
     assert!(world.live().is_empty());
@@ -239,7 +241,7 @@ fn do_not_disrupt_pods_keep_their_node() {
     pod.metadata
         .annotations
         .get_or_insert_with(Default::default)
-        .insert(DO_NOT_DISRUPT.into(), "true".into());
+        .insert(annotations::DO_NOT_DISRUPT.into(), "true".into());
     world.store.update(&pod).expect("annotate");
     // Keep only the do-not-disrupt pod and one pod of the full node: moving the do-not-disrupt
     // pod would save a node, but it may not move; the other node is drained instead.
@@ -266,7 +268,7 @@ fn do_not_disrupt_pods_keep_their_node() {
         "the do-not-disrupt pod never moved"
     );
     assert_eq!(node_of(&other), lone_node);
-    let evicted: Vec<String> = events(&reports, "evicted")
+    let evicted: Vec<String> = events(&reports, DisruptionAction::Evicted)
         .flat_map(|e| e.detail.clone())
         .collect();
     assert!(!evicted.contains(&lone), "{evicted:?}");
@@ -289,7 +291,7 @@ fn expiry_launches_the_replacement_before_draining() {
     while seconds < 1860 + 600 && evicted_at.is_none() {
         let r = world.run(&mut c, 1);
         seconds += 1;
-        if let Some(e) = events(&r, "replacing").next() {
+        if let Some(e) = events(&r, DisruptionAction::Replacing).next() {
             assert_eq!(e.reason, "Expired");
             replacement = e.detail[0].clone();
             replaced_at.get_or_insert(seconds);
@@ -303,7 +305,7 @@ fn expiry_launches_the_replacement_before_draining() {
             let pods = world.store.list::<Pod>().expect("pods");
             assert!(bound_to(&pods, &node).count() > 0);
         }
-        if events(&r, "evicted").next().is_some() {
+        if events(&r, DisruptionAction::Evicted).next().is_some() {
             evicted_at = Some(seconds);
             let fresh = world
                 .store
@@ -343,7 +345,7 @@ fn budgets_limit_how_many_nodes_go_at_once() {
         .map(|r| {
             r.disruption
                 .iter()
-                .filter(|e| e.action == "deleted")
+                .filter(|e| e.action == DisruptionAction::Deleted)
                 .count()
         })
         .filter(|n| *n > 0)
@@ -351,9 +353,12 @@ fn budgets_limit_how_many_nodes_go_at_once() {
     assert_eq!(per_step, vec![2, 2], "deletions per step");
     // A percentage: 10% of 4 nodes rounds up to one.
     let pool = NodePool::default_for_test();
-    assert_eq!(allowed_disruptions(&pool, "Empty", 4, world.clock.now()), 1);
     assert_eq!(
-        allowed_disruptions(&pool, "Empty", 25, world.clock.now()),
+        allowed_disruptions(&pool, DisruptionReason::Empty, 4, world.clock.now()),
+        1
+    );
+    assert_eq!(
+        allowed_disruptions(&pool, DisruptionReason::Empty, 25, world.clock.now()),
         3
     );
 }
@@ -406,14 +411,14 @@ fn pod_disruption_budgets_pace_the_drain() {
     world.run(&mut c, 120);
     settled(&world, 2);
     let reports = world.run(&mut c, 1800);
-    let evictions: Vec<&DisruptionEvent> = events(&reports, "evicted").collect();
+    let evictions: Vec<&DisruptionEvent> = events(&reports, DisruptionAction::Evicted).collect();
     assert!(evictions.len() >= 3, "{evictions:?}");
     assert!(
         evictions.iter().all(|e| e.detail.len() == 1),
         "one pod at a time: {evictions:?}"
     );
     // Never more than one lab pod missing or pending at any step.
-    assert!(events(&reports, "deleted").count() >= 1);
+    assert!(events(&reports, DisruptionAction::Deleted).count() >= 1);
     world.run(&mut c, 120);
     settled(&world, 2);
 }
@@ -447,17 +452,25 @@ fn a_cheaper_replacement_is_up_before_the_old_node_drains() {
     allow_types(&mut pool, &["g4dn.xlarge", "g4dn.2xlarge"]);
     world.store.update(&pool).expect("update");
     let reports = world.run(&mut c, 300);
-    let replacing: Vec<_> = events(&reports, "replacing").collect();
+    let replacing: Vec<_> = events(&reports, DisruptionAction::Replacing).collect();
     assert_eq!(replacing.len(), 1, "{replacing:?}");
     assert_eq!(replacing[0].reason, "Underutilized");
     assert_eq!(replacing[0].node_claims, vec![old.name().to_string()]);
     let new = replacing[0].detail[0].clone();
     let step_of = |pred: &dyn Fn(&StepReport) -> bool| reports.iter().position(pred);
-    let replaced =
-        step_of(&|r| r.disruption.iter().any(|e| e.action == "replacing")).expect("replacing");
+    let replaced = step_of(&|r| {
+        r.disruption
+            .iter()
+            .any(|e| e.action == DisruptionAction::Replacing)
+    })
+    .expect("replacing");
     let initialized = step_of(&|r| r.initialized.contains(&new)).expect("initialized");
-    let evicted =
-        step_of(&|r| r.disruption.iter().any(|e| e.action == "evicted")).expect("evicted");
+    let evicted = step_of(&|r| {
+        r.disruption
+            .iter()
+            .any(|e| e.action == DisruptionAction::Evicted)
+    })
+    .expect("evicted");
     assert!(
         replaced < initialized && initialized <= evicted,
         "{replaced} {initialized} {evicted}"
@@ -481,7 +494,7 @@ fn moving(world: &World) -> usize {
     world
         .live()
         .iter()
-        .filter(|c| annotation(c, DISRUPTION_REASON).is_some())
+        .filter(|c| annotation(c, annotations::DISRUPTION_REASON).is_some())
         .count()
 }
 
@@ -496,10 +509,10 @@ fn a_changed_node_pool_drifts_its_nodes_and_they_are_replaced_one_at_a_time() {
     let before: Vec<String> = world.live().iter().map(|n| n.name().to_string()).collect();
     for claim in world.live() {
         assert_eq!(
-            annotation(&claim, drift::NODEPOOL_HASH_VERSION),
-            Some(drift::HASH_VERSION)
+            annotation(&claim, annotations::NODEPOOL_HASH_VERSION),
+            Some(crate::nodeclaim::stamp::HASH_VERSION)
         );
-        assert!(annotation(&claim, drift::NODECLASS_HASH).is_some());
+        assert!(annotation(&claim, annotations::NODECLASS_HASH).is_some());
         assert!(claim.condition(conditions::DRIFTED).is_none());
     }
     let mut pool = pool_of(&world);
@@ -514,11 +527,11 @@ fn a_changed_node_pool_drifts_its_nodes_and_they_are_replaced_one_at_a_time() {
         reports.extend(world.run(&mut c, 1));
         assert!(moving(&world) <= 1, "one drift replacement at a time");
     }
-    let drifted: Vec<_> = events(&reports, "drifted").collect();
+    let drifted: Vec<_> = events(&reports, DisruptionAction::Drifted).collect();
     assert_eq!(drifted.len(), 2, "{drifted:?}");
     assert!(drifted.iter().all(|e| e.reason == "NodePoolDrifted"));
-    assert!(events(&reports, "replacing").all(|e| e.reason == "Drifted"));
-    assert!(events(&reports, "deleted").count() >= 2);
+    assert!(events(&reports, DisruptionAction::Replacing).all(|e| e.reason == "Drifted"));
+    assert!(events(&reports, DisruptionAction::Deleted).count() >= 2);
     let live = world.live();
     assert!(!live.is_empty());
     for claim in &live {
@@ -553,18 +566,22 @@ fn a_node_outside_the_new_requirements_is_replaced_by_one_inside() {
     allow_types(&mut pool, &["g4dn.2xlarge"]);
     world.store.update(&pool).expect("update");
     let reports = world.run(&mut c, 300);
-    let drifted: Vec<_> = events(&reports, "drifted").collect();
+    let drifted: Vec<_> = events(&reports, DisruptionAction::Drifted).collect();
     assert_eq!(drifted.len(), 1);
     assert_eq!(drifted[0].reason, "RequirementsDrifted");
-    let new = events(&reports, "replacing")
+    let new = events(&reports, DisruptionAction::Replacing)
         .next()
         .expect("replacing")
         .detail[0]
         .clone();
     let step_of = |pred: &dyn Fn(&StepReport) -> bool| reports.iter().position(pred);
     let initialized = step_of(&|r| r.initialized.contains(&new)).expect("initialized");
-    let evicted =
-        step_of(&|r| r.disruption.iter().any(|e| e.action == "evicted")).expect("evicted");
+    let evicted = step_of(&|r| {
+        r.disruption
+            .iter()
+            .any(|e| e.action == DisruptionAction::Evicted)
+    })
+    .expect("evicted");
     assert!(initialized <= evicted, "{initialized} {evicted}");
     settled(&world, 1);
     let now = world.live()[0].clone();
@@ -592,15 +609,19 @@ fn a_budget_schedule_holds_disruption_back_while_it_is_active() {
     world.scale_away(|_| false);
     // 00:02 to 00:09:50: blocked.
     let inside = world.run(&mut c, 470);
-    assert_eq!(events(&inside, "deleted").count(), 0);
+    assert_eq!(events(&inside, DisruptionAction::Deleted).count(), 0);
     assert_eq!(world.live().len(), 2);
     // Past 00:10 the default 10% budget alone applies: one node at a time.
     let after = world.run(&mut c, 120);
-    assert_eq!(events(&after, "deleted").count(), 2);
+    assert_eq!(events(&after, DisruptionAction::Deleted).count(), 2);
     assert!(world.live().is_empty());
     let first = after
         .iter()
-        .position(|r| r.disruption.iter().any(|e| e.action == "deleted"))
+        .position(|r| {
+            r.disruption
+                .iter()
+                .any(|e| e.action == DisruptionAction::Deleted)
+        })
         .expect("deleted");
     assert!(first >= 10, "not before 00:10 ({first})");
 }
@@ -621,7 +642,7 @@ fn termination_grace_period_overrides_do_not_disrupt_once_it_runs_out() {
     pod.metadata
         .annotations
         .get_or_insert_with(Default::default)
-        .insert(DO_NOT_DISRUPT.into(), "true".into());
+        .insert(annotations::DO_NOT_DISRUPT.into(), "true".into());
     world.store.update(&pod).expect("annotate");
     let mut drain_started = None;
     let mut forced = None;
@@ -632,17 +653,17 @@ fn termination_grace_period_overrides_do_not_disrupt_once_it_runs_out() {
                 .store
                 .get::<NodeClaim>(None, old.name())
                 .expect("get")
-                .is_some_and(|c| annotation(&c, labels::TERMINATION_TIMESTAMP).is_some())
+                .is_some_and(|c| annotation(&c, annotations::TERMINATION_TIMESTAMP).is_some())
         {
             drain_started = Some(second);
         }
-        if let Some(e) = events(&r, "forced").next() {
+        if let Some(e) = events(&r, DisruptionAction::Forced).next() {
             assert_eq!(e.node_claims, vec![old.name().to_string()]);
             forced = Some(second);
             break;
         }
         // Blocked until then: the do-not-disrupt pod stays.
-        assert!(events(&r, "evicted").all(|e| !e.detail.contains(&pod_key(&pod))));
+        assert!(events(&r, DisruptionAction::Evicted).all(|e| !e.detail.contains(&pod_key(&pod))));
     }
     let (started, forced) = (drain_started.expect("drained"), forced.expect("forced"));
     assert!(
@@ -738,8 +759,8 @@ mod interruption {
         );
         assert!(at("interrupted").expect("interrupted") < replacing);
         assert!(replacing < evicted, "launched first: {actions:?}");
-        assert_eq!(events(std::slice::from_ref(&r), "interrupted").count(), 1);
-        let replacement = events(std::slice::from_ref(&r), "replacing")
+        assert_eq!(events(std::slice::from_ref(&r), DisruptionAction::Interrupted).count(), 1);
+        let replacement = events(std::slice::from_ref(&r), DisruptionAction::Replacing)
             .next()
             .expect("replacing")
             .detail[0]
@@ -752,7 +773,7 @@ mod interruption {
             .expect("still there");
         assert!(marked.is_true(conditions::INTERRUPTED));
         assert_eq!(
-            annotation(&marked, crate::interruption::INTERRUPTED),
+            annotation(&marked, annotations::INTERRUPTED),
             Some("SpotInterrupted")
         );
         // The spot offering is avoided for a while.
@@ -818,7 +839,7 @@ mod interruption {
         warn(&world, &queue, &victim);
         let first = world.run(&mut c, 3);
         assert_eq!(queue.waiting(), 1, "not deleted");
-        assert_eq!(events(&first, "replacing").count(), 1, "handled once");
+        assert_eq!(events(&first, DisruptionAction::Replacing).count(), 1, "handled once");
         let launches = world.cloud.launch_calls();
         drop(c);
         // A new controller sees the message again.
@@ -856,8 +877,8 @@ mod interruption {
         ));
         let r = world.run(&mut c, 5);
         assert_eq!(queue.waiting(), 0);
-        assert_eq!(events(&r, "recommended").count(), 1);
-        assert_eq!(events(&r, "interrupted").count(), 0);
+        assert_eq!(events(&r, DisruptionAction::Recommended).count(), 1);
+        assert_eq!(events(&r, DisruptionAction::Interrupted).count(), 0);
         assert!(
             r.iter()
                 .all(|s| s.created.is_empty() && s.errors.is_empty())

@@ -5,13 +5,8 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use joiner_model::api::{EC2NodeClass, NodePool};
+use joiner_model::kinds::{KINDS, Kind};
 use joiner_model::{Manifests, Source, Sourced};
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
-use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
-};
 
 use super::{ClusterStore, Deleted, ObjectKey, Resource, StoreError};
 use crate::clock::{Clock, k8s_time};
@@ -84,22 +79,34 @@ impl InMemoryCluster {
             }
             Ok(())
         }
-        put(self, &joiner_model::workloads::expand_workloads(m))?;
-        put(self, &m.nodes)?;
-        put(self, &m.daemon_sets)?;
-        put(self, &m.node_pools)?;
-        put(self, &m.node_classes)?;
-        put(self, &m.config_maps)?;
-        put(self, &m.device_classes)?;
-        put(self, &m.resource_claims)?;
-        put(self, &m.resource_claim_templates)?;
-        put(self, &m.resource_slices)?;
+        for k in KINDS {
+            match k.kind {
+                // A cluster holds the pods its workloads' controllers made.
+                Kind::Pod => put(self, &joiner_model::workloads::expand_workloads(m))?,
+                Kind::Node => put(self, &m.nodes)?,
+                Kind::DaemonSet => put(self, &m.daemon_sets)?,
+                Kind::NodePool => put(self, &m.node_pools)?,
+                Kind::NodeClaim => put(self, &m.node_claims)?,
+                Kind::EC2NodeClass => put(self, &m.node_classes)?,
+                Kind::ConfigMap => put(self, &m.config_maps)?,
+                Kind::DeviceClass => put(self, &m.device_classes)?,
+                Kind::ResourceClaim => put(self, &m.resource_claims)?,
+                Kind::ResourceClaimTemplate => put(self, &m.resource_claim_templates)?,
+                Kind::ResourceSlice => put(self, &m.resource_slices)?,
+                Kind::PodDisruptionBudget => put(self, &m.pod_disruption_budgets)?,
+                // Expanded into pods above; the catalog is not a cluster object.
+                Kind::Deployment
+                | Kind::ReplicaSet
+                | Kind::StatefulSet
+                | Kind::Job
+                | Kind::InstanceType => {}
+            }
+        }
         Ok(())
     }
 
     /// The cluster as the planner reads it: every kind [`joiner_model::Manifests`] holds that
-    /// is stored here, each from `cluster`. NodeClaims are not in it; the provisioner adds them
-    /// as nodes.
+    /// is stored here, NodeClaims included.
     pub fn manifests(&self) -> Result<Manifests, StoreError> {
         manifests_of(self)
     }
@@ -125,16 +132,28 @@ pub fn manifests_of<S: ClusterStore + ?Sized>(store: &S) -> Result<Manifests, St
             .collect())
     }
     let mut m = Manifests::default();
-    m.pods = all::<Pod, S>(store)?;
-    m.nodes = all::<Node, S>(store)?;
-    m.daemon_sets = all::<DaemonSet, S>(store)?;
-    m.node_pools = all::<NodePool, S>(store)?;
-    m.node_classes = all::<EC2NodeClass, S>(store)?;
-    m.config_maps = all::<ConfigMap, S>(store)?;
-    m.device_classes = all::<DeviceClass, S>(store)?;
-    m.resource_claims = all::<ResourceClaim, S>(store)?;
-    m.resource_claim_templates = all::<ResourceClaimTemplate, S>(store)?;
-    m.resource_slices = all::<ResourceSlice, S>(store)?;
+    for k in KINDS {
+        match k.kind {
+            Kind::Pod => m.pods = all(store)?,
+            Kind::Node => m.nodes = all(store)?,
+            Kind::DaemonSet => m.daemon_sets = all(store)?,
+            Kind::NodePool => m.node_pools = all(store)?,
+            Kind::NodeClaim => m.node_claims = all(store)?,
+            Kind::EC2NodeClass => m.node_classes = all(store)?,
+            Kind::ConfigMap => m.config_maps = all(store)?,
+            Kind::DeviceClass => m.device_classes = all(store)?,
+            Kind::ResourceClaim => m.resource_claims = all(store)?,
+            Kind::ResourceClaimTemplate => m.resource_claim_templates = all(store)?,
+            Kind::ResourceSlice => m.resource_slices = all(store)?,
+            Kind::PodDisruptionBudget => m.pod_disruption_budgets = all(store)?,
+            // Not stored in a cluster Joiner reads (see the table's `live` column).
+            Kind::Deployment
+            | Kind::ReplicaSet
+            | Kind::StatefulSet
+            | Kind::Job
+            | Kind::InstanceType => {}
+        }
+    }
     Ok(m)
 }
 
@@ -246,6 +265,7 @@ impl ClusterStore for InMemoryCluster {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+    use k8s_openapi::api::core::v1::ConfigMap;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn config_map(name: &str, finalizers: &[&str]) -> ConfigMap {

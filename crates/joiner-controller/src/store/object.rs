@@ -3,8 +3,10 @@
 use std::fmt;
 
 use joiner_model::api::{EC2NodeClass, NodePool};
+use joiner_model::kinds::Kind;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
@@ -12,10 +14,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::nodeclaim::NodeClaim;
+use joiner_model::api::nodeclaim::NodeClaim;
 
 /// A kind the controller stores: its API coordinates and its metadata.
 pub trait Resource: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {
+    /// Its row in Joiner's table of kinds ([`joiner_model::kinds::KINDS`]).
+    const TABLE: Kind;
     const API_VERSION: &'static str;
     const KIND: &'static str;
     /// The resource name in URLs (`nodeclaims`).
@@ -63,12 +67,13 @@ impl fmt::Display for ObjectKey {
 
 /// Kubernetes' own kinds take their coordinates from k8s-openapi.
 macro_rules! k8s_resource {
-    ($($t:ty => $namespaced:expr),* $(,)?) => {$(
+    ($($t:ty => $kind:expr),* $(,)?) => {$(
         impl Resource for $t {
+            const TABLE: Kind = $kind;
             const API_VERSION: &'static str = <$t as k8s_openapi::Resource>::API_VERSION;
             const KIND: &'static str = <$t as k8s_openapi::Resource>::KIND;
             const PLURAL: &'static str = <$t as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-            const NAMESPACED: bool = $namespaced;
+            const NAMESPACED: bool = $kind.info().namespaced;
             fn meta(&self) -> &ObjectMeta {
                 &self.metadata
             }
@@ -80,24 +85,27 @@ macro_rules! k8s_resource {
 }
 
 k8s_resource!(
-    Pod => true,
-    Node => false,
-    ConfigMap => true,
-    DaemonSet => true,
-    DeviceClass => false,
-    ResourceClaim => true,
-    ResourceClaimTemplate => true,
-    ResourceSlice => false,
+    Pod => Kind::Pod,
+    Node => Kind::Node,
+    ConfigMap => Kind::ConfigMap,
+    DaemonSet => Kind::DaemonSet,
+    DeviceClass => Kind::DeviceClass,
+    ResourceClaim => Kind::ResourceClaim,
+    ResourceClaimTemplate => Kind::ResourceClaimTemplate,
+    ResourceSlice => Kind::ResourceSlice,
+    PodDisruptionBudget => Kind::PodDisruptionBudget,
 );
 
 /// Custom resources Joiner defines the types of.
 macro_rules! custom_resource {
-    ($t:ty, $api:expr, $kind:expr, $plural:expr) => {
+    ($t:ty, $kind:expr, $plural:expr) => {
         impl Resource for $t {
-            const API_VERSION: &'static str = $api;
-            const KIND: &'static str = $kind;
+            const TABLE: Kind = $kind;
+            // The served version is the table's first.
+            const API_VERSION: &'static str = $kind.info().versions[0];
+            const KIND: &'static str = $kind.as_str();
             const PLURAL: &'static str = $plural;
-            const NAMESPACED: bool = false;
+            const NAMESPACED: bool = $kind.info().namespaced;
             fn meta(&self) -> &ObjectMeta {
                 &self.metadata
             }
@@ -108,11 +116,35 @@ macro_rules! custom_resource {
     };
 }
 
-custom_resource!(NodeClaim, "karpenter.sh/v1", "NodeClaim", "nodeclaims");
-custom_resource!(NodePool, "karpenter.sh/v1", "NodePool", "nodepools");
-custom_resource!(
-    EC2NodeClass,
-    "karpenter.k8s.aws/v1",
-    "EC2NodeClass",
-    "ec2nodeclasses"
-);
+custom_resource!(NodeClaim, Kind::NodeClaim, "nodeclaims");
+custom_resource!(NodePool, Kind::NodePool, "nodepools");
+custom_resource!(EC2NodeClass, Kind::EC2NodeClass, "ec2nodeclasses");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agrees<K: Resource>() {
+        let row = K::TABLE.info();
+        assert_eq!(row.name, K::KIND);
+        assert_eq!(row.namespaced, K::NAMESPACED, "{}", K::KIND);
+        assert!(row.versions.contains(&K::API_VERSION), "{}", K::KIND);
+    }
+
+    /// Kubernetes' own coordinates (from k8s-openapi) agree with Joiner's table of kinds.
+    #[test]
+    fn stored_kinds_agree_with_the_table() {
+        agrees::<Pod>();
+        agrees::<Node>();
+        agrees::<ConfigMap>();
+        agrees::<DaemonSet>();
+        agrees::<DeviceClass>();
+        agrees::<ResourceClaim>();
+        agrees::<ResourceClaimTemplate>();
+        agrees::<ResourceSlice>();
+        agrees::<PodDisruptionBudget>();
+        agrees::<NodeClaim>();
+        agrees::<NodePool>();
+        agrees::<EC2NodeClass>();
+    }
+}

@@ -12,15 +12,16 @@ use std::time::Duration;
 use joiner_controller::clock::{Clock, ManualClock};
 use joiner_controller::cloud::{
     CloudError, CloudInstanceType, CloudProvider, Instance, InstanceState, LaunchRequest, Launched,
-    NODECLAIM_TAG, SimulatedCloud,
+    SimulatedCloud,
 };
 use joiner_controller::kubelet::SimulatedKubelet;
-use joiner_controller::nodeclaim::{NodeClaim, conditions, labels};
 use joiner_controller::store::{ClusterStore, Deleted, InMemoryCluster, Resource, StoreError};
 use joiner_controller::{Config, Controller, StepReport};
 use joiner_engine::catalog::Catalog;
 use joiner_model::Manifests;
+use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 use joiner_model::settings::Settings;
+use joiner_model::wellknown::{labels, tags};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 pub const CLUSTER: &str = "lab";
@@ -132,7 +133,7 @@ impl World {
             .iter()
             .filter(|c| !c.is_true(conditions::INITIALIZED))
         {
-            let need = c.label(labels::NEED_HASH).unwrap_or_default().to_string();
+            let need = c.label(labels::NEED).unwrap_or_default().to_string();
             assert!(
                 seen.insert(need.clone()),
                 "two in-flight NodeClaims for need {need}"
@@ -144,7 +145,7 @@ impl World {
     pub fn assert_one_instance_per_claim(&self) {
         let mut per: BTreeMap<String, usize> = BTreeMap::new();
         for i in self.running() {
-            if let Some(n) = i.tags.get(NODECLAIM_TAG) {
+            if let Some(n) = i.tags.get(tags::NODECLAIM) {
                 *per.entry(n.clone()).or_default() += 1;
             }
         }

@@ -7,9 +7,11 @@ use std::sync::OnceLock;
 use joiner_model::{Format, Price, Quantity, ResourceList};
 use serde::Deserialize;
 
-use super::labels::{self as l, lower_kebab, parse_name};
+use joiner_model::wellknown::labels as l;
+
+use super::names::{lower_kebab, parse_name};
 use super::overhead::vm_adjusted_memory_mib;
-use super::{CapacityType, GpuInfo, InstanceType, Offering, resource};
+use super::{CapacityType, GpuInfo, InstanceType, Offering, resources};
 
 /// The region whose prices the built-in data holds.
 pub const BUILTIN_PRICE_REGION: &str = "us-east-1";
@@ -108,24 +110,24 @@ fn capacity(raw: &RawType, vm_ppm: u32) -> ResourceList {
     let mut put = |name: &str, q: Quantity| {
         capacity.insert(name.to_string(), q);
     };
-    put(resource::CPU, Quantity::from_units(raw.vcpu.into()));
+    put(resources::CPU, Quantity::from_units(raw.vcpu.into()));
     put(
-        resource::MEMORY,
+        resources::MEMORY,
         Quantity::from_nanos(
             i128::from(memory_mib) * (1 << 20) * 1_000_000_000,
             Format::BinarySI,
         ),
     );
     put(
-        resource::EPHEMERAL_STORAGE,
+        resources::EPHEMERAL_STORAGE,
         Quantity::from_bytes_binary(DEFAULT_ROOT_VOLUME_GIB << 30),
     );
-    put(resource::PODS, Quantity::from_units(raw.max_pods.into()));
+    put(resources::PODS, Quantity::from_units(raw.max_pods.into()));
     let gpus = raw.gpu.as_ref().map_or(0, |g| g.resource);
     for (name, count) in [
-        (resource::NVIDIA_GPU, gpus),
-        (resource::EFA, raw.efa),
-        (resource::POD_ENI, raw.pod_eni),
+        (resources::NVIDIA_GPU, gpus),
+        (resources::EFA, raw.efa),
+        (resources::POD_ENI, raw.pod_eni),
     ] {
         if count > 0 {
             put(name, Quantity::from_units(count.into()));

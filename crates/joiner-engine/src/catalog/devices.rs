@@ -22,7 +22,7 @@ use k8s_openapi::api::resource::v1::{CounterSet, Device};
 
 pub use builtin::builtin_templates;
 pub use classes::{EFA_DEVICE_CLASS, GPU_DEVICE_CLASS, default_device_classes};
-pub use consumable::{CONSUMABLE_CAPACITY_ANNOTATION, ConsumableCapacity, ConsumableCapacityError};
+pub use consumable::{ConsumableCapacity, ConsumableCapacityError};
 pub use slices::{RUNTIME_PLACEHOLDER, TemplateOptions};
 
 /// The NVIDIA GPU DRA driver.

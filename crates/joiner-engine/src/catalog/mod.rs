@@ -14,7 +14,7 @@
 
 mod builtin;
 pub mod devices;
-pub mod labels;
+pub mod names;
 mod overhead;
 mod user;
 
@@ -31,54 +31,35 @@ pub use builtin::{BUILTIN_PRICE_REGION, DEFAULT_VM_MEMORY_OVERHEAD_PPM};
 pub use overhead::Overhead;
 pub use user::user_instance_type;
 
-/// Resource names the catalog fills in.
-pub mod resource {
-    pub const CPU: &str = "cpu";
-    pub const MEMORY: &str = "memory";
-    pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
-    pub const PODS: &str = "pods";
-    /// Whole physical NVIDIA GPUs, as Karpenter counts them (before any device-plugin sharing).
-    pub const NVIDIA_GPU: &str = "nvidia.com/gpu";
-    /// Elastic Fabric Adapter interfaces.
-    pub const EFA: &str = "vpc.amazonaws.com/efa";
-    /// Branch network interfaces for security groups per pod.
-    pub const POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
+pub use joiner_model::wellknown::{CapacityType, resources};
+
+/// One way to buy an instance type: where and how. Offerings known to be unavailable for a
+/// while (insufficient capacity, a spot offering just reclaimed) are named by it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OfferingKey {
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: CapacityType,
 }
 
-/// How an instance is bought; the value of the `karpenter.sh/capacity-type` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum CapacityType {
-    OnDemand,
-    Spot,
-    /// Capacity reservations (ODCRs, capacity blocks): already paid for.
-    Reserved,
-}
-
-impl CapacityType {
-    pub const ALL: [CapacityType; 3] = [
-        CapacityType::OnDemand,
-        CapacityType::Spot,
-        CapacityType::Reserved,
-    ];
-
-    /// The label value: `on-demand`, `spot` or `reserved`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CapacityType::OnDemand => "on-demand",
-            CapacityType::Spot => "spot",
-            CapacityType::Reserved => "reserved",
+impl OfferingKey {
+    /// The key of `instance_type`'s `offering`.
+    pub fn of(instance_type: &str, offering: &Offering) -> OfferingKey {
+        OfferingKey {
+            instance_type: instance_type.to_string(),
+            zone: offering.zone.clone(),
+            capacity_type: offering.capacity_type,
         }
     }
-
-    /// Reads a label value; `None` for anything Karpenter does not know.
-    pub fn parse(value: &str) -> Option<CapacityType> {
-        CapacityType::ALL.into_iter().find(|c| c.as_str() == value)
-    }
 }
 
-impl fmt::Display for CapacityType {
+impl fmt::Display for OfferingKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        write!(
+            f,
+            "{}/{}/{}",
+            self.instance_type, self.zone, self.capacity_type
+        )
     }
 }
 
@@ -194,21 +175,21 @@ impl InstanceType {
     pub fn capacity_for(&self, shape: &NodeShape) -> Result<ResourceList, CatalogError> {
         let mut capacity = self.capacity.clone();
         if let Some(volume) = shape.root_volume {
-            capacity.insert(resource::EPHEMERAL_STORAGE.to_string(), volume);
+            capacity.insert(resources::EPHEMERAL_STORAGE.to_string(), volume);
         }
         if let Some(kubelet) = shape.kubelet {
-            let mut pods = self.capacity_of(resource::PODS).units_ceil();
+            let mut pods = self.capacity_of(resources::PODS).units_ceil();
             if let Some(max) = kubelet.max_pods {
                 pods = non_negative("kubelet.maxPods", max)?;
             }
             if let Some(per_core) = kubelet.pods_per_core {
                 let per_core = non_negative("kubelet.podsPerCore", per_core)?;
-                let vcpus = self.capacity_of(resource::CPU).units_ceil();
+                let vcpus = self.capacity_of(resources::CPU).units_ceil();
                 if per_core > 0 {
                     pods = pods.min(per_core.saturating_mul(vcpus));
                 }
             }
-            capacity.insert(resource::PODS.to_string(), pods_quantity(pods));
+            capacity.insert(resources::PODS.to_string(), pods_quantity(pods));
         }
         Ok(capacity)
     }
@@ -222,7 +203,7 @@ impl InstanceType {
             Some(fixed) => overhead::user_overhead(&capacity, fixed, shape.kubelet),
             None => overhead::karpenter_overhead(
                 &capacity,
-                self.capacity_of(resource::PODS),
+                self.capacity_of(resources::PODS),
                 shape.kubelet,
             ),
         }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use joiner_model::api::KubeletConfiguration;
 use joiner_model::{Format, Quantity, ResourceList};
 
-use super::{CatalogError, resource};
+use super::{CatalogError, resources};
 
 const NANO: i128 = 1_000_000_000;
 const MIB: i128 = 1 << 20;
@@ -102,13 +102,13 @@ pub(crate) fn karpenter_overhead(
     kubelet: Option<&KubeletConfiguration>,
 ) -> Result<Overhead, CatalogError> {
     let get = |name: &str| capacity.get(name).copied().unwrap_or(Quantity::ZERO);
-    let storage = get(resource::EPHEMERAL_STORAGE);
+    let storage = get(resources::EPHEMERAL_STORAGE);
 
     let mut kube_reserved = ResourceList::new();
     kube_reserved.insert(
-        resource::CPU.to_string(),
+        resources::CPU.to_string(),
         Quantity::from_nanos(
-            kube_reserved_cpu_millis(get(resource::CPU).milli_ceil()) * (NANO / 1000),
+            kube_reserved_cpu_millis(get(resources::CPU).milli_ceil()) * (NANO / 1000),
             Format::DecimalSI,
         ),
     );
@@ -116,19 +116,19 @@ pub(crate) fn karpenter_overhead(
         .units_ceil()
         .saturating_mul(KUBE_RESERVED_MIB_PER_POD)
         .saturating_add(KUBE_RESERVED_MIB_BASE);
-    kube_reserved.insert(resource::MEMORY.to_string(), binary(pod_mib * MIB));
+    kube_reserved.insert(resources::MEMORY.to_string(), binary(pod_mib * MIB));
     kube_reserved.insert(
-        resource::EPHEMERAL_STORAGE.to_string(),
+        resources::EPHEMERAL_STORAGE.to_string(),
         binary(KUBE_RESERVED_STORAGE_GIB * GIB),
     );
 
     let mut eviction = ResourceList::new();
     eviction.insert(
-        resource::MEMORY.to_string(),
+        resources::MEMORY.to_string(),
         binary(EVICTION_MEMORY_MIB * MIB),
     );
     eviction.insert(
-        resource::EPHEMERAL_STORAGE.to_string(),
+        resources::EPHEMERAL_STORAGE.to_string(),
         percent_of(storage, EVICTION_NODEFS_PERCENT * NANO),
     );
 
@@ -180,8 +180,8 @@ fn apply_kubelet(
     }
     if let Some(m) = &k.eviction_hard {
         for (signal, resource_name) in [
-            ("memory.available", resource::MEMORY),
-            ("nodefs.available", resource::EPHEMERAL_STORAGE),
+            ("memory.available", resources::MEMORY),
+            ("nodefs.available", resources::EPHEMERAL_STORAGE),
         ] {
             if let Some(value) = m.get(signal) {
                 let field = format!("kubelet.evictionHard.{signal}");

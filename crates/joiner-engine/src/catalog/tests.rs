@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use joiner_model::api::KubeletConfiguration;
+use joiner_model::wellknown::labels;
 use joiner_model::{Price, Quantity, ResourceList};
 
 use super::*;
@@ -361,7 +362,7 @@ fn every_builtin_gpu_type_has_dra_templates_that_agree_with_its_gpu_info() {
         let efas = t.pools_of(DRANET_DRIVER).flat_map(|p| &p.devices).count();
         assert_eq!(
             efas as i128 * 1_000_000_000,
-            it.capacity_of(resource::EFA).nanos(),
+            it.capacity_of(resources::EFA).nanos(),
             "{}",
             it.name
         );

@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 
 use joiner_model::{Quantity, ResourceList};
 
-use super::labels::{self as l, parse_name};
-use super::{GpuInfo, InstanceType, Offering, resource};
+use joiner_model::wellknown::labels as l;
+
+use super::names::parse_name;
+use super::{GpuInfo, InstanceType, Offering, resources};
 
 /// Pods a node runs when nothing else says (the kubelet's default `maxPods`).
 const DEFAULT_PODS: i64 = 110;
@@ -38,10 +40,10 @@ pub fn user_instance_type(
     offerings: Vec<Offering>,
 ) -> InstanceType {
     capacity
-        .entry(resource::PODS.to_string())
+        .entry(resources::PODS.to_string())
         .or_insert_with(|| Quantity::from_units(DEFAULT_PODS));
     capacity
-        .entry(resource::EPHEMERAL_STORAGE.to_string())
+        .entry(resources::EPHEMERAL_STORAGE.to_string())
         .or_insert_with(|| Quantity::from_bytes_binary(DEFAULT_EPHEMERAL_STORAGE));
 
     let mut labels = BTreeMap::new();
@@ -62,15 +64,15 @@ pub fn user_instance_type(
             put(key, value.to_string());
         }
     }
-    if let Some(cpu) = capacity.get(resource::CPU).and_then(whole_units) {
+    if let Some(cpu) = capacity.get(resources::CPU).and_then(whole_units) {
         put(l::INSTANCE_CPU, cpu.to_string());
     }
-    if let Some(memory) = capacity.get(resource::MEMORY)
+    if let Some(memory) = capacity.get(resources::MEMORY)
         && memory.nanos() % MIB_NANOS == 0
     {
         put(l::INSTANCE_MEMORY, (memory.nanos() / MIB_NANOS).to_string());
     }
-    let gpus = capacity.get(resource::NVIDIA_GPU).and_then(whole_units);
+    let gpus = capacity.get(resources::NVIDIA_GPU).and_then(whole_units);
     if let Some(count) = gpus.filter(|&c| c > 0) {
         put(l::INSTANCE_GPU_COUNT, count.to_string());
     }

@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use joiner_model::wellknown::resources;
 use joiner_model::{Quantity, ResourceList};
 
-use super::{DevicePluginConfig, GPU_RESOURCE, SharingStrategy};
+use super::{DevicePluginConfig, SharingStrategy};
 use crate::catalog::GpuInfo;
 
 /// The GPUs of a node, as the device plugin and gpu-feature-discovery see them.
@@ -57,7 +58,7 @@ impl NodeGpuResources {
     /// Puts the advertised resources into a node's capacity or allocatable, replacing the whole
     /// GPU count there (which a renamed resource hides entirely).
     pub fn apply(&self, resources: &mut ResourceList) {
-        resources.remove(GPU_RESOURCE);
+        resources.remove(resources::NVIDIA_GPU);
         resources.extend(self.resources.iter().map(|(k, v)| (k.clone(), *v)));
     }
 }
@@ -69,7 +70,7 @@ pub fn node_resources(gpus: &NodeGpus, config: Option<&DevicePluginConfig>) -> N
     if gpus.count == 0 {
         return NodeGpuResources::default();
     }
-    let replication = config.and_then(|c| c.replication(GPU_RESOURCE));
+    let replication = config.and_then(|c| c.replication(resources::NVIDIA_GPU));
     let replicas = replication.map_or(1, |(_, r)| r.replicas);
     let shared = replicas > 1;
     let renamed = replication.and_then(|(_, r)| r.rename.as_deref());
@@ -77,13 +78,13 @@ pub fn node_resources(gpus: &NodeGpus, config: Option<&DevicePluginConfig>) -> N
 
     let mut resources = ResourceList::new();
     resources.insert(
-        renamed.unwrap_or(GPU_RESOURCE).to_string(),
+        renamed.unwrap_or(resources::NVIDIA_GPU).to_string(),
         Quantity::from_units(i64::from(gpus.count) * i64::from(replicas)),
     );
 
     let mut labels = BTreeMap::new();
     let mut put = |suffix: &str, value: String| {
-        labels.insert(format!("{GPU_RESOURCE}.{suffix}"), value);
+        labels.insert(format!("{}.{suffix}", resources::NVIDIA_GPU), value);
     };
     put("present", "true".to_string());
     put("count", gpus.count.to_string());

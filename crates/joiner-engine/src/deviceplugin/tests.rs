@@ -1,5 +1,6 @@
 use std::collections::BTreeMap;
 
+use joiner_model::wellknown::labels;
 use joiner_model::{Quantity, Source};
 use k8s_openapi::api::core::v1::ConfigMap;
 
@@ -222,7 +223,7 @@ data:
 "#;
     let configs = configs(yaml, None);
     assert_eq!(configs.keys().collect::<Vec<_>>(), ["a", "b"]);
-    let labelled = labels(&[(CONFIG_LABEL, "b")]);
+    let labelled = labels(&[(labels::NVIDIA_DEVICE_PLUGIN_CONFIG, "b")]);
     assert!(matches!(
         configs.select(&labelled),
         Selection::Config {
@@ -238,7 +239,7 @@ data:
         unreachable!()
     };
     assert!(reason.to_string().contains("no default config"));
-    let unknown = labels(&[(CONFIG_LABEL, "c")]);
+    let unknown = labels(&[(labels::NVIDIA_DEVICE_PLUGIN_CONFIG, "c")]);
     assert_eq!(
         configs.select(&unknown),
         Selection::NoConfig(NoConfig::UnknownKey("c"))

@@ -15,6 +15,7 @@
 //! node expires, drifts or is interrupted (they need the controller's clock, objects and events).
 
 use joiner_model::Price;
+use joiner_model::wellknown::DisruptionReason;
 use serde::Serialize;
 
 use crate::plan::{Binding, PlannedNodeClaim, Unschedulable};
@@ -23,20 +24,12 @@ use crate::scheduling::{Baseline, Consolidation, SchedulingInput};
 /// How many candidates a multi-node move considers at most (Karpenter's limit too).
 const MAX_MULTI_NODE: usize = 100;
 
-/// Why nodes are disrupted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Reason {
-    /// No pods but DaemonSet pods.
-    Empty,
-    /// Their pods fit elsewhere, or on cheaper nodes.
-    Underutilized,
-}
-
 /// One consolidation move.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Decision {
-    pub reason: Reason,
+    /// `Empty` or `Underutilized`.
+    pub reason: DisruptionReason,
     /// The nodes to remove.
     pub nodes: Vec<String>,
     /// New nodes to launch first (empty: the pods fit on the remaining nodes).
@@ -61,7 +54,7 @@ pub fn consolidate(input: &SchedulingInput) -> Vec<Decision> {
         candidates.iter().partition(|c| c.pods == 0);
     if !empty.is_empty() {
         decisions.push(Decision {
-            reason: Reason::Empty,
+            reason: DisruptionReason::Empty,
             nodes: empty
                 .iter()
                 .map(|c| input.nodes[c.node].name.clone())
@@ -118,14 +111,14 @@ fn pool_of(input: &SchedulingInput, node: usize) -> Option<&crate::scheduling::P
     input.pools.iter().find(|p| &p.name == name)
 }
 
-/// Nodes a NodePool manages, with a known price, not marked do-not-disrupt and running no pod
-/// that is; fewest pods first (cheapest to disrupt), then the most expensive.
+/// Nodes a NodePool manages that are consolidation candidates (not marked do-not-disrupt),
+/// with a known price and running no pod marked do-not-disrupt; fewest pods first (cheapest to disrupt), then the most expensive.
 fn candidates(input: &SchedulingInput) -> Vec<Candidate> {
     let mut out: Vec<Candidate> = input
         .nodes
         .iter()
         .enumerate()
-        .filter(|(i, n)| pool_of(input, *i).is_some() && !n.do_not_disrupt)
+        .filter(|(i, n)| pool_of(input, *i).is_some() && n.consolidation_candidate)
         .filter_map(|(i, n)| {
             let on_node = || {
                 input
@@ -179,7 +172,7 @@ fn evaluate(
         return None;
     }
     Some(Decision {
-        reason: Reason::Underutilized,
+        reason: DisruptionReason::Underutilized,
         nodes: removed
             .iter()
             .map(|c| input.nodes[c.node].name.clone())

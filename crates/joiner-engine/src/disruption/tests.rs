@@ -50,7 +50,7 @@ fn decide(docs: &[&str], dra: bool) -> Vec<Decision> {
     consolidate(
         &ClusterSnapshot::build(&m, &settings, &Options::default())
             .unwrap()
-            .input,
+            .input(),
     )
 }
 
@@ -62,7 +62,7 @@ fn empty_nodes_are_deleted() {
     );
     let p = pod("web", "a", "1");
     let d = decide(&[POOL, &a, &b, &p], false);
-    assert_eq!(d[0].reason, Reason::Empty);
+    assert_eq!(d[0].reason, DisruptionReason::Empty);
     assert_eq!(d[0].nodes, vec!["b"]);
     assert_eq!(d[0].savings_per_hour, Price::from_usd(0.192).unwrap());
 }
@@ -77,7 +77,7 @@ fn pods_that_fit_elsewhere_free_their_node() {
     let d = decide(&[POOL, &a, &b, &p, &q], false);
     // Replacing both by one m5.2xlarge saves as much as deleting one: the gentler move wins.
     assert_eq!(d.len(), 1);
-    assert_eq!(d[0].reason, Reason::Underutilized);
+    assert_eq!(d[0].reason, DisruptionReason::Underutilized);
     assert_eq!(d[0].nodes.len(), 1);
     assert!(d[0].replacements.is_empty());
     assert_eq!(d[0].savings_per_hour, Price::from_usd(0.384).unwrap());
@@ -184,7 +184,8 @@ fn input_of(docs: &[&str]) -> SchedulingInput {
     m.finish();
     ClusterSnapshot::build(&m, &Settings::default(), &Options::default())
         .unwrap()
-        .input
+        .input()
+        .clone()
 }
 
 /// Expiry, drift and interruption replace a node even when the replacement costs as much: the
@@ -281,7 +282,7 @@ spec:
     );
     let d = decide(&[pools, &gpu_node, &a, &b], false);
     assert_eq!(d.len(), 1, "{d:?}");
-    assert_eq!(d[0].reason, Reason::Underutilized);
+    assert_eq!(d[0].reason, DisruptionReason::Underutilized);
     assert_eq!(d[0].nodes, vec!["gpu-node"]);
     assert_eq!(d[0].replacements.len(), 1);
     let r = &d[0].replacements[0];

@@ -43,6 +43,14 @@ pub struct ExistingNode {
     pub price: Option<Price>,
     /// `karpenter.sh/do-not-disrupt: "true"` on the node.
     pub do_not_disrupt: bool,
+    /// Whether consolidation may consider it: not do-not-disrupt, and among the candidates the
+    /// controller chose (nodes whose pods have settled for `consolidateAfter`).
+    pub consolidation_candidate: bool,
+    /// The NodeClaim this machine was launched for, when one is known.
+    pub node_claim: Option<String>,
+    /// Still launching: a NodeClaim not yet initialized with its Node. Its resources are what
+    /// its instance type will offer; pods planned here wait for it.
+    pub in_flight: bool,
 }
 
 /// When a NodePool lets Joiner remove or replace its nodes to save money.

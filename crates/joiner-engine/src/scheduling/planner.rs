@@ -23,9 +23,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 
 use joiner_model::Price;
+use joiner_model::wellknown::labels;
 
 use super::SchedulingInput;
-use super::pod::ZONE_KEY;
+
 use super::resources::{self, Amounts, ResourceIndex};
 use super::taints;
 use super::topology::{Constraint, Domains, Topology};
@@ -43,12 +44,6 @@ mod rejections;
 
 use pools::{Pool, build_pool, cheapest_offering, copies_that_fit, option_price};
 use rejections::{NewRejections, Rejected, Rejection, clear_bits, set_bit};
-
-pub const CAPACITY_TYPE_KEY: &str = "karpenter.sh/capacity-type";
-/// NodeClaim annotation listing the DRA drivers whose devices its pods were given.
-pub const REQUESTED_DRA_DRIVERS: &str = "karpenter.sh/requested-dra-drivers";
-pub const NODEPOOL_KEY: &str = "karpenter.sh/nodepool";
-pub const INSTANCE_TYPE_KEY: &str = "node.kubernetes.io/instance-type";
 
 /// How many of the most recent compatible NodeClaims are considered for growing to a larger
 /// instance type. Growing is rarely cheaper than a new node except for the newest, least full
@@ -325,7 +320,7 @@ impl<'a> Planner<'a> {
             input
                 .nodes
                 .iter()
-                .filter_map(|n| n.labels.get(ZONE_KEY).cloned()),
+                .filter_map(|n| n.labels.get(labels::ZONE).cloned()),
         );
         let zone_names: Vec<String> = zones.into_iter().collect();
         let zone_ids: HashMap<String, u32> = zone_names
@@ -484,7 +479,7 @@ impl<'a> Planner<'a> {
             by_name.insert(&n.name, i);
             let zone = n
                 .labels
-                .get(ZONE_KEY)
+                .get(labels::ZONE)
                 .and_then(|z| self.zone_ids.get(z))
                 .copied();
             self.existing.push(ExistingState {
@@ -799,7 +794,7 @@ impl<'a> Planner<'a> {
         (0..self.zone_names.len() as u32)
             .filter(|&z| {
                 alts.iter().any(|a| {
-                    a.get(ZONE_KEY)
+                    a.get(labels::ZONE)
                         .is_none_or(|r| r.matches(Some(&self.zone_names[z as usize])))
                 })
             })
@@ -810,8 +805,8 @@ impl<'a> Planner<'a> {
     fn defined(&self, pool: &Pool, alt: &Requirements) -> bool {
         alt.iter().all(|(k, r)| {
             !r.requires_presence()
-                || k == ZONE_KEY
-                || k == CAPACITY_TYPE_KEY
+                || k == labels::ZONE
+                || k == labels::CAPACITY_TYPE
                 || pool.defined_keys.contains(k)
                 || pool.options.iter().any(|o| o.labels.contains_key(k))
         })

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use joiner_model::wellknown::{annotations, labels};
 use joiner_model::{InputError, ObjectRef, ResourceList, Source, pod_requests};
 use k8s_openapi::api::core::v1::{
     NodeSelectorRequirement, NodeSelectorTerm, Pod, PodAffinityTerm, Toleration,
@@ -10,12 +11,6 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::requirements::{Labels, Requirement, Requirements};
-
-/// The topology keys Joiner understands for spread and pod (anti-)affinity.
-pub const ZONE_KEY: &str = "topology.kubernetes.io/zone";
-pub const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
-/// Karpenter's annotation that keeps a pod's or node's node from voluntary disruption.
-pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 
 /// Which domain a topology constraint counts in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -27,8 +22,8 @@ pub enum TopologyKey {
 impl TopologyKey {
     pub fn parse(key: &str) -> Option<TopologyKey> {
         match key {
-            ZONE_KEY | "failure-domain.beta.kubernetes.io/zone" => Some(TopologyKey::Zone),
-            HOSTNAME_KEY => Some(TopologyKey::Hostname),
+            labels::ZONE | "failure-domain.beta.kubernetes.io/zone" => Some(TopologyKey::Zone),
+            labels::HOSTNAME => Some(TopologyKey::Hostname),
             _ => None,
         }
     }
@@ -340,7 +335,7 @@ impl PodInfo {
                 .metadata
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get(DO_NOT_DISRUPT))
+                .and_then(|a| a.get(annotations::DO_NOT_DISRUPT))
                 .is_some_and(|v| v == "true"),
             daemon_set: pod
                 .metadata

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use joiner_dra::{Features, KubeVersion};
 use joiner_model::settings::Settings;
+use joiner_model::wellknown::{annotations, labels};
 use joiner_model::{InputError, Manifests, ObjectRef, Sourced};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
@@ -13,11 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::catalog::Catalog;
 use crate::catalog::devices::{TemplateOptions, default_device_classes};
-use crate::scheduling::DraInput;
-use crate::scheduling::planner::{INSTANCE_TYPE_KEY, NODEPOOL_KEY};
-
-/// Karpenter marks a node initialized once its resources and drivers are ready.
-const INITIALIZED_KEY: &str = "karpenter.sh/initialized";
+use crate::scheduling::{DraInput, ExistingNode};
 
 /// The cluster's DRA feature gates: the Kubernetes version's defaults, then the explicit ones.
 pub(super) fn features(settings: &Settings, warnings: &mut Vec<String>) -> Features {
@@ -49,6 +46,7 @@ pub(super) fn build(
     m: &Manifests,
     settings: &Settings,
     catalog: &Catalog,
+    machines: &[ExistingNode],
     pods: &[Option<&Sourced<Pod>>],
     template_options: &BTreeMap<String, TemplateOptions>,
     warnings: &mut Vec<String>,
@@ -71,16 +69,17 @@ pub(super) fn build(
     // templates, never by whatever slices they already published.
     let mut slices: Vec<ResourceSlice> = Vec::new();
     let mut by_template = BTreeSet::new();
-    for n in &m.nodes {
-        let labels = n.object.metadata.labels.clone().unwrap_or_default();
-        let (Some(pool), Some(it)) = (labels.get(NODEPOOL_KEY), labels.get(INSTANCE_TYPE_KEY))
-        else {
+    for n in machines {
+        let (Some(pool), Some(it)) = (
+            n.labels.get(labels::NODEPOOL),
+            n.labels.get(labels::INSTANCE_TYPE),
+        ) else {
             continue;
         };
-        if labels.get(INITIALIZED_KEY).map(String::as_str) == Some("true") {
+        if n.labels.get(labels::INITIALIZED).map(String::as_str) == Some("true") {
             continue;
         }
-        let name = n.object.metadata.name.clone().unwrap_or_default();
+        let name = n.name.clone();
         if let (Some(templates), Some(opts)) = (
             catalog.get(it).and_then(|t| t.devices.clone()),
             template_options.get(pool),
@@ -237,12 +236,13 @@ pub(super) fn template_options(
     class: &Sourced<joiner_model::api::EC2NodeClass>,
     warnings: &mut Vec<String>,
 ) -> TemplateOptions {
-    use crate::catalog::devices::{CONSUMABLE_CAPACITY_ANNOTATION, ConsumableCapacity};
+    use crate::catalog::devices::ConsumableCapacity;
     let consumable = ConsumableCapacity::from_annotations(class.object.metadata.annotations.as_ref()).unwrap_or_else(|e| {
         warnings.push(format!(
-            "{}: EC2NodeClass/{}: metadata.annotations.{CONSUMABLE_CAPACITY_ANNOTATION}: {e}; GPU sharing is disabled for its nodes",
+            "{}: EC2NodeClass/{}: metadata.annotations.{key}: {e}; GPU sharing is disabled for its nodes",
             class.origin,
-            class.object.metadata.name.as_deref().unwrap_or_default()
+            class.object.metadata.name.as_deref().unwrap_or_default(),
+            key = annotations::NVIDIA_CONSUMABLE_CAPACITY,
         ));
         ConsumableCapacity::Disabled
     });

@@ -3,38 +3,39 @@
 //! This is where the inputs meet: NodePools are joined with their EC2NodeClasses and the
 //! instance catalog (kubelet settings and root volume change allocatable), the NVIDIA
 //! device-plugin config turns GPUs into time-sliced replicas and GPU feature discovery labels,
-//! workloads become pods, and every object is validated with errors that name it.
+//! workloads become pods, Nodes and in-flight NodeClaims become one machine each
+//! ([`machines`]), and every object is validated with errors that name it.
+//!
+//! A [`SnapshotBuilder`] takes everything that shapes the snapshot: the objects, the settings,
+//! offerings known to be unavailable and the nodes consolidation may consider. It builds once;
+//! the result is immutable and read through accessors, and its warnings are produced here and
+//! nowhere else.
 
 mod dra;
+pub mod machines;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use joiner_model::api::EC2NodeClass;
 use joiner_model::api::nodepool::NodePool;
-use joiner_model::resources::parse_resource_list;
 use joiner_model::settings::Settings;
 use joiner_model::workloads::{daemon_set_pod, expand_workloads};
-use joiner_model::{InputError, Manifests, ObjectRef, Quantity, ResourceList, Sourced};
-use k8s_openapi::api::core::v1::Node;
+use joiner_model::{InputError, Manifests, ObjectRef, Quantity, Sourced};
 
 use crate::catalog::devices::{DeviceTemplates, TemplateOptions, builtin_templates};
 use crate::catalog::{
-    CapacityType, Catalog, InstanceType, NodeShape, Offering, user_instance_type,
+    CapacityType, Catalog, InstanceType, NodeShape, Offering, OfferingKey, user_instance_type,
 };
 use crate::deviceplugin::{DevicePluginConfigs, NodeGpus, node_resources};
 use crate::plan::{Plan, Unschedulable};
 use crate::requirements::{Requirement, Requirements};
-use crate::scheduling::planner::{CAPACITY_TYPE_KEY, INSTANCE_TYPE_KEY, NODEPOOL_KEY};
-use crate::scheduling::pod::{DO_NOT_DISRUPT, ZONE_KEY};
+
 use crate::scheduling::{
     Consolidation, DaemonInput, DeviceSource, ExistingNode, LaunchOffering, LaunchOption, PodInfo,
     PoolInput, SchedulingInput, schedule,
 };
 use joiner_model::api::nodepool::ConsolidationPolicy;
-
-/// The taint Kubernetes gives a cordoned node.
-const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
 /// How to build a snapshot beyond what the settings say.
 #[derive(Debug, Clone)]
@@ -54,20 +55,47 @@ impl Default for Options {
 /// One cluster, ready to plan.
 #[derive(Debug, Clone)]
 pub struct ClusterSnapshot {
-    pub input: SchedulingInput,
+    input: SchedulingInput,
     /// Pods decided before scheduling (DRA pods while DRA is off).
-    pub decided: Vec<Unschedulable>,
+    decided: Vec<Unschedulable>,
     /// Things the user should know (skipped NodePools, defaults taken).
-    pub warnings: Vec<String>,
+    warnings: Vec<String>,
 }
 
-impl ClusterSnapshot {
+/// Gathers what shapes a [`ClusterSnapshot`]; see [`ClusterSnapshot::builder`].
+#[derive(Debug, Clone)]
+pub struct SnapshotBuilder<'a> {
+    manifests: &'a Manifests,
+    settings: &'a Settings,
+    options: &'a Options,
+    unavailable: Option<&'a BTreeSet<OfferingKey>>,
+    candidates: Option<&'a BTreeSet<String>>,
+}
+
+impl<'a> SnapshotBuilder<'a> {
+    /// Offerings known to be unavailable now (insufficient capacity, a spot offering just
+    /// reclaimed): not planned on.
+    pub fn unavailable(mut self, offerings: &'a BTreeSet<OfferingKey>) -> Self {
+        self.unavailable = Some(offerings);
+        self
+    }
+
+    /// Only these nodes (by name) may be consolidated; without a set, every node not marked
+    /// do-not-disrupt may be.
+    pub fn consolidation_candidates(mut self, nodes: &'a BTreeSet<String>) -> Self {
+        self.candidates = Some(nodes);
+        self
+    }
+
     /// Validates and joins the inputs. Nothing is planned here.
-    pub fn build(
-        m: &Manifests,
-        settings: &Settings,
-        options: &Options,
-    ) -> Result<ClusterSnapshot, InputError> {
+    pub fn build(self) -> Result<ClusterSnapshot, InputError> {
+        let SnapshotBuilder {
+            manifests: m,
+            settings,
+            options,
+            unavailable,
+            candidates,
+        } = self;
         let mut warnings = Vec::new();
         let catalog = build_catalog(m, settings, options)?;
         let plugin = device_plugin_configs(m, settings)?;
@@ -79,6 +107,8 @@ impl ClusterSnapshot {
 
         // DRA is modelled unless the settings say to ignore claims (Karpenter's default).
         let dra_on = !settings.ignore_dra_requests;
+        let empty = BTreeSet::new();
+        let unavailable = unavailable.unwrap_or(&empty);
         let mut template_options = BTreeMap::new();
         let mut pools = Vec::new();
         for np in &m.node_pools {
@@ -95,16 +125,23 @@ impl ClusterSnapshot {
             if let Some(opts) = devices {
                 template_options.insert(name.clone(), opts);
             }
-            pools.push(build_pool(np, class, &catalog, plugin.as_ref(), devices)?);
+            pools.push(build_pool(
+                np,
+                class,
+                &catalog,
+                plugin.as_ref(),
+                devices,
+                unavailable,
+            )?);
         }
 
-        let mut nodes = m
-            .nodes
-            .iter()
-            .map(|n| existing_node(n, &catalog))
-            .collect::<Result<Vec<_>, _>>()?;
-        // Existing nodes are tried in name order, so the plan does not depend on file order.
-        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut nodes =
+            machines::machines(&m.nodes, &m.node_claims, &pools, &catalog, &mut warnings)?;
+        if let Some(candidates) = candidates {
+            for n in &mut nodes {
+                n.consolidation_candidate &= candidates.contains(&n.name);
+            }
+        }
 
         let mut pods = Vec::new();
         let mut decided = Vec::new();
@@ -151,6 +188,7 @@ impl ClusterSnapshot {
                 m,
                 settings,
                 &catalog,
+                &nodes,
                 &with_claims,
                 &template_options,
                 &mut warnings,
@@ -179,6 +217,78 @@ impl ClusterSnapshot {
             decided,
             warnings,
         })
+    }
+}
+
+impl ClusterSnapshot {
+    /// A builder over these inputs; see [`SnapshotBuilder`].
+    pub fn builder<'a>(
+        m: &'a Manifests,
+        settings: &'a Settings,
+        options: &'a Options,
+    ) -> SnapshotBuilder<'a> {
+        SnapshotBuilder {
+            manifests: m,
+            settings,
+            options,
+            unavailable: None,
+            candidates: None,
+        }
+    }
+
+    /// The snapshot of these inputs with nothing else known: what `joiner plan` plans.
+    pub fn build(
+        m: &Manifests,
+        settings: &Settings,
+        options: &Options,
+    ) -> Result<ClusterSnapshot, InputError> {
+        ClusterSnapshot::builder(m, settings, options).build()
+    }
+
+    /// What the scheduler decides over.
+    pub fn input(&self) -> &SchedulingInput {
+        &self.input
+    }
+
+    /// Pods decided before scheduling (DRA pods while DRA is off), with their reasons.
+    pub fn decided(&self) -> &[Unschedulable] {
+        &self.decided
+    }
+
+    /// Things the user should know (skipped NodePools, unknown NodeClaims, defaults taken).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The NodePools, with their instance types resolved.
+    pub fn pools(&self) -> &[PoolInput] {
+        &self.input.pools
+    }
+
+    /// How `pool` would launch `instance_type`, if it may.
+    pub fn launch_option(&self, pool: &str, instance_type: &str) -> Option<&LaunchOption> {
+        self.input
+            .pools
+            .iter()
+            .find(|p| p.name == pool)?
+            .options
+            .iter()
+            .find(|o| o.instance_type == instance_type)
+    }
+
+    /// The machines: Nodes and in-flight NodeClaims, in name order.
+    pub fn machines(&self) -> &[ExistingNode] {
+        &self.input.nodes
+    }
+
+    /// The consolidation moves for this round ([`crate::disruption::consolidate`]).
+    pub fn consolidate(&self) -> Vec<crate::disruption::Decision> {
+        crate::disruption::consolidate(&self.input)
+    }
+
+    /// New nodes for the pods of `nodes` ([`crate::disruption::replacements`]).
+    pub fn replacements(&self, nodes: &[String]) -> crate::disruption::Replacements {
+        crate::disruption::replacements(&self.input, nodes)
     }
 
     /// The full account of one pod (`namespace/name`), or `None` if it is not in the input.
@@ -307,6 +417,7 @@ fn build_pool(
     catalog: &Catalog,
     plugin: Option<&DevicePluginConfigs>,
     devices: Option<TemplateOptions>,
+    unavailable: &BTreeSet<OfferingKey>,
 ) -> Result<PoolInput, InputError> {
     let name = np.object.metadata.name.clone().unwrap_or_default();
     let object = ObjectRef::new("NodePool", None, &name);
@@ -344,7 +455,7 @@ fn build_pool(
     let mut options = Vec::new();
     for it in catalog.types() {
         options.push(
-            launch_option(it, &shape, &labels, plugin, devices).map_err(|e| {
+            launch_option(it, &shape, &labels, plugin, devices, unavailable).map_err(|e| {
                 InputError::new(
                     &class.origin,
                     &class_ref,
@@ -377,6 +488,7 @@ fn launch_option(
     template_labels: &BTreeMap<String, String>,
     plugin: Option<&DevicePluginConfigs>,
     devices: Option<TemplateOptions>,
+    unavailable: &BTreeSet<OfferingKey>,
 ) -> Result<LaunchOption, crate::catalog::CatalogError> {
     let mut allocatable = it.allocatable(shape)?;
     let capacity = it.capacity_for(shape)?;
@@ -402,7 +514,7 @@ fn launch_option(
         offerings: it
             .offerings
             .iter()
-            .filter(|o| o.available)
+            .filter(|o| o.available && !unavailable.contains(&OfferingKey::of(&it.name, o)))
             .map(|o| LaunchOffering {
                 zone: o.zone.clone(),
                 capacity_type: o.capacity_type.as_str().to_string(),
@@ -415,82 +527,6 @@ fn launch_option(
                 .clone()
                 .map(|templates| DeviceSource { templates, options })
         }),
-    })
-}
-
-fn existing_node(n: &Sourced<Node>, catalog: &Catalog) -> Result<ExistingNode, InputError> {
-    let name = n.object.metadata.name.clone().unwrap_or_default();
-    let object = ObjectRef::new("Node", None, &name);
-    let status = n.object.status.as_ref();
-    let parse = |list: Option<
-        &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-    >,
-                 field: &str|
-     -> Result<ResourceList, InputError> {
-        list.map(parse_resource_list)
-            .transpose()
-            .map(Option::unwrap_or_default)
-            .map_err(|e| {
-                InputError::new(
-                    &n.origin,
-                    &object,
-                    format!("status.{field}.{}", e.name),
-                    e.error,
-                )
-            })
-    };
-    let allocatable = parse(status.and_then(|s| s.allocatable.as_ref()), "allocatable")?;
-    let capacity = parse(status.and_then(|s| s.capacity.as_ref()), "capacity")?;
-    let labels = n.object.metadata.labels.clone().unwrap_or_default();
-    let spec = n.object.spec.as_ref();
-    let mut taints = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
-    // A cordoned node takes no new pods: Kubernetes expresses that as this taint.
-    if spec.and_then(|s| s.unschedulable) == Some(true)
-        && !taints.iter().any(|t| t.key == UNSCHEDULABLE_TAINT)
-    {
-        taints.push(k8s_openapi::api::core::v1::Taint {
-            key: UNSCHEDULABLE_TAINT.into(),
-            effect: "NoSchedule".into(),
-            value: None,
-            time_added: None,
-        });
-    }
-    // The price of what it runs on, from the catalog, by its well-known labels.
-    let price = labels
-        .get(INSTANCE_TYPE_KEY)
-        .and_then(|it| catalog.get(it))
-        .and_then(|it| {
-            let capacity = labels
-                .get(CAPACITY_TYPE_KEY)
-                .and_then(|c| CapacityType::parse(c))
-                .unwrap_or(CapacityType::OnDemand);
-            let zone = labels.get(ZONE_KEY).map(String::as_str);
-            it.offerings
-                .iter()
-                .filter(|o| o.capacity_type == capacity && zone.is_none_or(|z| z == o.zone))
-                .map(|o| o.price)
-                .min()
-        });
-    let do_not_disrupt = n
-        .object
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(DO_NOT_DISRUPT))
-        .is_some_and(|v| v == "true");
-    Ok(ExistingNode {
-        price,
-        do_not_disrupt,
-        node_pool: labels.get(NODEPOOL_KEY).cloned(),
-        taints,
-        capacity: if capacity.is_empty() {
-            allocatable.clone()
-        } else {
-            capacity
-        },
-        allocatable,
-        labels,
-        name,
     })
 }
 

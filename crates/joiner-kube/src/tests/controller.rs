@@ -1,13 +1,14 @@
 //! The controller core over the store and the fake server: a watch slower than the controller
 //! does not make it plan the same pods twice.
 
+use joiner_model::wellknown::annotations;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use joiner_controller::clock::{Clock, ManualClock, k8s_time};
 use joiner_controller::cloud::SimulatedCloud;
-use joiner_controller::nodeclaim::labels;
+
 use joiner_controller::store::{ClusterStore, InMemoryCluster, Resource};
 use joiner_controller::{Config, Controller};
 use joiner_engine::catalog::Catalog;
@@ -67,7 +68,7 @@ fn planned(fake: &FakeApi) -> BTreeMap<String, Vec<String>> {
             .as_str()
             .unwrap_or_default()
             .to_string();
-        let pods = body["metadata"]["annotations"][labels::PLANNED_PODS]
+        let pods = body["metadata"]["annotations"][annotations::PLANNED_PODS]
             .as_str()
             .unwrap_or_default()
             .to_string();

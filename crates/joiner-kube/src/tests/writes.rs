@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use joiner_controller::nodeclaim::NodeClaim;
 use joiner_controller::store::{ClusterStore, Deleted, StoreError};
 use joiner_model::api::NodePool;
+use joiner_model::api::nodeclaim::NodeClaim;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 

@@ -9,11 +9,13 @@
 pub mod ec2nodeclass;
 pub mod instancetype;
 pub mod kubelet;
+pub mod nodeclaim;
 pub mod nodepool;
 
 pub use ec2nodeclass::EC2NodeClass;
 pub use instancetype::InstanceType;
 pub use kubelet::KubeletConfiguration;
+pub use nodeclaim::NodeClaim;
 pub use nodepool::NodePool;
 
 use std::fmt;

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::wellknown::labels;
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
@@ -188,7 +189,7 @@ pub struct DisruptionBudget {
     #[serde(default = "default_budget_nodes")]
     pub nodes: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reasons: Option<Vec<DisruptionReason>>,
+    pub reasons: Option<Vec<BudgetReason>>,
     /// A cron schedule in UTC; the budget applies for `duration` after each activation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<String>,
@@ -200,11 +201,24 @@ fn default_budget_nodes() -> String {
     "10%".to_string()
 }
 
+/// The disruption reasons a budget may name (Karpenter's CRD allows only the budgeted ones).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum DisruptionReason {
+pub enum BudgetReason {
     Underutilized,
     Empty,
     Drifted,
+}
+
+impl BudgetReason {
+    /// The disruption reason this budget limits.
+    pub fn reason(self) -> crate::wellknown::DisruptionReason {
+        use crate::wellknown::DisruptionReason as R;
+        match self {
+            BudgetReason::Underutilized => R::Underutilized,
+            BudgetReason::Empty => R::Empty,
+            BudgetReason::Drifted => R::Drifted,
+        }
+    }
 }
 
 impl NodePool {
@@ -261,10 +275,10 @@ pub fn validate_requirement(
     if r.key.is_empty() {
         return Err(FieldError::new(format!("{path}.key"), "must not be empty"));
     }
-    if r.key == HOSTNAME_LABEL {
+    if r.key == labels::HOSTNAME {
         return Err(FieldError::new(
             format!("{path}.key"),
-            format!("label {HOSTNAME_LABEL:?} is restricted: every node gets its own"),
+            format!("label {:?} is restricted: every node gets its own", labels::HOSTNAME),
         ));
     }
     let values = format!("{path}.values");
@@ -315,11 +329,9 @@ pub fn validate_requirement(
     Ok(())
 }
 
-const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
-
 /// Labels Karpenter sets itself, so a NodePool may not: the node's hostname and its pool.
 fn validate_label(key: &str, value: &str, path: &str) -> Result<(), FieldError> {
-    if key == HOSTNAME_LABEL || key == "karpenter.sh/nodepool" {
+    if key == labels::HOSTNAME || key == "karpenter.sh/nodepool" {
         return Err(FieldError::new(
             path,
             format!("label {key:?} is restricted: Karpenter sets it"),

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use joiner_controller::cloud::CloudError;
 use joiner_controller::{ControllerError, StepReport};
+use joiner_model::wellknown::{DisruptionAction, DisruptionReason};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -227,7 +228,7 @@ pub fn record(
     let replacements: Vec<&String> = report
         .disruption
         .iter()
-        .filter(|e| e.action == "replacing")
+        .filter(|e| e.action == DisruptionAction::Replacing)
         .flat_map(|e| &e.detail)
         .collect();
     for claim in &report.created {
@@ -272,16 +273,19 @@ pub fn record(
     metrics
         .instances_terminated
         .inc_by(report.terminated.len() as u64);
-    for decided in report.disruption.iter().filter(|e| e.action == "decided") {
-        let replaced = report
-            .disruption
-            .iter()
-            .any(|e| e.action == "replacing" && e.node_claims == decided.node_claims);
+    for decided in report
+        .disruption
+        .iter()
+        .filter(|e| e.action == DisruptionAction::Decided)
+    {
+        let replaced = report.disruption.iter().any(|e| {
+            e.action == DisruptionAction::Replacing && e.node_claims == decided.node_claims
+        });
         let reason = reason_label(&decided.reason);
-        let consolidation_type = match reason.as_str() {
-            "empty" => "empty",
-            "underutilized" if decided.node_claims.len() > 1 => "multi",
-            "underutilized" => "single",
+        let consolidation_type = match DisruptionReason::parse(&decided.reason) {
+            Some(DisruptionReason::Empty) => "empty",
+            Some(DisruptionReason::Underutilized) if decided.node_claims.len() > 1 => "multi",
+            Some(DisruptionReason::Underutilized) => "single",
             _ => "",
         };
         metrics
@@ -348,14 +352,19 @@ pub fn record(
 
 #[cfg(test)]
 mod tests {
-    use joiner_controller::disruption::DisruptionEvent;
+    use joiner_controller::DisruptionEvent;
     use joiner_controller::store::StoreError;
 
     use super::*;
 
-    fn event(action: &str, reason: &str, claims: &[&str], detail: &[&str]) -> DisruptionEvent {
+    fn event(
+        action: DisruptionAction,
+        reason: &str,
+        claims: &[&str],
+        detail: &[&str],
+    ) -> DisruptionEvent {
         DisruptionEvent {
-            action: action.into(),
+            action,
             reason: reason.into(),
             node_claims: claims.iter().map(|s| s.to_string()).collect(),
             detail: detail.iter().map(|s| s.to_string()).collect(),
@@ -399,14 +408,19 @@ mod tests {
             nominated: vec![("lab/p1".into(), "gpu-a".into())],
             scheduling_duration: Some(Duration::from_millis(30)),
             disruption: vec![
-                event("decided", "Underutilized", &["gpu-old", "gpu-old2"], &[]),
                 event(
-                    "replacing",
+                    DisruptionAction::Decided,
+                    "Underutilized",
+                    &["gpu-old", "gpu-old2"],
+                    &[],
+                ),
+                event(
+                    DisruptionAction::Replacing,
                     "Underutilized",
                     &["gpu-old", "gpu-old2"],
                     &["gpu-r1"],
                 ),
-                event("decided", "Empty", &["cpu-x"], &[]),
+                event(DisruptionAction::Decided, "Empty", &["cpu-x"], &[]),
             ],
             errors: vec![
                 ControllerError::Cloud(CloudError::Throttled),

@@ -124,9 +124,9 @@ mod tests {
     use joiner_controller::Config;
     use joiner_controller::clock::ManualClock;
     use joiner_controller::cloud::SimulatedCloud;
-    use joiner_controller::nodeclaim::NodeClaim;
     use joiner_controller::store::{ClusterStore, InMemoryCluster};
     use joiner_engine::catalog::Catalog;
+    use joiner_model::api::nodeclaim::NodeClaim;
     use joiner_model::settings::Settings;
     use k8s_openapi::api::core::v1::Node;
 
@@ -243,7 +243,7 @@ mod tests {
         let created = format!(
             "karpenter_nodeclaims_created_total{{reason=\"provisioning\",nodepool=\"{}\"}} {}",
             claims[0]
-                .label(joiner_controller::nodeclaim::labels::NODEPOOL)
+                .label(joiner_model::wellknown::labels::NODEPOOL)
                 .unwrap(),
             claims.len()
         );

@@ -5,6 +5,7 @@
 //! after a step (the NodePool of each NodeClaim for metric labels, pod uids for Events) is read
 //! here, on that same thread, so the async side never touches the store.
 
+use joiner_model::wellknown::labels;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,9 +13,9 @@ use std::time::{Duration, Instant};
 use joiner_controller::clock::Clock;
 use joiner_controller::cloud::{CloudProvider, SimulatedCloud};
 use joiner_controller::kubelet::SimulatedKubelet;
-use joiner_controller::nodeclaim::{NodeClaim, labels};
 use joiner_controller::store::{ClusterStore, Deleted, Resource, StoreError};
 use joiner_controller::{Config, Controller, StepReport};
+use joiner_model::api::nodeclaim::NodeClaim;
 use k8s_openapi::api::core::v1::Pod;
 
 /// The annotation kwok looks for on the Nodes it should pretend to be the kubelet of.

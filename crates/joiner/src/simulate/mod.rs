@@ -12,23 +12,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use joiner_controller::DisruptionEvent;
 use joiner_controller::clock::{Clock, ManualClock};
 use joiner_controller::cloud::{
-    CloudProvider, InstanceState, NODECLAIM_TAG, OfferingKey, Registration, SimulatedCloud,
+    CloudProvider, InstanceState, OfferingKey, Registration, SimulatedCloud,
 };
 use joiner_controller::disruption::simulated::{collect_orphans, schedule_pending};
-use joiner_controller::disruption::{DISRUPTION_REASON, DisruptionEvent};
 use joiner_controller::interruption::SimulatedInterruptionQueue;
 use joiner_controller::interruption::messages::spot_interruption_warning;
 use joiner_controller::kubelet::SimulatedKubelet;
-use joiner_controller::nodeclaim::{NodeClaim, labels};
-use joiner_controller::provisioning::{is_pending, pod_key};
+use joiner_controller::pods::{is_pending, pod_key};
 use joiner_controller::store::{ClusterStore, InMemoryCluster, StoreError};
 use joiner_controller::{Config, Controller, StepReport};
 use joiner_engine::catalog::{CapacityType, Catalog};
 use joiner_model::api::NodePool;
+use joiner_model::api::nodeclaim::NodeClaim;
 use joiner_model::settings::Settings;
-use joiner_model::workloads::{OWNER_ANNOTATION, expand_workloads};
+use joiner_model::wellknown::DisruptionAction;
+use joiner_model::wellknown::{annotations, labels, tags};
+use joiner_model::workloads::expand_workloads;
 use joiner_model::{Manifests, Quantity, Sourced};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -274,7 +276,7 @@ impl Sim {
                     && p.metadata
                         .annotations
                         .as_ref()
-                        .and_then(|a| a.get(OWNER_ANNOTATION))
+                        .and_then(|a| a.get(annotations::OWNER))
                         == Some(&owner);
                 if mine && !w.pods.contains_key(&pod_key(p)) {
                     let _ = self.store.delete::<Pod>(
@@ -318,7 +320,7 @@ impl Sim {
                 )
             });
             if let Some(ann) = template.metadata.annotations.as_mut() {
-                ann.remove(OWNER_ANNOTATION);
+                ann.remove(annotations::OWNER);
             }
             template
                 .metadata
@@ -366,7 +368,7 @@ impl Sim {
                 .into_iter()
                 .filter(|x| x.state == InstanceState::Running)
                 .filter(|x| match &i.node_claim {
-                    Some(c) => c == "*" || x.tags.get(NODECLAIM_TAG) == Some(c),
+                    Some(c) => c == "*" || x.tags.get(tags::NODECLAIM) == Some(c),
                     None => x.capacity_type == CapacityType::Spot,
                 })
                 .collect();
@@ -520,7 +522,7 @@ impl Sim {
                     && c.metadata
                         .annotations
                         .as_ref()
-                        .is_none_or(|a| !a.contains_key(DISRUPTION_REASON))
+                        .is_none_or(|a| !a.contains_key(annotations::DISRUPTION_REASON))
             })
             .count();
         let running: Vec<_> = self
@@ -694,7 +696,11 @@ pub fn simulate(
         schedule_pending(&sim.store, &sim.config).map_err(|e| anyhow::anyhow!("{e}"))?;
         let report = controller.step();
         errors += report.errors.len();
-        for d in report.disruption.iter().filter(|d| d.action == "decided") {
+        for d in report
+            .disruption
+            .iter()
+            .filter(|d| d.action == DisruptionAction::Decided)
+        {
             *disruptions.entry(d.reason.clone()).or_default() += 1;
         }
         sim.record(&report);

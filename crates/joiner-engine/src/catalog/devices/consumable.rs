@@ -7,13 +7,11 @@
 
 use std::collections::BTreeMap;
 
+use joiner_model::wellknown::annotations;
 use k8s_openapi::api::resource::v1::{
     CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceCapacity,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-
-/// The EC2NodeClass annotation that selects the mode.
-pub const CONSUMABLE_CAPACITY_ANNOTATION: &str = "karpenter.k8s.aws/nvidia-consumable-capacity";
 
 const MEMORY: &str = "memory";
 const SHARES: &str = "shares";
@@ -66,7 +64,7 @@ impl ConsumableCapacity {
     pub fn from_annotations(
         annotations: Option<&BTreeMap<String, String>>,
     ) -> Result<ConsumableCapacity, ConsumableCapacityError> {
-        match annotations.and_then(|a| a.get(CONSUMABLE_CAPACITY_ANNOTATION)) {
+        match annotations.and_then(|a| a.get(annotations::NVIDIA_CONSUMABLE_CAPACITY)) {
             Some(value) => ConsumableCapacity::parse(value),
             None => Ok(ConsumableCapacity::Disabled),
         }

@@ -2,6 +2,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use joiner_model::api::InstanceType as SpecType;
+use joiner_model::wellknown::annotations;
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -241,7 +242,10 @@ fn consumable_capacity_parses_the_drivers_values() {
         ConsumableCapacity::from_annotations(Some(&annotations)),
         Ok(Disabled)
     );
-    annotations.insert(CONSUMABLE_CAPACITY_ANNOTATION.to_string(), "4".to_string());
+    annotations.insert(
+        annotations::NVIDIA_CONSUMABLE_CAPACITY.to_string(),
+        "4".to_string(),
+    );
     assert_eq!(
         ConsumableCapacity::from_annotations(Some(&annotations)),
         Ok(Shares(4))

@@ -4,8 +4,8 @@
 use std::rc::Rc;
 
 use joiner_model::Price;
+use joiner_model::wellknown::labels;
 
-use super::super::pod::ZONE_KEY;
 use super::super::resources;
 use super::super::taints;
 use super::super::topology::Domains;
@@ -304,7 +304,7 @@ impl Planner<'_> {
         }
         let mut pin = Requirements::new();
         pin.add(
-            ZONE_KEY,
+            labels::ZONE,
             Requirement::equals(&self.zone_names[zone as usize]),
         );
         let merged = reqs.intersect(&pin).ok()?;

@@ -6,11 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use super::super::pod::ZONE_KEY;
 use super::super::resources;
 use super::super::taints;
 use super::super::topology::Domains;
 use super::{Planner, option_price};
+use joiner_model::wellknown::labels;
 
 /// How many instance type names to show per group before "+N more".
 const NAMES_SHOWN: usize = 3;
@@ -169,8 +169,8 @@ fn option_reason(
     let zero = vec![0; req.len()];
     let reason: String = if option_price(pool, o, reqs).is_none() {
         let mismatch = reqs.iter().find(|(k, r)| {
-            *k != ZONE_KEY
-                && *k != super::CAPACITY_TYPE_KEY
+            *k != labels::ZONE
+                && *k != labels::CAPACITY_TYPE
                 && match opt.labels.get(*k) {
                     Some(v) => !r.matches(Some(v)),
                     None => !pool.defined_keys.contains(*k) && !r.matches(None),

@@ -2,13 +2,13 @@
 
 use std::collections::BTreeMap;
 
-use super::super::pod::ZONE_KEY;
 use super::super::resources;
 use super::pools::offering_allowed;
-use super::{CAPACITY_TYPE_KEY, Planner, REQUESTED_DRA_DRIVERS, cheapest_offering};
+use super::{Planner, cheapest_offering};
 use crate::plan::{
     Binding, ClaimResources, Plan, PlannedNodeClaim, PlannedOffering, Unschedulable,
 };
+use joiner_model::wellknown::{annotations, labels};
 
 impl Planner<'_> {
     pub(super) fn finish(self, unschedulable: Vec<Unschedulable>) -> Plan {
@@ -30,8 +30,8 @@ impl Planner<'_> {
                     labels.insert(k.clone(), v.to_string());
                 }
             }
-            labels.insert(ZONE_KEY.into(), offering.zone.clone());
-            labels.insert(CAPACITY_TYPE_KEY.into(), offering.capacity_type.clone());
+            labels.insert(labels::ZONE.into(), offering.zone.clone());
+            labels.insert(labels::CAPACITY_TYPE.into(), offering.capacity_type.clone());
             let mut requested = claim.used.clone();
             resources::add(&mut requested, &opt.daemon);
             let option_input = pool
@@ -59,7 +59,7 @@ impl Planner<'_> {
                 let drivers = dra.drivers_on(&claim.name);
                 if !drivers.is_empty() {
                     annotations.insert(
-                        REQUESTED_DRA_DRIVERS.to_string(),
+                        annotations::REQUESTED_DRA_DRIVERS.to_string(),
                         drivers.into_iter().collect::<Vec<_>>().join(","),
                     );
                 }

@@ -4,12 +4,12 @@
 use std::collections::BTreeSet;
 
 use joiner_model::Price;
+use joiner_model::wellknown::labels;
 
-use super::super::pod::ZONE_KEY;
 use super::super::resources::{self, Amounts, ResourceIndex};
 use super::super::taints;
 use super::super::{LaunchOffering, PoolInput, SchedulingInput};
-use super::{CAPACITY_TYPE_KEY, INSTANCE_TYPE_KEY, NODEPOOL_KEY};
+
 use crate::requirements::{Labels, Requirement, Requirements};
 
 /// An instance type of one NodePool, resolved for packing.
@@ -73,10 +73,10 @@ pub(super) fn cheapest_offering<'p>(
 }
 
 pub(super) fn offering_allowed(off: &LaunchOffering, reqs: &Requirements) -> bool {
-    reqs.get(ZONE_KEY)
+    reqs.get(labels::ZONE)
         .is_none_or(|r| r.matches(Some(&off.zone)))
         && reqs
-            .get(CAPACITY_TYPE_KEY)
+            .get(labels::CAPACITY_TYPE)
             .is_none_or(|r| r.matches(Some(&off.capacity_type)))
 }
 
@@ -84,7 +84,7 @@ pub(super) fn offering_allowed(off: &LaunchOffering, reqs: &Requirements) -> boo
 pub(super) fn option_price(pool: &Pool, o: usize, reqs: &Requirements) -> Option<Price> {
     let opt = &pool.options[o];
     let labels_ok = reqs.iter().all(|(k, r)| {
-        if k == ZONE_KEY || k == CAPACITY_TYPE_KEY {
+        if k == labels::ZONE || k == labels::CAPACITY_TYPE {
             return true;
         }
         match opt.labels.get(k) {
@@ -107,8 +107,8 @@ pub(super) fn build_pool<'a>(
 ) -> Pool<'a> {
     let mut requirements = input.requirements.clone();
     // Karpenter launches on-demand capacity unless a NodePool explicitly allows other types.
-    if requirements.get(CAPACITY_TYPE_KEY).is_none() {
-        requirements.add(CAPACITY_TYPE_KEY, Requirement::equals("on-demand"));
+    if requirements.get(labels::CAPACITY_TYPE).is_none() {
+        requirements.add(labels::CAPACITY_TYPE, Requirement::equals("on-demand"));
     }
     let defined_keys: BTreeSet<String> = requirements
         .iter()
@@ -120,12 +120,12 @@ pub(super) fn build_pool<'a>(
     for (source, o) in input.options.iter().enumerate() {
         let mut labels = o.labels.clone();
         labels.extend(input.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        labels.insert(NODEPOOL_KEY.into(), input.name.clone());
-        labels.insert(INSTANCE_TYPE_KEY.into(), o.instance_type.clone());
+        labels.insert(labels::NODEPOOL.into(), input.name.clone());
+        labels.insert(labels::INSTANCE_TYPE.into(), o.instance_type.clone());
         // The NodePool's requirements on instance-type labels filter its instance types.
         let fits_pool = requirements.iter().all(|(k, r)| {
-            k == ZONE_KEY
-                || k == CAPACITY_TYPE_KEY
+            k == labels::ZONE
+                || k == labels::CAPACITY_TYPE
                 || labels.get(k).map(|v| r.matches(Some(v))).unwrap_or(true)
         });
         let allowed: Vec<&LaunchOffering> = o

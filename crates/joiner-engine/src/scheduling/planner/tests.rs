@@ -1,8 +1,9 @@
+use joiner_model::wellknown::labels;
 use joiner_model::{Price, Quantity, ResourceList, Source};
 use k8s_openapi::api::core::v1::{Pod, Taint};
 
 use super::super::*;
-use super::CAPACITY_TYPE_KEY;
+
 use crate::requirements::{Labels, Requirement, Requirements};
 
 fn pod(yaml: &str) -> PodInfo {
@@ -157,6 +158,9 @@ fn existing_nodes_are_used_first_and_their_bound_pods_count() {
         node_pool: None,
         price: None,
         do_not_disrupt: false,
+        consolidation_candidate: true,
+        node_claim: None,
+        in_flight: false,
     };
     let mut all = pods(
         "web",
@@ -469,7 +473,7 @@ fn spot_is_used_only_when_the_pool_allows_it() {
     assert_eq!(plan.node_claims[0].capacity_type, "on-demand");
     let mut p = pool("default", vec![opt]);
     p.requirements.add(
-        CAPACITY_TYPE_KEY,
+        labels::CAPACITY_TYPE,
         Requirement::new("In", &["spot".into(), "on-demand".into()]).unwrap(),
     );
     let plan = schedule(&input(pods("web", 1, SMALL_POD), vec![p]));

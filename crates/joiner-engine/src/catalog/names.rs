@@ -1,36 +1,6 @@
-//! Well-known label keys, and how Karpenter derives the instance family, category, generation
+//! How Karpenter derives the instance family, category, generation
 //! and size labels from a type's name, so that a NodePool requirement such as
 //! `karpenter.k8s.aws/instance-category In [g, p]` selects the same types it would in Karpenter.
-
-pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
-pub const ARCH: &str = "kubernetes.io/arch";
-pub const OS: &str = "kubernetes.io/os";
-pub const REGION: &str = "topology.kubernetes.io/region";
-/// Set from the offering, not by the catalog.
-pub const ZONE: &str = "topology.kubernetes.io/zone";
-/// Set from the offering, not by the catalog.
-pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
-
-pub const INSTANCE_FAMILY: &str = "karpenter.k8s.aws/instance-family";
-pub const INSTANCE_CATEGORY: &str = "karpenter.k8s.aws/instance-category";
-pub const INSTANCE_GENERATION: &str = "karpenter.k8s.aws/instance-generation";
-pub const INSTANCE_SIZE: &str = "karpenter.k8s.aws/instance-size";
-pub const INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
-pub const INSTANCE_CPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-cpu-manufacturer";
-/// Memory in MiB, before any overhead.
-pub const INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
-pub const INSTANCE_HYPERVISOR: &str = "karpenter.k8s.aws/instance-hypervisor";
-/// Baseline network bandwidth in Mbps.
-pub const INSTANCE_NETWORK_BANDWIDTH: &str = "karpenter.k8s.aws/instance-network-bandwidth";
-/// Maximum EBS bandwidth in Mbps.
-pub const INSTANCE_EBS_BANDWIDTH: &str = "karpenter.k8s.aws/instance-ebs-bandwidth";
-/// Total local NVMe storage in GB.
-pub const INSTANCE_LOCAL_NVME: &str = "karpenter.k8s.aws/instance-local-nvme";
-pub const INSTANCE_GPU_NAME: &str = "karpenter.k8s.aws/instance-gpu-name";
-pub const INSTANCE_GPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
-pub const INSTANCE_GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
-/// Memory of one GPU in MiB (not the total of the instance's GPUs).
-pub const INSTANCE_GPU_MEMORY: &str = "karpenter.k8s.aws/instance-gpu-memory";
 
 /// The labels Karpenter derives from an instance type's name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -4,20 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use joiner_model::ResourceList;
-use joiner_model::api::nodepool::{
-    NodeClassReference, NodeSelectorRequirementWithMinValues, Operator,
-};
+use crate::ResourceList;
+use crate::api::nodepool::{NodeClassReference, NodeSelectorRequirementWithMinValues, Operator};
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 
 pub const API_VERSION: &str = "karpenter.sh/v1";
 pub const KIND: &str = "NodeClaim";
-
-/// Keeps the NodeClaim until its instance is terminated, so deleting the object never leaks
-/// an instance.
-pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
 
 /// Condition types, as Karpenter names them.
 pub mod conditions {
@@ -30,27 +24,6 @@ pub mod conditions {
     pub const DRIFTED: &str = "Drifted";
     /// The cloud is taking the instance away (spot interruption, scheduled change, stopping).
     pub const INTERRUPTED: &str = "Interrupted";
-}
-
-/// Well-known labels and annotations the lifecycle reads and writes.
-pub mod labels {
-    pub const NODEPOOL: &str = "karpenter.sh/nodepool";
-    pub const NODECLAIM: &str = "karpenter.sh/nodeclaim";
-    pub const REGISTERED: &str = "karpenter.sh/registered";
-    pub const INITIALIZED: &str = "karpenter.sh/initialized";
-    pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
-    pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
-    pub const ZONE: &str = "topology.kubernetes.io/zone";
-    pub const NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
-    /// Joiner's own: the need (NodePool and pods) a NodeClaim was created for, as a hash. The
-    /// same need always gives the same NodeClaim name, so a retried create conflicts instead of
-    /// duplicating.
-    pub const NEED_HASH: &str = "joiner.dev/need";
-    /// Joiner's own annotation: the pods (`namespace/name`, comma separated) the plan put here.
-    pub const PLANNED_PODS: &str = "joiner.dev/planned-pods";
-    /// When the NodeClaim's pods are deleted and its instance terminated whatever blocks the
-    /// drain: the drain's start plus `terminationGracePeriod` (RFC 3339), as Karpenter names it.
-    pub const TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
 }
 
 /// A `karpenter.sh/v1` NodeClaim.

@@ -1,0 +1,133 @@
+//! Building NodeClaims: the object for one planned node, named after the need it serves, and
+//! the drift stamps written on it ([`stamp`]).
+
+pub mod stamp;
+
+use std::collections::BTreeMap;
+
+use joiner_engine::plan::PlannedNodeClaim;
+use joiner_model::api::NodePool;
+use joiner_model::api::nodeclaim::{NodeClaim, NodeClaimSpec, ResourceRequirements};
+use joiner_model::api::nodepool::{NodeSelectorRequirementWithMinValues, Operator};
+use joiner_model::wellknown::{annotations, finalizers, labels};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::batcher::fnv1a;
+
+/// The planned type first, then the fallbacks the plan allows.
+pub fn instance_types_of(planned: &PlannedNodeClaim) -> Vec<String> {
+    let mut types = vec![planned.instance_type.clone()];
+    for t in &planned.instance_type_options {
+        if !types.contains(t) {
+            types.push(t.clone());
+        }
+    }
+    types
+}
+
+/// The deterministic name of the NodeClaim for a need: its NodePool and the pods it is for.
+/// The same need planned again (after a restart) gets the same name.
+pub fn need_name(node_pool: &str, pods: &[String]) -> (String, String) {
+    let mut sorted: Vec<&str> = pods.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    let mut parts = vec![node_pool];
+    parts.extend(sorted);
+    let hash = format!("{:012x}", fnv1a(&parts) & 0xffff_ffff_ffff);
+    (format!("{node_pool}-{hash}"), hash)
+}
+
+/// Whether any of the pods constrains zones (selector, affinity, spread): then the NodeClaim
+/// keeps the planned zone; otherwise it may launch in any zone, which gives insufficient
+/// capacity somewhere to fall back to.
+fn pins_zone(pods: &[&Pod]) -> bool {
+    pods.iter().any(|p| {
+        serde_json::to_string(&p.spec)
+            .map(|s| s.contains(labels::ZONE))
+            .unwrap_or(true)
+    })
+}
+
+fn requirement(key: &str, values: Vec<String>) -> NodeSelectorRequirementWithMinValues {
+    NodeSelectorRequirementWithMinValues {
+        key: key.to_string(),
+        operator: Operator::In,
+        values,
+        min_values: None,
+    }
+}
+
+/// The NodeClaim object for one planned node.
+pub fn node_claim_for(
+    planned: &PlannedNodeClaim,
+    pool: &NodePool,
+    pods: &BTreeMap<String, Pod>,
+    zones: Vec<String>,
+) -> NodeClaim {
+    let (name, hash) = need_name(&planned.node_pool, &planned.pods);
+    let template = &pool.spec.template;
+    let its_pods: Vec<&Pod> = planned.pods.iter().filter_map(|p| pods.get(p)).collect();
+    let zones = if pins_zone(&its_pods) {
+        vec![planned.zone.clone()]
+    } else {
+        zones
+    };
+    let decided = [
+        labels::INSTANCE_TYPE,
+        labels::ZONE,
+        labels::CAPACITY_TYPE,
+        labels::NODEPOOL,
+    ];
+    let mut requirements: Vec<_> = template
+        .spec
+        .requirements
+        .iter()
+        .filter(|r| !decided.contains(&r.key.as_str()))
+        .cloned()
+        .collect();
+    requirements.push(requirement(
+        labels::NODEPOOL,
+        vec![planned.node_pool.clone()],
+    ));
+    requirements.push(requirement(
+        labels::INSTANCE_TYPE,
+        instance_types_of(planned),
+    ));
+    requirements.push(requirement(labels::ZONE, zones));
+    requirements.push(requirement(
+        labels::CAPACITY_TYPE,
+        vec![planned.capacity_type.clone()],
+    ));
+
+    let mut claim_labels = planned.labels.clone();
+    claim_labels.extend(template.metadata.labels.clone());
+    claim_labels.insert(labels::NODEPOOL.into(), planned.node_pool.clone());
+    claim_labels.insert(
+        labels::NODECLASS.into(),
+        template.spec.node_class_ref.name.clone(),
+    );
+    claim_labels.insert(labels::NEED.into(), hash);
+    let mut annotations = planned.annotations.clone();
+    annotations.extend(template.metadata.annotations.clone());
+    annotations.insert(annotations::PLANNED_PODS.into(), planned.pods.join(","));
+    NodeClaim::new(
+        ObjectMeta {
+            name: Some(name),
+            labels: Some(claim_labels),
+            annotations: Some(annotations),
+            finalizers: Some(vec![finalizers::TERMINATION.to_string()]),
+            ..ObjectMeta::default()
+        },
+        NodeClaimSpec {
+            node_class_ref: template.spec.node_class_ref.clone(),
+            requirements,
+            resources: ResourceRequirements {
+                requests: planned.resources.requested.clone(),
+            },
+            taints: template.spec.taints.clone(),
+            startup_taints: template.spec.startup_taints.clone(),
+            expire_after: Some(template.spec.expire_after.clone()),
+            termination_grace_period: template.spec.termination_grace_period.clone(),
+        },
+    )
+}

@@ -1,0 +1,59 @@
+//! Pods as the controller sees them: pending or bound, whose, and whether they may be moved.
+
+use joiner_model::wellknown::annotations;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// A pod waiting for a node: not bound, not finished, not being deleted.
+pub fn is_pending(pod: &Pod) -> bool {
+    let bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let finished = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed");
+    !bound && !finished && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// `namespace/name`.
+pub fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// `karpenter.sh/do-not-disrupt: "true"` on a pod or a node.
+pub fn is_do_not_disrupt(meta: &ObjectMeta) -> bool {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(annotations::DO_NOT_DISRUPT))
+        .is_some_and(|v| v == "true")
+}
+
+/// A DaemonSet's pod (by its owner, or as `joiner plan` expanded it).
+pub fn is_daemon_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .as_ref()
+        .is_some_and(|o| o.iter().any(|r| r.kind == "DaemonSet"))
+        || pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(annotations::OWNER))
+            .is_some_and(|o| o.starts_with("DaemonSet/"))
+}
+
+/// The pods bound to `node`, less those being deleted.
+pub fn bound_to<'a>(pods: &'a [Pod], node: &str) -> impl Iterator<Item = &'a Pod> {
+    pods.iter().filter(move |p| {
+        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+            && p.metadata.deletion_timestamp.is_none()
+    })
+}

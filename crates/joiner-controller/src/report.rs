@@ -1,0 +1,59 @@
+//! The account of one step: what each reconciler did, for logs, metrics, events, the
+//! simulation timeline and tests.
+
+use joiner_model::wellknown::DisruptionAction;
+use serde::Serialize;
+
+use crate::error::ControllerError;
+
+/// What one [`crate::Controller::step`] did, for logs, metrics and tests.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepReport {
+    /// Whether a provisioning batch closed and was planned.
+    pub planned: bool,
+    /// NodeClaims created.
+    pub created: Vec<String>,
+    /// NodeClaim name and instance id of each launch (or adoption after a restart).
+    pub launched: Vec<(String, String)>,
+    pub registered: Vec<String>,
+    pub initialized: Vec<String>,
+    /// NodeClaims deleted (registration timeout, no capacity, instance gone).
+    pub deleted: Vec<String>,
+    /// Instances terminated, by id.
+    pub terminated: Vec<String>,
+    /// Offerings marked unavailable after insufficient capacity.
+    pub unavailable: Vec<String>,
+    /// Pods the plan could not place, with the reason.
+    pub unschedulable: Vec<(String, String)>,
+    /// Pod (`namespace/name`) and NodeClaim of every pod the plan put on a NodeClaim created in
+    /// this step or still in flight: the live controller tells each pod which node it waits for.
+    pub nominated: Vec<(String, String)>,
+    /// How long planning took (snapshot and plan), when a batch was planned.
+    pub scheduling_duration: Option<std::time::Duration>,
+    /// What the disruption step did (consolidation, expiry).
+    pub disruption: Vec<DisruptionEvent>,
+    /// What failed and will be retried.
+    pub errors: Vec<ControllerError>,
+    /// What was being done when each of `errors` happened (`provisioning`, `lifecycle`, ...), in
+    /// the same order, so failures can be counted by reconciler.
+    pub errors_during: Vec<String>,
+}
+
+/// One thing the disruption step did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionEvent {
+    /// `decided`, `replacing`, `evicted`, `deleted`, `aborted`, `forced` (the termination grace
+    /// period ran out), `drifted` (a NodeClaim was found drifted), `interrupted` (the cloud
+    /// warned that it takes an instance), `recommended` (a rebalance recommendation: recorded
+    /// only).
+    pub action: DisruptionAction,
+    /// `Empty`, `Underutilized`, `Expired`, `Drifted`, `Interrupted`; for `drifted` the kind of
+    /// drift, for `interrupted` and `recommended` the notice.
+    pub reason: String,
+    /// The NodeClaims disrupted.
+    pub node_claims: Vec<String>,
+    /// Replacement NodeClaims (for `replacing`), pods (for `evicted`), or a note.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub detail: Vec<String>,
+}

@@ -1,0 +1,296 @@
+//! Joiner's vocabulary: every well-known label, annotation, taint, finalizer, cloud tag and
+//! resource name that more than one part of Joiner reads or writes, defined once (as Karpenter
+//! keeps them in `pkg/apis/v1/labels.go`), with the typed values some of them take.
+//!
+//! Keys Karpenter defines keep Karpenter's spelling, so Karpenter's objects, dashboards and
+//! tooling read Joiner's unchanged; Joiner's own live under `joiner.dev/`.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Node labels (and the NodeClaim labels they are copied from).
+pub mod labels {
+    /// The NodePool that launched the node.
+    pub const NODEPOOL: &str = "karpenter.sh/nodepool";
+    /// The NodeClaim a node was launched for (set by the kubelet from the launch's flags).
+    pub const NODECLAIM: &str = "karpenter.sh/nodeclaim";
+    /// The node has registered with the API server.
+    pub const REGISTERED: &str = "karpenter.sh/registered";
+    /// The node is initialized: ready, startup taints gone, extended resources advertised.
+    pub const INITIALIZED: &str = "karpenter.sh/initialized";
+    /// How the instance was bought; its values are [`super::CapacityType`]'s.
+    pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+    /// The EC2NodeClass the node was launched with.
+    pub const NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
+
+    pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+    pub const ARCH: &str = "kubernetes.io/arch";
+    pub const OS: &str = "kubernetes.io/os";
+    pub const HOSTNAME: &str = "kubernetes.io/hostname";
+    pub const REGION: &str = "topology.kubernetes.io/region";
+    pub const ZONE: &str = "topology.kubernetes.io/zone";
+
+    pub const INSTANCE_FAMILY: &str = "karpenter.k8s.aws/instance-family";
+    pub const INSTANCE_CATEGORY: &str = "karpenter.k8s.aws/instance-category";
+    pub const INSTANCE_GENERATION: &str = "karpenter.k8s.aws/instance-generation";
+    pub const INSTANCE_SIZE: &str = "karpenter.k8s.aws/instance-size";
+    pub const INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
+    pub const INSTANCE_CPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-cpu-manufacturer";
+    /// Memory in MiB, before any overhead.
+    pub const INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
+    pub const INSTANCE_HYPERVISOR: &str = "karpenter.k8s.aws/instance-hypervisor";
+    /// Baseline network bandwidth in Mbps.
+    pub const INSTANCE_NETWORK_BANDWIDTH: &str = "karpenter.k8s.aws/instance-network-bandwidth";
+    /// Maximum EBS bandwidth in Mbps.
+    pub const INSTANCE_EBS_BANDWIDTH: &str = "karpenter.k8s.aws/instance-ebs-bandwidth";
+    /// Total local NVMe storage in GB.
+    pub const INSTANCE_LOCAL_NVME: &str = "karpenter.k8s.aws/instance-local-nvme";
+    pub const INSTANCE_GPU_NAME: &str = "karpenter.k8s.aws/instance-gpu-name";
+    pub const INSTANCE_GPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
+    pub const INSTANCE_GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
+    /// Memory of one GPU in MiB (not the total of the instance's GPUs).
+    pub const INSTANCE_GPU_MEMORY: &str = "karpenter.k8s.aws/instance-gpu-memory";
+
+    /// The NVIDIA device plugin picks its config by this node label.
+    pub const NVIDIA_DEVICE_PLUGIN_CONFIG: &str = "nvidia.com/device-plugin.config";
+
+    /// Joiner's own: the need (NodePool and pods) a NodeClaim was created for, as a hash. The
+    /// same need always gives the same NodeClaim name, so a retried create conflicts instead of
+    /// duplicating.
+    pub const NEED: &str = "joiner.dev/need";
+}
+
+/// Annotations on pods, nodes and NodeClaims.
+pub mod annotations {
+    /// On a pod or a node: never disrupt voluntarily.
+    pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+    /// The DRA drivers a NodeClaim's pods need published before it counts as initialized.
+    pub const REQUESTED_DRA_DRIVERS: &str = "karpenter.sh/requested-dra-drivers";
+    /// When the NodeClaim's pods are deleted and its instance terminated whatever blocks the
+    /// drain: the drain's start plus `terminationGracePeriod` (RFC 3339), as Karpenter names it.
+    pub const TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
+    /// Drift stamps: the hash of the NodePool template a NodeClaim was created from, and the
+    /// version of the hashing.
+    pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
+    pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
+    /// Drift stamps: the hash of the EC2NodeClass spec, and the version of the hashing.
+    pub const NODECLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
+    pub const NODECLASS_HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
+    /// On an EC2NodeClass: how the NVIDIA DRA driver shares a GPU's capacity.
+    pub const NVIDIA_CONSUMABLE_CAPACITY: &str = "karpenter.k8s.aws/nvidia-consumable-capacity";
+
+    /// Joiner's own, on a NodeClaim: the pods (`namespace/name`, comma separated) the plan put
+    /// there.
+    pub const PLANNED_PODS: &str = "joiner.dev/planned-pods";
+    /// Joiner's own, on a NodeClaim being disrupted: why (a [`super::DisruptionReason`]).
+    pub const DISRUPTION_REASON: &str = "joiner.dev/disruption";
+    /// Joiner's own, on a NodeClaim being disrupted: the NodeClaims launched to replace it.
+    pub const REPLACED_BY: &str = "joiner.dev/replaced-by";
+    /// Joiner's own, on a NodeClaim: the interruption notice the cloud sent for its instance.
+    pub const INTERRUPTED: &str = "joiner.dev/interrupted";
+    /// Joiner's own, on a pod expanded from a workload: the workload it stands for.
+    pub const OWNER: &str = "joiner.dev/owner";
+}
+
+/// Node taints.
+pub mod taints {
+    /// Keeps new pods off a node being disrupted.
+    pub const DISRUPTED: &str = "karpenter.sh/disrupted";
+    /// The taint Kubernetes gives a cordoned node.
+    pub const UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
+}
+
+/// Finalizers.
+pub mod finalizers {
+    /// Keeps a NodeClaim until its instance is terminated, so deleting the object never leaks an
+    /// instance.
+    pub const TERMINATION: &str = "karpenter.sh/termination";
+}
+
+/// Tags on the cloud's instances, launch templates and volumes.
+pub mod tags {
+    pub const NODECLAIM: &str = "karpenter.sh/nodeclaim";
+    pub const NODEPOOL: &str = "karpenter.sh/nodepool";
+    pub const NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
+    /// Joiner's own: the launch's idempotency token, so a retried launch finds its instance.
+    pub const LAUNCH_TOKEN: &str = "joiner.dev/launch-token";
+}
+
+/// Resource names.
+pub mod resources {
+    pub const CPU: &str = "cpu";
+    pub const MEMORY: &str = "memory";
+    pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+    pub const PODS: &str = "pods";
+    /// NVIDIA GPUs as the device plugin advertises them (whole GPUs, or time-sliced replicas).
+    pub const NVIDIA_GPU: &str = "nvidia.com/gpu";
+    /// Elastic Fabric Adapter interfaces.
+    pub const EFA: &str = "vpc.amazonaws.com/efa";
+    /// Branch network interfaces for security groups per pod.
+    pub const POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
+}
+
+/// How an instance is bought; the value of the [`labels::CAPACITY_TYPE`] label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CapacityType {
+    OnDemand,
+    Spot,
+    /// Capacity reservations (ODCRs, capacity blocks): already paid for.
+    Reserved,
+}
+
+impl CapacityType {
+    pub const ALL: [CapacityType; 3] = [
+        CapacityType::OnDemand,
+        CapacityType::Spot,
+        CapacityType::Reserved,
+    ];
+
+    /// The label value: `on-demand`, `spot` or `reserved`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapacityType::OnDemand => "on-demand",
+            CapacityType::Spot => "spot",
+            CapacityType::Reserved => "reserved",
+        }
+    }
+
+    /// Reads a label value; `None` for anything Karpenter does not know.
+    pub fn parse(value: &str) -> Option<CapacityType> {
+        CapacityType::ALL.into_iter().find(|c| c.as_str() == value)
+    }
+}
+
+impl fmt::Display for CapacityType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a node is removed or replaced (Karpenter's disruption reasons), as annotations, condition
+/// reasons, metric labels and the simulation timeline write it.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+pub enum DisruptionReason {
+    /// Only DaemonSet pods left for `consolidateAfter`.
+    Empty,
+    /// Its pods fit elsewhere, or on cheaper nodes.
+    Underutilized,
+    /// Older than its `expireAfter`.
+    Expired,
+    /// No longer matches its NodePool or EC2NodeClass.
+    Drifted,
+    /// The cloud is taking the instance away.
+    Interrupted,
+}
+
+impl DisruptionReason {
+    /// The text as written in objects, metrics and the timeline.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// Reads the text back; `None` for anything else.
+    pub fn parse(text: &str) -> Option<DisruptionReason> {
+        text.parse().ok()
+    }
+
+    /// Whether NodePool disruption budgets limit this reason (as in Karpenter v1: expiry and
+    /// interruption are forceful and not budgeted).
+    pub fn is_budgeted(self) -> bool {
+        matches!(
+            self,
+            DisruptionReason::Empty | DisruptionReason::Underutilized | DisruptionReason::Drifted
+        )
+    }
+}
+
+/// One thing the disruption step did to a NodeClaim, as the timeline, events and metrics name it.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum DisruptionAction {
+    /// A move was chosen.
+    Decided,
+    /// Replacements were launched for a move.
+    Replacing,
+    /// Pods were evicted from a draining node.
+    Evicted,
+    /// A drained NodeClaim was deleted.
+    Deleted,
+    /// A move was given up (its replacement went away).
+    Aborted,
+    /// The termination grace period ran out: remaining pods deleted whatever blocks them.
+    Forced,
+    /// A NodeClaim was found drifted.
+    Drifted,
+    /// The cloud warned that it takes an instance.
+    Interrupted,
+    /// A rebalance recommendation: recorded only.
+    Recommended,
+}
+
+impl DisruptionAction {
+    /// The text as written in the timeline, events and metrics.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_values_round_trip() {
+        use strum::VariantArray as _;
+        for r in DisruptionReason::VARIANTS {
+            assert_eq!(DisruptionReason::parse(r.as_str()), Some(*r));
+            assert_eq!(serde_json::to_string(r).unwrap(), format!("\"{r}\""));
+        }
+        for a in DisruptionAction::VARIANTS {
+            assert_eq!(a.as_str().parse::<DisruptionAction>(), Ok(*a));
+            assert_eq!(serde_json::to_string(a).unwrap(), format!("\"{a}\""));
+        }
+        for c in CapacityType::ALL {
+            assert_eq!(CapacityType::parse(c.as_str()), Some(c));
+        }
+        assert_eq!(
+            serde_json::to_string(&DisruptionAction::Evicted).unwrap(),
+            "\"evicted\""
+        );
+        assert!(serde_json::from_str::<DisruptionReason>("\"Bored\"").is_err());
+        assert!(!DisruptionReason::Expired.is_budgeted());
+        assert!(DisruptionReason::Drifted.is_budgeted());
+    }
+}
