@@ -10,12 +10,12 @@ use k8s_openapi::api::resource::v1::{
 };
 use kube::runtime::watcher;
 
-use crate::store::{Builder, Scope};
+use crate::registry::{Registry, Scope};
 
 /// Every kind `joiner_controller` lists (each `Resource` in its `store::object`, and
 /// PodDisruptionBudgets for drains). The DRA kinds are optional: clusters before Kubernetes
 /// 1.34 (or with `resource.k8s.io/v1` off) do not serve them, and they then read as empty.
-pub(crate) fn watch_all(b: &mut Builder) {
+pub(crate) fn watch_all(b: &mut Registry) {
     b.watch::<Pod>(Scope::All, true);
     b.watch::<Node>(Scope::All, true);
     b.watch::<DaemonSet>(Scope::All, true);
