@@ -10,9 +10,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use aws_sdk_ec2::types::Filter;
 use joiner_model::api::ec2nodeclass::{AmiFamily, AmiSelectorTerm};
 
-use crate::cloud::AwsCloud;
+use crate::clients::Clients;
 use crate::error::AwsError;
-use crate::network::tag_filters;
+use crate::tags::tag_filters;
+
+/// Where EKS publishes its optimized AMI ids in SSM.
+pub const DEFAULT_AMI_PARAMETER_ROOT: &str = "/aws/service/eks/optimized-ami";
+
+/// Where an alias's AMIs are published: the root of EKS's SSM parameters, and the cluster's
+/// Kubernetes version, whose AMIs its nodes boot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EksParameters {
+    pub root: String,
+    pub kubernetes_version: String,
+}
 
 /// What an instance type needs from an AMI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -104,10 +115,11 @@ pub(crate) fn newest_for(images: &[Image], arch: Arch) -> Option<&Image> {
         .max_by(|a, b| (&a.created, &a.id).cmp(&(&b.created, &b.id)))
 }
 
-impl AwsCloud {
+impl Clients {
     /// The AMI id for each instance type in `types`. Types no AMI fits are left out.
     pub(crate) async fn resolve_amis(
         &self,
+        eks: &EksParameters,
         node_class: &str,
         family: AmiFamily,
         terms: &[AmiSelectorTerm],
@@ -120,7 +132,9 @@ impl AwsCloud {
             ));
         }
         if let Some(alias) = terms.iter().find_map(|t| t.alias.as_deref()) {
-            return self.resolve_alias(node_class, family, alias, types).await;
+            return self
+                .resolve_alias(eks, node_class, family, alias, types)
+                .await;
         }
         let images = self.select_images(node_class, terms).await?;
         Ok(types
@@ -133,19 +147,18 @@ impl AwsCloud {
 
     async fn resolve_alias(
         &self,
+        eks: &EksParameters,
         node_class: &str,
         family: AmiFamily,
         alias: &str,
         types: &BTreeMap<String, TypeFacts>,
     ) -> Result<BTreeMap<String, String>, AwsError> {
         let version = alias.split_once('@').map_or("latest", |(_, v)| v);
-        let kubernetes = self.kubernetes_version.as_str();
+        let kubernetes = eks.kubernetes_version.as_str();
         let mut by_facts: BTreeMap<TypeFacts, String> = BTreeMap::new();
         let wanted: BTreeSet<TypeFacts> = types.values().copied().collect();
         for facts in wanted {
-            let Some(name) =
-                alias_parameter(&self.ami_parameter_root, family, kubernetes, version, facts)
-            else {
+            let Some(name) = alias_parameter(&eks.root, family, kubernetes, version, facts) else {
                 return Err(AwsError::node_class(
                     node_class,
                     format!("AMI alias {alias:?}: Joiner resolves al2023 and al2 aliases only"),

@@ -1,7 +1,6 @@
 //! [`AwsCloud`]: the controller's [`CloudProvider`] on EC2.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -27,17 +26,16 @@ use joiner_model::api::ec2nodeclass::AmiFamily;
 use joiner_model::settings::Settings;
 use tokio::runtime::Handle;
 
-use crate::ami::{Arch, TypeFacts};
+use crate::ami::{Arch, DEFAULT_AMI_PARAMETER_ROOT, EksParameters, TypeFacts};
+use crate::clients::Clients;
 use crate::error::AwsError;
 use crate::fleet::{FleetError, throttled, unavailable_offerings};
 use crate::network::subnet_per_zone;
+use crate::tags::ec2_tags;
 use crate::template::{
-    TemplateSpec, default_block_devices, metadata_with_defaults, tags as ec2_tags, template_name,
+    KnownTemplates, TemplateSpec, default_block_devices, metadata_with_defaults, template_name,
 };
 use crate::userdata::{self, NodeBootstrap};
-
-/// Where EKS publishes its optimized AMI ids in SSM.
-pub const DEFAULT_AMI_PARAMETER_ROOT: &str = "/aws/service/eks/optimized-ami";
 
 /// The instance profile Joiner expects for an EC2NodeClass that names a `role`:
 /// `<cluster>_<role>`, cut to IAM's 128 characters. Joiner does not create it: create it with
@@ -52,21 +50,19 @@ pub fn instance_profile_for_role(cluster: &str, role: &str) -> String {
 /// from a blocking thread (`tokio::task::spawn_blocking`, or a plain thread), never from an
 /// async task, where blocking on the runtime panics.
 pub struct AwsCloud {
-    pub(crate) ec2: aws_sdk_ec2::Client,
-    pub(crate) ssm: aws_sdk_ssm::Client,
-    handle: Handle,
-    pub(crate) cluster_name: String,
-    pub(crate) zones: Vec<String>,
-    pub(crate) kubernetes_version: String,
+    clients: Clients,
+    cluster_name: String,
+    zones: Vec<String>,
+    /// The Kubernetes version (and where its EKS AMIs are published).
+    eks: EksParameters,
     cluster_endpoint: Option<String>,
     cluster_ca_bundle: Option<String>,
     service_cidr: Option<String>,
-    pub(crate) ami_parameter_root: String,
     /// The built-in catalog: on-demand prices (moto and many partitions have no Pricing API),
     /// the types Joiner knows, and the fallback when EC2's listing fails.
-    pub(crate) catalog: Catalog,
+    catalog: Catalog,
     /// Launch templates known to exist.
-    templates: Mutex<BTreeSet<String>>,
+    templates: KnownTemplates,
     /// Architecture and GPU make of instance types looked up so far.
     facts: Mutex<BTreeMap<String, TypeFacts>>,
 }
@@ -76,7 +72,7 @@ impl std::fmt::Debug for AwsCloud {
         f.debug_struct("AwsCloud")
             .field("cluster_name", &self.cluster_name)
             .field("zones", &self.zones)
-            .field("kubernetes_version", &self.kubernetes_version)
+            .field("kubernetes_version", &self.eks.kubernetes_version)
             .finish_non_exhaustive()
     }
 }
@@ -115,18 +111,18 @@ impl AwsCloud {
             ));
         }
         Ok(AwsCloud {
-            ec2: aws_sdk_ec2::Client::new(config),
-            ssm: aws_sdk_ssm::Client::new(config),
-            handle,
+            clients: Clients::new(config, handle),
             cluster_name: cluster_name.to_string(),
             zones: settings.zones.clone(),
-            kubernetes_version,
+            eks: EksParameters {
+                root: DEFAULT_AMI_PARAMETER_ROOT.to_string(),
+                kubernetes_version,
+            },
             cluster_endpoint: settings.cluster_endpoint.clone(),
             cluster_ca_bundle: None,
             service_cidr: None,
-            ami_parameter_root: DEFAULT_AMI_PARAMETER_ROOT.to_string(),
             catalog: Catalog::builtin(&settings.region, &settings.zones),
-            templates: Mutex::new(BTreeSet::new()),
+            templates: KnownTemplates::default(),
             facts: Mutex::new(BTreeMap::new()),
         })
     }
@@ -147,27 +143,8 @@ impl AwsCloud {
     /// Where the EKS AMI parameters live in SSM ([`DEFAULT_AMI_PARAMETER_ROOT`] unless told).
     /// Tests use their own root: SSM (and moto) refuse writes under `/aws/`.
     pub fn with_ami_parameter_root(mut self, root: impl Into<String>) -> Self {
-        self.ami_parameter_root = root.into().trim_end_matches('/').to_string();
+        self.eks.root = root.into().trim_end_matches('/').to_string();
         self
-    }
-
-    /// Runs an SDK future to completion on the runtime (see the type's documentation).
-    pub(crate) fn block<F: Future>(&self, f: F) -> F::Output {
-        self.handle.block_on(f)
-    }
-
-    pub(crate) fn known_template(&self, name: &str) -> bool {
-        self.templates
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(name)
-    }
-
-    pub(crate) fn remember_template(&self, name: &str) {
-        self.templates
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(name.to_string());
     }
 
     /// Architecture and GPU make of each type: the catalog's when it knows the type, else
@@ -203,6 +180,7 @@ impl AwsCloud {
             return Ok(out);
         }
         let described = self
+            .clients
             .ec2
             .describe_instance_types()
             .set_instance_types(Some(
@@ -247,6 +225,7 @@ impl AwsCloud {
             .values(token)
             .build();
         Ok(self
+            .clients
             .live_instances(&format!("launch token {token}"), vec![filter])
             .await?
             .into_iter()
@@ -301,6 +280,7 @@ impl AwsCloud {
             .collect();
         let spec = &class.spec;
         let subnets = self
+            .clients
             .subnets(node_class, &spec.subnet_selector_terms)
             .await?;
         let per_zone = subnet_per_zone(&subnets);
@@ -309,6 +289,7 @@ impl AwsCloud {
             .map(|s| (s.id.clone(), s.zone.clone()))
             .collect();
         let security_groups = self
+            .clients
             .security_groups(node_class, &spec.security_group_selector_terms)
             .await?;
         let type_names: BTreeSet<String> = offers
@@ -317,7 +298,14 @@ impl AwsCloud {
             .collect();
         let facts = self.type_facts(&type_names).await?;
         let amis = self
-            .resolve_amis(node_class, family, &spec.ami_selector_terms, &facts)
+            .clients
+            .resolve_amis(
+                &self.eks,
+                node_class,
+                family,
+                &spec.ami_selector_terms,
+                &facts,
+            )
             .await?;
         let bootstrap = self.bootstrap(request, &class);
         let user_data = match family {
@@ -393,7 +381,9 @@ impl AwsCloud {
             return Err(CloudError::NoOfferings);
         }
         for (name, (tspec, _)) in &templates {
-            self.ensure_template(name, tspec).await?;
+            self.clients
+                .ensure_template(&self.templates, name, tspec)
+                .await?;
         }
 
         let mut instance_tags = spec.tags.clone();
@@ -434,6 +424,7 @@ impl AwsCloud {
             })
             .build();
         let mut call = self
+            .clients
             .ec2
             .create_fleet()
             .r#type(FleetType::Instant)
@@ -541,7 +532,7 @@ impl AwsCloud {
     /// A just-launched instance, retried briefly while EC2 does not list it yet.
     async fn describe_new(&self, id: &str) -> Result<Option<Instance>, AwsError> {
         for attempt in 0..4u64 {
-            if let Some(i) = self.get_instance(id).await? {
+            if let Some(i) = self.clients.get_instance(id).await? {
                 return Ok(Some(i));
             }
             tokio::time::sleep(Duration::from_millis(250 * (attempt + 1))).await;
@@ -610,23 +601,27 @@ pub(crate) fn kubelet_labels(all: &BTreeMap<String, String>) -> BTreeMap<String,
 
 impl CloudProvider for AwsCloud {
     fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
-        self.block(self.launch_async(request))
+        self.clients.block(self.launch_async(request))
     }
 
     fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
-        Ok(self.block(self.terminate_instance(instance_id))?)
+        let c = &self.clients;
+        Ok(c.block(c.terminate_instance(instance_id))?)
     }
 
     fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
-        Ok(self.block(self.get_instance(instance_id))?)
+        let c = &self.clients;
+        Ok(c.block(c.get_instance(instance_id))?)
     }
 
     fn list(&self, cluster_name: &str) -> Result<Vec<Instance>, CloudError> {
-        Ok(self.block(self.list_instances(cluster_name))?)
+        let c = &self.clients;
+        Ok(c.block(c.list_instances(cluster_name))?)
     }
 
     fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
-        Ok(self.block(self.cloud_instance_types()))
+        let c = &self.clients;
+        Ok(c.block(c.cloud_instance_types(&self.catalog, &self.zones)))
     }
 }
 

@@ -7,7 +7,7 @@ use joiner_controller::cloud::{Instance, InstanceState, cluster_tag};
 use joiner_engine::catalog::CapacityType;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::cloud::AwsCloud;
+use crate::clients::Clients;
 use crate::error::AwsError;
 
 const NOT_FOUND: &str = "InvalidInstanceID.NotFound";
@@ -63,7 +63,7 @@ pub(crate) fn from_ec2(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
     })
 }
 
-impl AwsCloud {
+impl Clients {
     pub(crate) async fn get_instance(&self, id: &str) -> Result<Option<Instance>, AwsError> {
         let out = self.ec2.describe_instances().instance_ids(id).send().await;
         let out = match out {

@@ -16,6 +16,7 @@
 //! Everything is tested against moto's EC2-compatible server on loopback (`tests/`).
 
 mod ami;
+mod clients;
 mod cloud;
 mod error;
 pub mod fleet;
@@ -23,9 +24,11 @@ mod instances;
 mod network;
 mod pricing;
 mod sqs;
+mod tags;
 mod template;
 pub mod userdata;
 
-pub use cloud::{AwsCloud, DEFAULT_AMI_PARAMETER_ROOT, instance_profile_for_role};
+pub use ami::DEFAULT_AMI_PARAMETER_ROOT;
+pub use cloud::{AwsCloud, instance_profile_for_role};
 pub use error::AwsError;
 pub use sqs::SqsInterruptionQueue;

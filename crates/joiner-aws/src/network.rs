@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use aws_sdk_ec2::types::Filter;
 use joiner_model::api::ec2nodeclass::SelectorTerm;
 
-use crate::cloud::AwsCloud;
+use crate::clients::Clients;
 use crate::error::AwsError;
+use crate::tags::tag_filters;
 
 /// A subnet a node can launch in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,19 +18,6 @@ pub(crate) struct SubnetInfo {
     pub id: String,
     pub zone: String,
     pub free_ips: i32,
-}
-
-/// EC2 filters for a term's tags: `tag:<key>` = value, or `tag-key` = key for `*`.
-pub(crate) fn tag_filters(tags: &BTreeMap<String, String>) -> Vec<Filter> {
-    tags.iter()
-        .map(|(k, v)| {
-            if v == "*" {
-                Filter::builder().name("tag-key").values(k).build()
-            } else {
-                Filter::builder().name(format!("tag:{k}")).values(v).build()
-            }
-        })
-        .collect()
 }
 
 /// For each zone, the subnet with the most free addresses (Karpenter's choice), ties to the
@@ -53,7 +41,7 @@ fn describe_what(term: &SelectorTerm) -> String {
     format!("{term:?}")
 }
 
-impl AwsCloud {
+impl Clients {
     /// Every subnet any term selects, each once.
     pub(crate) async fn subnets(
         &self,
@@ -162,19 +150,6 @@ impl AwsCloud {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_wildcard_tag_matches_on_the_key_alone() {
-        let tags = BTreeMap::from([
-            ("karpenter.sh/discovery".to_string(), "lab".to_string()),
-            ("team".to_string(), "*".to_string()),
-        ]);
-        let filters = tag_filters(&tags);
-        assert_eq!(filters[0].name(), Some("tag:karpenter.sh/discovery"));
-        assert_eq!(filters[0].values(), ["lab".to_string()]);
-        assert_eq!(filters[1].name(), Some("tag-key"));
-        assert_eq!(filters[1].values(), ["team".to_string()]);
-    }
 
     #[test]
     fn each_zone_gets_its_roomiest_subnet() {

@@ -14,7 +14,7 @@ use joiner_controller::cloud::{CloudInstanceType, CloudOffering};
 use joiner_engine::catalog::{CapacityType, Catalog};
 use joiner_model::Price;
 
-use crate::cloud::AwsCloud;
+use crate::clients::Clients;
 use crate::error::AwsError;
 
 /// The latest spot price per (type, zone) from a price history, newest entry winning.
@@ -120,32 +120,36 @@ fn zone_filter(zones: &[String]) -> Vec<Filter> {
     ]
 }
 
-impl AwsCloud {
-    /// Instance types with offerings and prices; the catalog's when EC2 cannot be read.
-    pub(crate) async fn cloud_instance_types(&self) -> Vec<CloudInstanceType> {
-        match self.read_instance_types().await {
+impl Clients {
+    /// Instance types with offerings and prices in `zones`; the catalog's when EC2 cannot be
+    /// read.
+    pub(crate) async fn cloud_instance_types(
+        &self,
+        catalog: &Catalog,
+        zones: &[String],
+    ) -> Vec<CloudInstanceType> {
+        match self.read_instance_types(catalog, zones).await {
             Ok(types) if !types.is_empty() => types,
             Ok(_) => {
                 tracing::warn!(
                     "EC2 offers none of the known instance types in the configured zones; using the built-in catalog"
                 );
-                catalog_types(&self.catalog)
+                catalog_types(catalog)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read EC2 offerings and prices; using the built-in catalog");
-                catalog_types(&self.catalog)
+                catalog_types(catalog)
             }
         }
     }
 
-    async fn read_instance_types(&self) -> Result<Vec<CloudInstanceType>, AwsError> {
-        let known: BTreeSet<String> = self
-            .catalog
-            .types()
-            .iter()
-            .map(|t| t.name.clone())
-            .collect();
-        let zones: BTreeSet<&String> = self.zones.iter().collect();
+    async fn read_instance_types(
+        &self,
+        catalog: &Catalog,
+        zones: &[String],
+    ) -> Result<Vec<CloudInstanceType>, AwsError> {
+        let known: BTreeSet<String> = catalog.types().iter().map(|t| t.name.clone()).collect();
+        let zone_set: BTreeSet<&String> = zones.iter().collect();
 
         // The types EC2 has (and that Joiner knows).
         let mut existing = BTreeSet::new();
@@ -176,7 +180,7 @@ impl AwsCloud {
                 let (Some(t), Some(zone)) = (o.instance_type(), o.location()) else {
                     continue;
                 };
-                if existing.contains(t.as_str()) && zones.contains(&zone.to_string()) {
+                if existing.contains(t.as_str()) && zone_set.contains(&zone.to_string()) {
                     offered.insert((t.as_str().to_string(), zone.to_string()));
                 }
             }
@@ -194,7 +198,7 @@ impl AwsCloud {
             .start_time(DateTime::from(SystemTime::now()))
             .product_descriptions("Linux/UNIX")
             .set_instance_types(Some(types))
-            .set_filters(Some(zone_filter(&self.zones)))
+            .set_filters(Some(zone_filter(zones)))
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
@@ -221,7 +225,7 @@ impl AwsCloud {
             }
         }
         let spot = latest_spot_prices(&history);
-        Ok(join_offerings(&self.catalog, &offered, &spot))
+        Ok(join_offerings(catalog, &offered, &spot))
     }
 }
 

@@ -6,7 +6,8 @@
 //! editing templates in use. Instance tags go on the fleet request, not here, so every
 //! NodeClaim of a shape shares its template.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, PoisonError};
 
 use aws_sdk_ec2::types::{
     LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
@@ -14,7 +15,7 @@ use aws_sdk_ec2::types::{
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
     LaunchTemplateInstanceMetadataProtocolIpv6,
     LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatesMonitoringRequest,
-    RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, VolumeType,
+    RequestLaunchTemplateData, ResourceType, TagSpecification, VolumeType,
 };
 use base64::Engine as _;
 use joiner_model::Quantity;
@@ -22,8 +23,9 @@ use joiner_model::api::ec2nodeclass::{BlockDevice, BlockDeviceMapping, MetadataO
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::cloud::AwsCloud;
+use crate::clients::Clients;
 use crate::error::AwsError;
+use crate::tags::ec2_tags;
 
 /// Everything a launch template holds. Its hash names the template.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -190,20 +192,35 @@ pub(crate) fn launch_template_data(spec: &TemplateSpec) -> RequestLaunchTemplate
     data.build()
 }
 
-pub(crate) fn tags(tags: &BTreeMap<String, String>) -> Vec<Tag> {
-    tags.iter()
-        .map(|(k, v)| Tag::builder().key(k).value(v).build())
-        .collect()
+/// Launch templates known to exist: they are not looked up again.
+#[derive(Debug, Default)]
+pub(crate) struct KnownTemplates(Mutex<BTreeSet<String>>);
+
+impl KnownTemplates {
+    fn contains(&self, name: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(name)
+    }
+
+    fn remember(&self, name: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_string());
+    }
 }
 
-impl AwsCloud {
+impl Clients {
     /// Makes sure the template named `name` exists, creating it from `spec` if not.
     pub(crate) async fn ensure_template(
         &self,
+        known: &KnownTemplates,
         name: &str,
         spec: &TemplateSpec,
     ) -> Result<(), AwsError> {
-        if self.known_template(name) {
+        if known.contains(name) {
             return Ok(());
         }
         let existing = self
@@ -214,7 +231,7 @@ impl AwsCloud {
             .await;
         match existing {
             Ok(out) if !out.launch_templates().is_empty() => {
-                self.remember_template(name);
+                known.remember(name);
                 return Ok(());
             }
             Ok(_) => {}
@@ -233,7 +250,7 @@ impl AwsCloud {
             .tag_specifications(
                 TagSpecification::builder()
                     .resource_type(ResourceType::LaunchTemplate)
-                    .set_tags(Some(tags(&spec.tags)))
+                    .set_tags(Some(ec2_tags(&spec.tags)))
                     .build(),
             )
             .send()
@@ -250,7 +267,7 @@ impl AwsCloud {
                 }
             }
         }
-        self.remember_template(name);
+        known.remember(name);
         Ok(())
     }
 }

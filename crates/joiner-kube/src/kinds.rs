@@ -1,7 +1,8 @@
-//! The kinds the controller reads, and where each is watched.
+//! Where each kind of Joiner's table ([`joiner_model::kinds::KINDS`]) is watched: its `live`
+//! column says whether the controller needs it, may do without it, or reads one object by name.
 
-use joiner_model::api::nodeclaim::NodeClaim;
-use joiner_model::api::{EC2NodeClass, NodePool};
+use joiner_model::api::{EC2NodeClass, NodeClaim, NodePool};
+use joiner_model::kinds::{KINDS, Kind, Live};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -10,24 +11,46 @@ use k8s_openapi::api::resource::v1::{
 };
 use kube::runtime::watcher;
 
-use crate::store::{Builder, Scope};
+use crate::registry::{Registry, Scope};
 
-/// Every kind `joiner_controller` lists (each `Resource` in its `store::object`, and
-/// PodDisruptionBudgets for drains). The DRA kinds are optional: clusters before Kubernetes
-/// 1.34 (or with `resource.k8s.io/v1` off) do not serve them, and they then read as empty.
-pub(crate) fn watch_all(b: &mut Builder) {
-    b.watch::<Pod>(Scope::All, true);
-    b.watch::<Node>(Scope::All, true);
-    b.watch::<DaemonSet>(Scope::All, true);
-    let (ns, name) = b.options().device_plugin_config_map.clone();
-    let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    b.watch::<ConfigMap>(Scope::Namespace(&ns, by_name), true);
-    b.watch::<NodePool>(Scope::All, true);
-    b.watch::<NodeClaim>(Scope::All, true);
-    b.watch::<EC2NodeClass>(Scope::All, true);
-    b.watch::<PodDisruptionBudget>(Scope::All, true);
-    b.watch::<DeviceClass>(Scope::All, false);
-    b.watch::<ResourceClaim>(Scope::All, false);
-    b.watch::<ResourceClaimTemplate>(Scope::All, false);
-    b.watch::<ResourceSlice>(Scope::All, false);
+/// Starts a watch for every kind the table says the live controller reads. Optional kinds (the
+/// DRA kinds: clusters before Kubernetes 1.34, or with `resource.k8s.io/v1` off, do not serve
+/// them) read as empty while the API server does not serve them.
+pub(crate) fn watch_all(b: &mut Registry) {
+    for row in KINDS {
+        let required = match row.live {
+            Live::Required | Live::Named => true,
+            Live::Optional => false,
+            Live::NotRead(_) => continue,
+        };
+        match row.kind {
+            Kind::Pod => b.watch::<Pod>(Scope::All, required),
+            Kind::Node => b.watch::<Node>(Scope::All, required),
+            Kind::DaemonSet => b.watch::<DaemonSet>(Scope::All, required),
+            Kind::ConfigMap => {
+                // Only the device-plugin config the settings name.
+                let (ns, name) = b.options().device_plugin_config_map.clone();
+                let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
+                b.watch::<ConfigMap>(Scope::Namespace(&ns, by_name), required);
+            }
+            Kind::NodePool => b.watch::<NodePool>(Scope::All, required),
+            Kind::NodeClaim => b.watch::<NodeClaim>(Scope::All, required),
+            Kind::EC2NodeClass => b.watch::<EC2NodeClass>(Scope::All, required),
+            Kind::PodDisruptionBudget => b.watch::<PodDisruptionBudget>(Scope::All, required),
+            Kind::DeviceClass => b.watch::<DeviceClass>(Scope::All, required),
+            Kind::ResourceClaim => b.watch::<ResourceClaim>(Scope::All, required),
+            Kind::ResourceClaimTemplate => {
+                b.watch::<ResourceClaimTemplate>(Scope::All, required)
+            }
+            Kind::ResourceSlice => b.watch::<ResourceSlice>(Scope::All, required),
+            // The table marks these not read live; reaching here means it changed.
+            Kind::Deployment
+            | Kind::ReplicaSet
+            | Kind::StatefulSet
+            | Kind::Job
+            | Kind::InstanceType => {
+                tracing::warn!(kind = row.name, "no watch for this kind; it reads as empty");
+            }
+        }
+    }
 }

@@ -25,6 +25,7 @@ mod error;
 mod health;
 mod kinds;
 mod options;
+mod registry;
 mod store;
 mod typed;
 mod watch;

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use joiner_controller::store::{Resource, StoreError};
-use kube::runtime::watcher;
-use kube::{Api, Client};
+use kube::Client;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
@@ -19,7 +18,7 @@ use crate::error::KubeError;
 use crate::health::KindHealth;
 use crate::kinds;
 use crate::options::StoreOptions;
-use crate::typed::Typed;
+use crate::registry::{Registry, Watched};
 
 mod writes;
 
@@ -52,16 +51,6 @@ impl std::fmt::Debug for KubeStore {
     }
 }
 
-trait Watched: Send + Sync {
-    fn health(&self) -> KindHealth;
-}
-
-impl<K: Resource> Watched for KindCache<K> {
-    fn health(&self) -> KindHealth {
-        KindCache::health(self)
-    }
-}
-
 struct Inner {
     client: Client,
     handle: Handle,
@@ -78,56 +67,6 @@ impl Drop for Inner {
         for t in &self.tasks {
             t.abort();
         }
-    }
-}
-
-/// Where a kind is watched.
-pub(crate) enum Scope<'a> {
-    /// Every namespace (or cluster-scoped).
-    All,
-    /// One namespace, with a watch configuration (a field selector).
-    Namespace(&'a str, watcher::Config),
-}
-
-/// Collects the caches and their tasks while the store starts.
-pub(crate) struct Builder {
-    client: Client,
-    handle: Handle,
-    options: StoreOptions,
-    caches: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
-    watched: Vec<Arc<dyn Watched>>,
-    changes: watch::Sender<u64>,
-    tasks: Vec<AbortHandle>,
-}
-
-impl Builder {
-    /// Starts the watch of kind `K`. `required`: the controller cannot work without it (a kind
-    /// the API server does not serve then makes the store not ready).
-    pub(crate) fn watch<K: Resource>(&mut self, scope: Scope<'_>, required: bool) {
-        let cache = Arc::new(KindCache::<K>::new(required, self.options.overlay_ttl));
-        let (api, config) = match scope {
-            Scope::All => (
-                Api::<Typed<K>>::all_with(self.client.clone(), &()),
-                watcher::Config::default(),
-            ),
-            Scope::Namespace(ns, config) => (
-                Api::<Typed<K>>::namespaced_with(self.client.clone(), ns, &()),
-                config,
-            ),
-        };
-        let task = self.handle.spawn(crate::watch::run(
-            api,
-            config,
-            cache.clone(),
-            self.changes.clone(),
-        ));
-        self.tasks.push(task.abort_handle());
-        self.caches.insert(TypeId::of::<K>(), cache.clone());
-        self.watched.push(cache);
-    }
-
-    pub(crate) fn options(&self) -> &StoreOptions {
-        &self.options
     }
 }
 
@@ -160,25 +99,17 @@ impl KubeStore {
             )));
         }
         let (changes, _) = watch::channel(0);
-        let mut builder = Builder {
-            client,
-            handle,
-            options,
-            caches: HashMap::new(),
-            watched: Vec::new(),
-            changes,
-            tasks: Vec::new(),
-        };
-        kinds::watch_all(&mut builder);
+        let mut registry = Registry::new(client, handle, options, changes);
+        kinds::watch_all(&mut registry);
         let store = KubeStore {
             inner: Arc::new(Inner {
-                client: builder.client,
-                handle: builder.handle,
-                options: builder.options,
-                caches: builder.caches,
-                watched: builder.watched,
-                changes: builder.changes,
-                tasks: builder.tasks,
+                client: registry.client,
+                handle: registry.handle,
+                options: registry.options,
+                caches: registry.caches,
+                watched: registry.watched,
+                changes: registry.changes,
+                tasks: registry.tasks,
             }),
         };
         store.settle(timeout).await?;
