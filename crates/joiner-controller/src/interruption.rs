@@ -17,7 +17,6 @@
 //! [`crate::disruption`]).
 
 pub mod messages;
-pub mod simulated;
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -29,8 +28,6 @@ use crate::error::ControllerError;
 use crate::nodeclaim::{NodeClaim, conditions, labels};
 use crate::store::{ClusterStore, StoreError};
 use messages::{Interruption, Notice};
-
-pub use simulated::SimulatedInterruptionQueue;
 
 /// Annotation on a NodeClaim whose instance the cloud is taking away: the notice's reason
 /// (`SpotInterrupted`, `ScheduledChange`, `InstanceStopping`).

@@ -13,7 +13,6 @@ mod bench;
 mod controller;
 mod load;
 mod output;
-mod simulate;
 
 #[derive(Parser)]
 #[command(
@@ -191,13 +190,17 @@ fn simulate_cmd(
     {
         eprintln!("warning: {w}");
     }
-    simulate::run(simulate::Request {
-        manifests,
-        settings,
-        scenario,
-        report,
-        json: matches!(output, SimulateFormat::Json),
-    })
+    joiner_simulate::command::run(
+        joiner_simulate::Request {
+            manifests,
+            settings,
+            scenario,
+            report,
+            json: matches!(output, SimulateFormat::Json),
+        },
+        &mut std::io::stdout(),
+    )?;
+    Ok(())
 }
 
 fn plan(input: &InputArgs, format: output::Format) -> anyhow::Result<()> {

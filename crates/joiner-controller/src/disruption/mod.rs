@@ -48,9 +48,6 @@
 pub mod budgets;
 pub mod drift;
 pub mod pdb;
-pub mod simulated;
-#[cfg(test)]
-mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -6,7 +6,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use joiner_controller::clock::{Clock, ManualClock, k8s_time};
-use joiner_controller::cloud::SimulatedCloud;
 use joiner_controller::nodeclaim::labels;
 use joiner_controller::store::{ClusterStore, InMemoryCluster, Resource};
 use joiner_controller::{Config, Controller};
@@ -14,6 +13,7 @@ use joiner_engine::catalog::Catalog;
 use joiner_model::Manifests;
 use joiner_model::api::{EC2NodeClass, NodePool};
 use joiner_model::settings::Settings;
+use joiner_simulate::SimulatedCloud;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::Resource as _;

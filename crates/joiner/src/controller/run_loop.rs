@@ -123,11 +123,11 @@ mod tests {
 
     use joiner_controller::Config;
     use joiner_controller::clock::ManualClock;
-    use joiner_controller::cloud::SimulatedCloud;
     use joiner_controller::nodeclaim::NodeClaim;
     use joiner_controller::store::{ClusterStore, InMemoryCluster};
     use joiner_engine::catalog::Catalog;
     use joiner_model::settings::Settings;
+    use joiner_simulate::SimulatedCloud;
     use k8s_openapi::api::core::v1::Node;
 
     use super::super::metrics::{Metrics, record};

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use joiner_controller::clock::Clock;
-use joiner_controller::cloud::{CloudProvider, SimulatedCloud};
-use joiner_controller::kubelet::SimulatedKubelet;
+use joiner_controller::cloud::CloudProvider;
 use joiner_controller::nodeclaim::{NodeClaim, labels};
 use joiner_controller::store::{ClusterStore, Deleted, Resource, StoreError};
 use joiner_controller::{Config, Controller, StepReport};
+use joiner_simulate::{SimulatedCloud, SimulatedKubelet};
 use k8s_openapi::api::core::v1::Pod;
 
 /// The annotation kwok looks for on the Nodes it should pretend to be the kubelet of.

@@ -5,19 +5,40 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use joiner_controller::clock::{Clock, ManualClock};
+use joiner_controller::cloud::{CloudProvider, InstanceState, instance_id_of};
+use joiner_controller::disruption::{
+    DISRUPTION_REASON, DO_NOT_DISRUPT, DisruptionEvent, allowed_disruptions, drift,
+};
+use joiner_controller::nodeclaim::{NodeClaim, conditions, labels};
+use joiner_controller::provisioning::{is_pending, pod_key};
+use joiner_controller::store::{ClusterStore, InMemoryCluster};
+use joiner_controller::{Config, Controller, StepReport};
 use joiner_engine::catalog::Catalog;
 use joiner_model::Manifests;
 use joiner_model::api::NodePool;
 use joiner_model::settings::Settings;
+use joiner_simulate::scheduler::{collect_orphans, schedule_pending};
+use joiner_simulate::{SimulatedCloud, SimulatedKubelet};
 use k8s_openapi::api::core::v1::Pod;
 
-use super::simulated::{collect_orphans, schedule_pending};
-use super::*;
-use crate::clock::{Clock, ManualClock};
-use crate::cloud::SimulatedCloud;
-use crate::kubelet::SimulatedKubelet;
-use crate::store::InMemoryCluster;
-use crate::{Config, Controller, StepReport};
+/// The NodeClaim's annotation `key`, if it has it.
+fn annotation<'a>(claim: &'a NodeClaim, key: &str) -> Option<&'a str> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// The pods bound to `node` and not being deleted.
+fn bound_to<'a>(pods: &'a [Pod], node: &str) -> impl Iterator<Item = &'a Pod> {
+    pods.iter().filter(move |p| {
+        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+            && p.metadata.deletion_timestamp.is_none()
+    })
+}
 
 fn learning_lab(replicas: i32) -> Manifests {
     let dir =
@@ -204,7 +225,7 @@ fn empty_nodes_go_after_consolidate_after() {
         .cloud
         .all_instances()
         .into_iter()
-        .filter(|i| i.state == crate::cloud::InstanceState::Running)
+        .filter(|i| i.state == InstanceState::Running)
         .count();
     assert_eq!(running, 0, "the finalizer terminated the instances");
 }
@@ -661,20 +682,22 @@ fn termination_grace_period_overrides_do_not_disrupt_once_it_runs_out() {
         .status
         .provider_id
         .as_deref()
-        .and_then(crate::cloud::instance_id_of)
+        .and_then(instance_id_of)
         .expect("instance");
     assert_eq!(
         world.cloud.get(id).expect("get").map(|i| i.state),
-        Some(crate::cloud::InstanceState::Terminated)
+        Some(InstanceState::Terminated)
     );
     settled(&world, 1);
 }
 
 mod interruption {
+    use joiner_controller::cloud::CloudError;
+    use joiner_controller::interruption::messages::spot_interruption_warning;
+    use joiner_controller::interruption::{InterruptionQueue, QueueMessage};
+    use joiner_simulate::SimulatedInterruptionQueue;
+
     use super::*;
-    use crate::cloud::{CloudError, InstanceState, instance_id_of};
-    use crate::interruption::messages::spot_interruption_warning;
-    use crate::interruption::{InterruptionQueue, QueueMessage, SimulatedInterruptionQueue};
 
     fn spot_world() -> World {
         World::new(4, |p| {
@@ -752,7 +775,7 @@ mod interruption {
             .expect("still there");
         assert!(marked.is_true(conditions::INTERRUPTED));
         assert_eq!(
-            annotation(&marked, crate::interruption::INTERRUPTED),
+            annotation(&marked, joiner_controller::interruption::INTERRUPTED),
             Some("SpotInterrupted")
         );
         // The spot offering is avoided for a while.
@@ -849,11 +872,13 @@ mod interruption {
             "2026-01-01T00:00:00Z",
         ));
         let victim = world.live()[0].clone();
-        queue.send(crate::interruption::messages::rebalance_recommendation(
-            "r",
-            &instance_of(&victim),
-            "2026-01-01T00:00:00Z",
-        ));
+        queue.send(
+            joiner_controller::interruption::messages::rebalance_recommendation(
+                "r",
+                &instance_of(&victim),
+                "2026-01-01T00:00:00Z",
+            ),
+        );
         let r = world.run(&mut c, 5);
         assert_eq!(queue.waiting(), 0);
         assert_eq!(events(&r, "recommended").count(), 1);

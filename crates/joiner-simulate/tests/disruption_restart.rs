@@ -15,13 +15,13 @@ use std::time::Duration;
 use common::{Crash, Fuse, World, fused_controller};
 use joiner_controller::clock::Clock;
 use joiner_controller::cloud::{CloudProvider, InstanceState, instance_id_of};
-use joiner_controller::disruption::simulated::{collect_orphans, schedule_pending};
-use joiner_controller::interruption::SimulatedInterruptionQueue;
 use joiner_controller::interruption::messages::spot_interruption_warning;
 use joiner_controller::nodeclaim::{NodeClaim, conditions};
 use joiner_controller::provisioning::pod_key;
 use joiner_controller::store::ClusterStore;
 use joiner_model::api::NodePool;
+use joiner_simulate::SimulatedInterruptionQueue;
+use joiner_simulate::scheduler::{collect_orphans, schedule_pending};
 use k8s_openapi::api::core::v1::Pod;
 
 /// Settling (launch, registration, device plugin) takes about a minute.

@@ -1,16 +1,16 @@
 //! What the rest of a cluster does, for tests and `joiner simulate`: kube-scheduler binding
-//! pending pods to nodes that can take them.
+//! pending pods to nodes that can take them, and the pod garbage collector deleting the pods of
+//! Nodes that are gone.
 
 use std::collections::BTreeSet;
 
 use joiner_engine::snapshot::ClusterSnapshot;
 use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 
-use crate::config::Config;
-use crate::error::ControllerError;
-use crate::nodeclaim::labels;
-use crate::provisioning::{is_pending, pod_key};
-use crate::store::{ClusterStore, StoreError, manifests_of};
+use joiner_controller::nodeclaim::labels;
+use joiner_controller::provisioning::{is_pending, pod_key};
+use joiner_controller::store::{ClusterStore, StoreError, manifests_of};
+use joiner_controller::{Config, ControllerError};
 
 /// Binds pending pods to existing, initialized (or unmanaged) Nodes where the planner places
 /// them, as kube-scheduler would. Returns the `(pod, node)` bindings made.

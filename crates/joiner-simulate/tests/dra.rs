@@ -15,14 +15,13 @@ use common::{CLUSTER, Fuse, World, names, run_with_crashes};
 use joiner_controller::Config;
 use joiner_controller::StepReport;
 use joiner_controller::clock::ManualClock;
-use joiner_controller::cloud::SimulatedCloud;
-use joiner_controller::kubelet::SimulatedKubelet;
 use joiner_controller::nodeclaim::{NodeClaim, conditions, labels};
 use joiner_controller::store::{ClusterStore, InMemoryCluster};
 use joiner_engine::catalog::Catalog;
 use joiner_engine::scheduling::planner::REQUESTED_DRA_DRIVERS;
 use joiner_model::Manifests;
 use joiner_model::settings::Settings;
+use joiner_simulate::{SimulatedCloud, SimulatedKubelet};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 

@@ -9,13 +9,13 @@ use common::{CLUSTER, Fuse, World, config, run_with_crashes};
 use joiner_controller::Controller;
 use joiner_controller::clock::Clock;
 use joiner_controller::cloud::{
-    CloudProvider, InstanceState, NODECLAIM_TAG, OfferingKey, Registration, SimulatedCloud,
-    cluster_tag,
+    CloudProvider, InstanceState, NODECLAIM_TAG, OfferingKey, cluster_tag,
 };
 use joiner_controller::nodeclaim::{NodeClaim, TERMINATION_FINALIZER, conditions, labels};
 use joiner_controller::store::ClusterStore;
 use joiner_engine::catalog::CapacityType;
 use joiner_model::Quantity;
+use joiner_simulate::{Registration, SimulatedCloud};
 use k8s_openapi::api::core::v1::Node;
 
 #[test]

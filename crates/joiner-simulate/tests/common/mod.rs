@@ -12,15 +12,15 @@ use std::time::Duration;
 use joiner_controller::clock::{Clock, ManualClock};
 use joiner_controller::cloud::{
     CloudError, CloudInstanceType, CloudProvider, Instance, InstanceState, LaunchRequest, Launched,
-    NODECLAIM_TAG, SimulatedCloud,
+    NODECLAIM_TAG,
 };
-use joiner_controller::kubelet::SimulatedKubelet;
 use joiner_controller::nodeclaim::{NodeClaim, conditions, labels};
 use joiner_controller::store::{ClusterStore, Deleted, InMemoryCluster, Resource, StoreError};
 use joiner_controller::{Config, Controller, StepReport};
 use joiner_engine::catalog::Catalog;
 use joiner_model::Manifests;
 use joiner_model::settings::Settings;
+use joiner_simulate::{SimulatedCloud, SimulatedKubelet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 pub const CLUSTER: &str = "lab";
