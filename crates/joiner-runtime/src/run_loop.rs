@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::leader::Leadership;
-use super::stepper::{Step, Stepped};
+use crate::leader::Leadership;
+use crate::stepper::{Step, Stepped};
 
 /// When to step.
 #[derive(Debug, Clone, Copy)]
@@ -117,7 +117,6 @@ where
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::path::Path;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -130,9 +129,9 @@ mod tests {
     use joiner_simulate::SimulatedCloud;
     use k8s_openapi::api::core::v1::Node;
 
-    use super::super::metrics::{Metrics, record};
-    use super::super::stepper::Stepper;
     use super::*;
+    use crate::metrics::{Metrics, record};
+    use crate::stepper::Stepper;
 
     /// A stepper whose clock moves a second before each step, as the wall clock would.
     struct Ticking<T> {
@@ -163,9 +162,7 @@ mod tests {
             ..Settings::default()
         };
         let config = Config::new(settings).unwrap();
-        let dir =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/time-slicing-learning-lab");
-        let manifests = crate::load::load_manifests(&[dir]).unwrap();
+        let manifests = joiner_test_support::load_example("time-slicing-learning-lab");
         let store = Arc::new(InMemoryCluster::new(clock.clone()));
         store.load(&manifests).unwrap();
         let catalog = Catalog::builtin(&config.settings.region, &config.settings.zones);

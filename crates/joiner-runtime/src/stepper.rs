@@ -1,7 +1,7 @@
 //! One step of the live controller, with what the process needs to know about it afterwards.
 //!
 //! The controller core is synchronous and its store and cloud block on async calls inside, so a
-//! step runs on a blocking thread (see [`super::run_loop`]). Everything that needs the store
+//! step runs on a blocking thread (see [`crate::run_loop`]). Everything that needs the store
 //! after a step (the NodePool of each NodeClaim for metric labels, pod uids for Events) is read
 //! here, on that same thread, so the async side never touches the store.
 
