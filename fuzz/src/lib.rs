@@ -1,9 +1,9 @@
 //! Fuzz harnesses for Joiner: one function per target, each taking arbitrary bytes.
 //!
 //! The libFuzzer targets in `fuzz_targets/` call these, and the workspace's corpus replay test
-//! (`crates/joiner/tests/fuzz_corpus.rs`) includes this file with `#[path]` and runs every file
-//! of `fuzz/corpus/<target>/` and `fuzz/regressions/<target>/` through the same functions, so CI
-//! replays what the fuzzers found without fuzzing. Each harness returns normally for every
+//! (`crates/joiner-simulate/tests/fuzz_corpus.rs`) includes this file with `#[path]` and runs
+//! every file of `fuzz/corpus/<target>/` and `fuzz/regressions/<target>/` through the same
+//! functions, so CI replays what the fuzzers found without fuzzing. Each harness returns normally for every
 //! input the code under test handles (errors included) and panics only on a bug: a panic in
 //! Joiner, or a broken invariant checked here.
 
@@ -16,18 +16,12 @@ use joiner_engine::requirements::Requirement;
 use joiner_engine::snapshot::{ClusterSnapshot, Options};
 use joiner_model::settings::Settings;
 use joiner_model::{Manifests, Quantity, parse_documents};
+use joiner_simulate::scenario::Scenario;
 use k8s_openapi::api::resource::v1::{
     CapacityRequirements, DeviceConstraint, DeviceRequest, ResourceClaim,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use serde_json::Value;
-
-/// `joiner simulate` lives in the binary crate; its module is compiled here as it is there, so
-/// the target runs exactly the code the command runs (scenario parsing, the controller's loops,
-/// the simulated cloud and kubelet) without making the binary crate a library.
-#[allow(dead_code)]
-#[path = "../../crates/joiner/src/simulate/mod.rs"]
-mod simulate_cmd;
 
 /// A fuzz harness: returns for every input, panics on a bug.
 pub type Harness = fn(&[u8]);
@@ -532,7 +526,7 @@ const SIMULATE_MAX_STEPS: usize = 40;
 const SIMULATE_SPLIT: &str = "\n%%\n";
 
 /// Whether a scenario is small enough to fuzz (see the limits above).
-fn small_scenario(s: &simulate_cmd::scenario::Scenario) -> bool {
+fn small_scenario(s: &Scenario) -> bool {
     s.steps.len() <= SIMULATE_MAX_STEPS
         && s.steps.iter().all(|step| {
             step.add_pods
@@ -545,7 +539,8 @@ fn small_scenario(s: &simulate_cmd::scenario::Scenario) -> bool {
 }
 
 /// `joiner simulate`: bytes as a scenario file (and extra manifests) over the learning-lab
-/// day, through the same functions the command calls, in bounded time. Checks that the
+/// day, through the same functions the command calls (the `joiner-simulate` crate), in bounded
+/// time. Checks that the
 /// timeline never goes back in time, that the summary is consistent (finite, non-negative
 /// cost; peaks at least the final figures; at least as many instances launched as ever ran at
 /// once), and that the run is deterministic: the same input gives the same timeline and
@@ -556,8 +551,7 @@ pub fn simulate(data: &[u8]) {
     }
     let text = text(data);
     let (scenario_text, extra) = text.split_once(SIMULATE_SPLIT).unwrap_or((&text, ""));
-    let Ok(scenario) = serde_saphyr::from_str::<simulate_cmd::scenario::Scenario>(scenario_text)
-    else {
+    let Ok(scenario) = serde_saphyr::from_str::<Scenario>(scenario_text) else {
         return;
     };
     if !small_scenario(&scenario) || has_large_workload(extra) {
@@ -589,7 +583,7 @@ pub fn simulate(data: &[u8]) {
     let Ok((settings, _)) = Settings::from_values(&values) else {
         return;
     };
-    let Ok(outcome) = simulate_cmd::simulate(&m, settings.clone(), &resolved, &mut |_, _| {})
+    let Ok(outcome) = joiner_simulate::simulate(&m, settings.clone(), &resolved, &mut |_, _| {})
     else {
         return;
     };
@@ -626,7 +620,7 @@ pub fn simulate(data: &[u8]) {
         "GPU allocation {}",
         s.gpu_allocation_mean
     );
-    let again = simulate_cmd::simulate(&m, settings, &resolved, &mut |_, _| {});
+    let again = joiner_simulate::simulate(&m, settings, &resolved, &mut |_, _| {});
     let same = again.as_ref().is_ok_and(|a| {
         serde_json::to_string(&a.events).ok() == serde_json::to_string(&outcome.events).ok()
             && serde_json::to_string(&a.summary).ok() == serde_json::to_string(s).ok()

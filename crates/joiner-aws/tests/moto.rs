@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -550,25 +549,7 @@ fn the_sqs_queue_receives_and_deletes() {
 }
 
 fn learning_lab() -> Manifests {
-    let dir =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/time-slicing-learning-lab");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("example directory")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    let mut m = Manifests::default();
-    for f in files {
-        let text = std::fs::read_to_string(&f).expect("example file");
-        for (origin, doc) in
-            joiner_model::parse_documents(&f.display().to_string(), &text).expect("YAML")
-        {
-            m.add_document(origin, doc).expect("a valid object");
-        }
-    }
-    m.finish();
-    m
+    joiner_test_support::load_example("time-slicing-learning-lab")
 }
 
 fn config() -> Config {

@@ -22,7 +22,7 @@ const SEED: &[&str] = &[
 const NAMESPACE: &str = "kube-system";
 
 fn chart_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../charts/joiner")
+    joiner_test_support::repo_root().join("charts/joiner")
 }
 
 fn chart() -> Chart {

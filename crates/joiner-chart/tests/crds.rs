@@ -4,7 +4,7 @@
 
 use joiner_model::wellknown::{annotations, finalizers, labels};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use joiner_chart::schema::{self, SchemaError, structural_problems, validate};
 use joiner_model::api::nodeclaim::{NodeClaim, NodeClaimSpec, ResourceRequirements, conditions};
@@ -13,15 +13,12 @@ use joiner_model::api::nodepool::{
 };
 use joiner_model::api::{EC2NodeClass, NodePool};
 use joiner_model::{Quantity, ResourceList};
+use joiner_test_support::repo_root;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::{Value, json};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn crd(file: &str) -> Value {
-    let path = repo().join("charts/joiner/crds").join(file);
+    let path = repo_root().join("charts/joiner/crds").join(file);
     let text = std::fs::read_to_string(&path).expect("CRD file");
     serde_saphyr::from_str(&text).expect("CRD is YAML")
 }
@@ -105,7 +102,7 @@ fn each_crd_is_a_structural_v1_crd_with_karpenters_columns() {
 #[test]
 fn every_example_nodepool_and_ec2nodeclass_validates() {
     let mut checked = BTreeMap::new();
-    for dir in std::fs::read_dir(repo().join("examples")).expect("examples") {
+    for dir in std::fs::read_dir(repo_root().join("examples")).expect("examples") {
         let dir = dir.expect("entry").path();
         for file in std::fs::read_dir(&dir).expect("example dir") {
             let file = file.expect("entry").path();
@@ -265,7 +262,7 @@ fn a_nodeclaim_as_the_controller_writes_it_validates() {
 }
 
 fn v1_example(file: &str, kind: &str) -> Value {
-    documents(&repo().join("examples").join(file))
+    documents(&repo_root().join("examples").join(file))
         .into_iter()
         .find(|d| d["kind"] == kind)
         .expect("the example has the object")

@@ -17,7 +17,6 @@
 //! [`crate::disruption`]).
 
 pub mod messages;
-pub mod simulated;
 
 use joiner_model::wellknown::{annotations, labels};
 use k8s_openapi::jiff::Timestamp;
@@ -31,8 +30,6 @@ use crate::store::{ClusterStore, StoreError};
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 use joiner_model::wellknown::DisruptionAction;
 use messages::{Interruption, Notice};
-
-pub use simulated::SimulatedInterruptionQueue;
 
 /// Messages taken per step (the most one SQS ReceiveMessage returns).
 pub const BATCH: usize = 10;

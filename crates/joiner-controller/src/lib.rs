@@ -6,7 +6,8 @@
 //!
 //! - [`store::ClusterStore`]: the Kubernetes objects (kube-rs later; [`store::InMemoryCluster`]
 //!   now);
-//! - [`cloud::CloudProvider`]: instances (the AWS SDK later; [`cloud::SimulatedCloud`] now);
+//! - [`cloud::CloudProvider`]: instances (the AWS SDK in `joiner-aws`; `joiner-simulate`'s
+//!   `SimulatedCloud` in tests and simulations);
 //! - [`clock::Clock`]: time ([`clock::ManualClock`] lets tests and `joiner simulate` run faster
 //!   than real time).
 //!
@@ -25,7 +26,6 @@ pub mod disruption;
 mod error;
 pub mod gc;
 pub mod interruption;
-pub mod kubelet;
 pub mod lifecycle;
 pub mod nodeclaim;
 pub mod pods;

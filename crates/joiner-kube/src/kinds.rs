@@ -39,9 +39,7 @@ pub(crate) fn watch_all(b: &mut Registry) {
             Kind::PodDisruptionBudget => b.watch::<PodDisruptionBudget>(Scope::All, required),
             Kind::DeviceClass => b.watch::<DeviceClass>(Scope::All, required),
             Kind::ResourceClaim => b.watch::<ResourceClaim>(Scope::All, required),
-            Kind::ResourceClaimTemplate => {
-                b.watch::<ResourceClaimTemplate>(Scope::All, required)
-            }
+            Kind::ResourceClaimTemplate => b.watch::<ResourceClaimTemplate>(Scope::All, required),
             Kind::ResourceSlice => b.watch::<ResourceSlice>(Scope::All, required),
             // The table marks these not read live; reaching here means it changed.
             Kind::Deployment

@@ -104,33 +104,9 @@ fn read_input(path: &Path) -> anyhow::Result<(String, String)> {
 
 #[cfg(test)]
 mod tests {
+    use joiner_test_support::Scratch;
+
     use super::*;
-
-    /// A scratch directory under the system temp dir, removed on drop.
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new(name: &str) -> Scratch {
-            let dir =
-                std::env::temp_dir().join(format!("joiner-load-{name}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            Scratch(dir)
-        }
-
-        fn write(&self, rel: &str, text: &str) -> PathBuf {
-            let path = self.0.join(rel);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, text).unwrap();
-            path
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 
     fn pod(name: &str) -> String {
         format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec: {{containers: []}}\n")
@@ -138,13 +114,13 @@ mod tests {
 
     #[test]
     fn reads_directories_recursively_in_sorted_order() {
-        let s = Scratch::new("dirs");
+        let s = Scratch::new("load-dirs");
         s.write("b/z.yaml", &pod("from-b"));
         s.write("a.yml", &pod("from-a"));
         s.write("c.json", r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "from-c"}, "spec": {"containers": []}}"#);
         s.write("notes.txt", "not yaml: [");
         s.write(".hidden/x.yaml", &pod("hidden"));
-        let m = load_manifests(std::slice::from_ref(&s.0)).unwrap();
+        let m = load_manifests(&[s.path().to_path_buf()]).unwrap();
         let names: Vec<_> = m
             .pods
             .iter()
@@ -156,18 +132,18 @@ mod tests {
 
     #[test]
     fn errors_carry_the_path() {
-        let s = Scratch::new("errors");
+        let s = Scratch::new("load-errors");
         let bad = s.write("bad.yaml", "a: [\n");
         let e = load_manifests(std::slice::from_ref(&bad)).unwrap_err();
         assert!(format!("{e:#}").contains("bad.yaml"), "{e:#}");
-        let missing = s.0.join("missing.yaml");
+        let missing = s.path().join("missing.yaml");
         let e = load_manifests(&[missing]).unwrap_err();
         assert!(format!("{e:#}").contains("missing.yaml"), "{e:#}");
     }
 
     #[test]
     fn values_merge_in_order_then_sets_apply() {
-        let s = Scratch::new("values");
+        let s = Scratch::new("load-values");
         let a = s.write("a.yaml", "settings: {region: us-west-2, enableDRA: true}\n");
         let b = s.write(
             "b.yaml",

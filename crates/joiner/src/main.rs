@@ -1,7 +1,12 @@
-//! `joiner`: plan GPU-aware node provisioning for Kubernetes from manifests.
+//! `joiner`: the command line of Joiner, a Kubernetes node autoscaler for GPU clusters.
 //!
-//! A thin shell over the engine: it reads files, resolves settings, calls the pure planner and
-//! prints the result. Everything it decides, it decides through `joiner-engine`.
+//! The binary is argument parsing, loading, output and dispatch only. It parses the command
+//! line, reads manifests and Helm values from files and standard input ([`load`]), and hands
+//! them on: `plan` and `explain` to the pure planner in `joiner-engine` (printed by [`output`]),
+//! `bench` to the engine's benchmark inputs ([`bench`]), `simulate` to `joiner-simulate`, and
+//! `controller` to the live controller's runtime in `joiner-runtime`, which is compiled in only
+//! with the `controller` cargo feature ([`controller`] parses its flags in every build and says
+//! how to get it when it is missing). Everything it decides, it decides through those crates.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -13,7 +18,6 @@ mod bench;
 mod controller;
 mod load;
 mod output;
-mod simulate;
 
 #[derive(Parser)]
 #[command(
@@ -191,13 +195,17 @@ fn simulate_cmd(
     {
         eprintln!("warning: {w}");
     }
-    simulate::run(simulate::Request {
-        manifests,
-        settings,
-        scenario,
-        report,
-        json: matches!(output, SimulateFormat::Json),
-    })
+    joiner_simulate::command::run(
+        joiner_simulate::Request {
+            manifests,
+            settings,
+            scenario,
+            report,
+            json: matches!(output, SimulateFormat::Json),
+        },
+        &mut std::io::stdout(),
+    )?;
+    Ok(())
 }
 
 fn plan(input: &InputArgs, format: output::Format) -> anyhow::Result<()> {

@@ -1,35 +1,9 @@
 //! End-to-end: the built `joiner controller` as the Helm chart runs it, where no cluster can be
 //! reached: it must fail fast, with a message that says what is wrong.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// A scratch directory for one test, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!(
-            "joiner-controller-e2e-{name}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn write(&self, name: &str, text: &str) -> String {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap();
-        path.display().to_string()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use joiner_test_support::Scratch;
 
 /// A kubeconfig for an API server that is not there (port 1 refuses connections).
 const UNREACHABLE_KUBECONFIG: &str = "apiVersion: v1
@@ -51,7 +25,7 @@ current-context: nowhere
 
 fn controller(scratch: &Scratch, values: &str, extra: &[&str]) -> Output {
     let kubeconfig = scratch.write("kubeconfig", UNREACHABLE_KUBECONFIG);
-    let values = scratch.write("values.yaml", values);
+    let values = scratch.write("values.yaml", values).display().to_string();
     Command::new(env!("CARGO_BIN_EXE_joiner"))
         .args([
             "controller",
@@ -77,7 +51,7 @@ fn controller(scratch: &Scratch, values: &str, extra: &[&str]) -> Output {
 #[cfg(feature = "controller")]
 #[test]
 fn an_unreachable_cluster_is_a_clear_start_up_failure() {
-    let scratch = Scratch::new("unreachable");
+    let scratch = Scratch::new("controller-e2e-unreachable");
     let started = std::time::Instant::now();
     let out = controller(&scratch, "settings: {clusterName: lab}\n", &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -93,7 +67,7 @@ fn an_unreachable_cluster_is_a_clear_start_up_failure() {
 #[cfg(feature = "controller")]
 #[test]
 fn values_without_a_cluster_name_fail_naming_the_setting() {
-    let scratch = Scratch::new("no-cluster-name");
+    let scratch = Scratch::new("controller-e2e-no-cluster-name");
     let out = controller(&scratch, "settings: {region: us-east-1}\n", &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
@@ -105,9 +79,12 @@ fn values_without_a_cluster_name_fail_naming_the_setting() {
 #[cfg(feature = "controller")]
 #[test]
 fn logs_are_json_lines_by_default() {
-    let scratch = Scratch::new("json");
+    let scratch = Scratch::new("controller-e2e-json");
     let kubeconfig = scratch.write("kubeconfig", UNREACHABLE_KUBECONFIG);
-    let values = scratch.write("values.yaml", "settings: {}\n");
+    let values = scratch
+        .write("values.yaml", "settings: {}\n")
+        .display()
+        .to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
         .args(["controller", "--values", &values])
         .env("KUBECONFIG", kubeconfig)
@@ -129,7 +106,7 @@ fn logs_are_json_lines_by_default() {
 #[cfg(not(feature = "controller"))]
 #[test]
 fn a_build_without_the_feature_says_how_to_get_the_controller() {
-    let scratch = Scratch::new("no-feature");
+    let scratch = Scratch::new("controller-e2e-no-feature");
     let out = controller(&scratch, "settings: {clusterName: lab}\n", &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());

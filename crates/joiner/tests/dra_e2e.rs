@@ -4,11 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples")
-        .join(name)
-}
+use joiner_test_support::example_dir;
 
 /// A copy of an example in a fresh directory, with `edit` applied to one file's text.
 fn variant(name: &str, file: &str, edit: impl Fn(&str) -> String) -> PathBuf {
@@ -18,7 +14,7 @@ fn variant(name: &str, file: &str, edit: impl Fn(&str) -> String) -> PathBuf {
     let dir =
         std::env::temp_dir().join(format!("joiner-dra-e2e-{}-{n}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for entry in std::fs::read_dir(example(name)).unwrap() {
+    for entry in std::fs::read_dir(example_dir(name)).unwrap() {
         let path = entry.unwrap().path();
         let fname = path.file_name().unwrap().to_string_lossy().to_string();
         if fname.ends_with(".yaml") {
@@ -93,7 +89,7 @@ fn devices(plan: &serde_json::Value) -> Vec<(String, String, String)> {
 
 #[test]
 fn specific_gpu_launches_the_cheapest_type_with_such_a_gpu() {
-    let p = plan(&example("dra-specific-gpu"), true);
+    let p = plan(&example_dir("dra-specific-gpu"), true);
     assert_eq!(claims(&p).len(), 1);
     assert_eq!(claims(&p)[0]["instanceType"], "p5en.48xlarge");
     assert_eq!(claims(&p)[0]["nodePool"], "gpu-dra");
@@ -111,7 +107,7 @@ fn specific_gpu_launches_the_cheapest_type_with_such_a_gpu() {
 
 #[test]
 fn specific_gpu_without_dra_is_unschedulable_and_says_why() {
-    let p = plan(&example("dra-specific-gpu"), false);
+    let p = plan(&example_dir("dra-specific-gpu"), false);
     assert!(claims(&p).is_empty());
     assert!(unschedulable_reason(&p).contains("DRA support is off"));
 }
@@ -130,7 +126,7 @@ fn sixteen_such_gpus_exist_on_no_instance_type() {
 
 #[test]
 fn gpu_and_efa_on_one_pcie_root() {
-    let p = plan(&example("dra-gpu-efa-aligned"), true);
+    let p = plan(&example_dir("dra-gpu-efa-aligned"), true);
     assert_eq!(claims(&p).len(), 1);
     assert_eq!(claims(&p)[0]["instanceType"], "p5.4xlarge");
     assert_eq!(claims(&p)[0]["pricePerHour"], 6.88);
@@ -166,7 +162,7 @@ fn gpu_and_efa_alignment_fails_on_g6_and_names_the_constraint() {
 
 #[test]
 fn shared_gpus_four_claims_each_on_two_small_nodes() {
-    let p = plan(&example("dra-shared-gpu"), true);
+    let p = plan(&example_dir("dra-shared-gpu"), true);
     assert_eq!(claims(&p).len(), 2);
     for c in claims(&p) {
         assert_eq!(c["instanceType"], "g6.xlarge");
@@ -249,7 +245,7 @@ fn a_bad_sharing_annotation_is_reported_and_treated_as_disabled() {
 
 #[test]
 fn explain_pod_gives_every_instance_type_its_verdict() {
-    let dir = example("dra-gpu-efa-aligned");
+    let dir = example_dir("dra-gpu-efa-aligned");
     let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
         .args([
             "explain",

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use joiner_test_support::{example_dir, manifest_files};
+
 /// Bound for every case; each finishes far faster (see the README's "Hardening" section).
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -17,12 +19,6 @@ const BIG_LIMIT: Duration = Duration::from_secs(60);
 /// Bound on resident memory for every case (the largest, the 100,000-device slice, peaks
 /// near 400 MB in a debug build).
 const MEMORY_LIMIT_KB: u64 = 2 * 1024 * 1024;
-
-fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples")
-        .join(name)
-}
 
 /// A fresh directory holding `files` (name, text).
 fn dir(case: &str, files: &[(&str, String)]) -> PathBuf {
@@ -37,7 +33,7 @@ fn dir(case: &str, files: &[(&str, String)]) -> PathBuf {
 
 /// The DRA example's NodePool, EC2NodeClass and DeviceClasses, plus `workload`.
 fn dra_dir(case: &str, workload: String) -> PathBuf {
-    let read = |f: &str| std::fs::read_to_string(example("dra-specific-gpu").join(f)).unwrap();
+    let read = |f: &str| std::fs::read_to_string(example_dir("dra-specific-gpu").join(f)).unwrap();
     dir(
         case,
         &[
@@ -358,7 +354,7 @@ fn learning_lab_with(case: &str, pod: String) -> PathBuf {
         .map(|f| {
             (
                 *f,
-                std::fs::read_to_string(example("time-slicing-learning-lab").join(f)).unwrap(),
+                std::fs::read_to_string(example_dir("time-slicing-learning-lab").join(f)).unwrap(),
             )
         })
         .collect();
@@ -529,18 +525,8 @@ fn a_hopeless_constraint_search_exhausts_its_budget_quickly() {
 /// The YAML documents of every manifest file of an example, in file order (its `values.yaml`
 /// and `scenario.yaml` are not manifests).
 fn documents(example_name: &str) -> Vec<String> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(example(example_name))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|f| f != "values.yaml" && f != "scenario.yaml")
-        })
-        .collect();
-    files.sort();
     let mut docs = Vec::new();
-    for f in files {
+    for f in manifest_files(&example_dir(example_name)) {
         let mut current = String::new();
         for line in std::fs::read_to_string(f).unwrap().lines() {
             if line.trim_end() == "---" {

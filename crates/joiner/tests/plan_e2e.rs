@@ -1,11 +1,8 @@
 //! End-to-end: the built `joiner` binary on scenario files, as a user runs it.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
-}
+use joiner_test_support::example_dir;
 
 fn joiner(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_joiner"))
@@ -27,8 +24,7 @@ fn plan_json(args: &[&str]) -> serde_json::Value {
 }
 
 fn lab(file: &str) -> String {
-    examples()
-        .join("time-slicing-learning-lab")
+    example_dir("time-slicing-learning-lab")
         .join(file)
         .display()
         .to_string()
@@ -36,8 +32,7 @@ fn lab(file: &str) -> String {
 
 #[test]
 fn learning_lab_packs_three_time_sliced_pods_per_gpu() {
-    let dir = examples()
-        .join("time-slicing-learning-lab")
+    let dir = example_dir("time-slicing-learning-lab")
         .display()
         .to_string();
     let plan = plan_json(&["-f", &dir]);
@@ -80,8 +75,7 @@ fn learning_lab_without_the_device_plugin_config_needs_a_node_per_pod() {
 
 #[test]
 fn learning_lab_warns_about_the_unknown_launch_template_field() {
-    let dir = examples()
-        .join("time-slicing-learning-lab")
+    let dir = example_dir("time-slicing-learning-lab")
         .display()
         .to_string();
     let out = joiner(&["plan", "-f", &dir]);
@@ -209,7 +203,7 @@ spec:
 }
 
 fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
         .display()
@@ -220,8 +214,7 @@ fn fixture(name: &str) -> String {
 /// more NodeClaim for the fourth pod, not two.
 #[test]
 fn in_flight_node_claims_in_a_dump_are_not_launched_again() {
-    let dir = examples()
-        .join("time-slicing-learning-lab")
+    let dir = example_dir("time-slicing-learning-lab")
         .display()
         .to_string();
     let alone = plan_json(&["-f", &dir]);
@@ -246,8 +239,7 @@ fn in_flight_node_claims_in_a_dump_are_not_launched_again() {
 /// A NodeClaim being deleted, with no Node, holds nothing: its pods need new nodes.
 #[test]
 fn a_deleting_node_claim_without_a_node_holds_nothing() {
-    let dir = examples()
-        .join("time-slicing-learning-lab")
+    let dir = example_dir("time-slicing-learning-lab")
         .display()
         .to_string();
     let text = std::fs::read_to_string(fixture("in-flight/cluster-dump.yaml")).unwrap();

@@ -35,7 +35,7 @@ fn the_report_renders_its_charts_in_a_browser() {
         eprintln!("no Chromium here: browser test not run");
         return;
     };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/learning-lab-day");
+    let root = joiner_test_support::example_dir("learning-lab-day");
     let dir = std::env::temp_dir().join(format!("joiner-report-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let report = dir.join("report.html");

@@ -1,17 +1,13 @@
 //! `joiner simulate` on the learning-lab day (examples/learning-lab-day): nodes follow demand,
 //! the cost adds up, the output is deterministic, and the HTML report is well formed.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use joiner_test_support::example_dir;
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn simulate(extra: &[&str]) -> (String, String) {
-    let dir = root().join("examples/learning-lab-day");
+    let dir = example_dir("learning-lab-day");
     let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
         .arg("simulate")
         .arg("-f")
@@ -207,7 +203,7 @@ fn well_formed(xml: &str) {
 fn bad_scenarios_are_reported() {
     let dir = std::env::temp_dir().join(format!("joiner-sim-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let manifests = root().join("examples/learning-lab-day");
+    let manifests = example_dir("learning-lab-day");
     for (text, want) in [
         (
             "duration: 1h\nsteps:\n  - at: 10m\n    scale: {deployment: nope, replicas: 1}\n",
@@ -246,7 +242,7 @@ fn bad_scenarios_are_reported() {
 fn faults_interruptions_and_pool_changes() {
     let dir = std::env::temp_dir().join(format!("joiner-sim-faults-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let manifests = root().join("examples/learning-lab-day");
+    let manifests = example_dir("learning-lab-day");
     let scenario = r#"
 name: faults
 tick: 10s
@@ -312,7 +308,7 @@ steps:
 /// node and drift replaces them one at a time, each replacement up before its old node drains.
 #[test]
 fn spot_interruption_and_drift() {
-    let dir = root().join("examples/spot-interruption");
+    let dir = example_dir("spot-interruption");
     let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
         .args(["simulate", "-o", "json", "-f"])
         .arg(&dir)

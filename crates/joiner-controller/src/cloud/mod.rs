@@ -1,10 +1,8 @@
 //! The cloud as the controller drives it.
 //!
 //! [`CloudProvider`] is the seam to EC2 (the AWS SDK edge implements it with CreateFleet,
-//! TerminateInstances, DescribeInstances and the pricing calls); [`SimulatedCloud`] implements
-//! it in process with injectable faults.
-
-mod simulated;
+//! TerminateInstances, DescribeInstances and the pricing calls); `joiner-simulate`'s
+//! `SimulatedCloud` implements it in process with injectable faults.
 
 use std::collections::BTreeMap;
 
@@ -13,8 +11,6 @@ use joiner_model::Price;
 use joiner_model::api::EC2NodeClass;
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::jiff::Timestamp;
-
-pub use simulated::{Registration, SimulatedCloud};
 
 /// Tag naming the cluster an instance belongs to (`owned`), as Karpenter tags.
 pub fn cluster_tag(cluster_name: &str) -> String {

@@ -48,9 +48,6 @@
 pub mod budgets;
 pub mod drift;
 pub mod pdb;
-pub mod simulated;
-#[cfg(test)]
-mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -63,7 +60,6 @@ use joiner_model::wellknown::{DisruptionAction, DisruptionReason};
 use joiner_model::wellknown::{annotations, labels, taints};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::jiff::Timestamp;
-
 
 pub use budgets::allowed_disruptions;
 

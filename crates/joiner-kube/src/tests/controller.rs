@@ -3,18 +3,15 @@
 
 use joiner_model::wellknown::annotations;
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use joiner_controller::clock::{Clock, ManualClock, k8s_time};
-use joiner_controller::cloud::SimulatedCloud;
-
 use joiner_controller::store::{ClusterStore, InMemoryCluster, Resource};
 use joiner_controller::{Config, Controller};
 use joiner_engine::catalog::Catalog;
-use joiner_model::Manifests;
 use joiner_model::api::{EC2NodeClass, NodePool};
 use joiner_model::settings::Settings;
+use joiner_simulate::SimulatedCloud;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::Resource as _;
@@ -25,24 +22,7 @@ use crate::typed::{Typed, to_json};
 
 /// The learning-lab example (four time-sliced GPU pods, one NodePool), as the planner reads it.
 fn learning_lab(clock: &ManualClock) -> InMemoryCluster {
-    let dir =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/time-slicing-learning-lab");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("example directory")
-        .map(|e| e.expect("directory entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    let mut m = Manifests::default();
-    for f in files {
-        let text = std::fs::read_to_string(&f).expect("example file");
-        for (origin, doc) in
-            joiner_model::parse_documents(&f.display().to_string(), &text).expect("YAML")
-        {
-            m.add_document(origin, doc).expect("a valid object");
-        }
-    }
-    m.finish();
+    let m = joiner_test_support::load_example("time-slicing-learning-lab");
     let cluster = InMemoryCluster::new(clock.clone());
     cluster.load(&m).expect("load");
     cluster

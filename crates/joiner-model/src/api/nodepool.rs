@@ -278,7 +278,10 @@ pub fn validate_requirement(
     if r.key == labels::HOSTNAME {
         return Err(FieldError::new(
             format!("{path}.key"),
-            format!("label {:?} is restricted: every node gets its own", labels::HOSTNAME),
+            format!(
+                "label {:?} is restricted: every node gets its own",
+                labels::HOSTNAME
+            ),
         ));
     }
     let values = format!("{path}.values");

@@ -1,11 +1,47 @@
-//! The summary as text, and the self-contained HTML report with inline SVG charts.
+//! The run as people read it: the timeline line by line and the summary as text, and the
+//! self-contained HTML report with inline SVG charts.
 
 use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::{Outcome, Sample, Summary, clock_text};
+use crate::run::{Outcome, Sample, Summary, clock_text};
 
+/// The human-readable line of one timeline event.
+pub fn line(e: &Value) -> String {
+    let at = e["at"].as_str().unwrap_or_default();
+    let event = e["event"].as_str().unwrap_or_default();
+    let mut rest: Vec<String> = Vec::new();
+    if let Value::Object(m) = e {
+        for (k, v) in m {
+            if matches!(k.as_str(), "at" | "t" | "event") || v.is_null() {
+                continue;
+            }
+            if let Value::Array(a) = v
+                && a.is_empty()
+            {
+                continue;
+            }
+            let text = match v {
+                Value::String(s) => s.clone(),
+                Value::Array(a) => a
+                    .iter()
+                    .map(|x| {
+                        x.as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| x.to_string())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(","),
+                other => other.to_string(),
+            };
+            rest.push(format!("{k}={text}"));
+        }
+    }
+    format!("{at}  {event:<24} {}", rest.join(" "))
+}
+
+/// The summary as the text output ends with.
 pub fn summary_text(s: &Summary) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -389,7 +425,7 @@ pre {{ font-size: 12px; background: #f6f6f9; padding: 10px; overflow-x: auto; }}
         .collect();
     let _ = write!(page, "{} events)</summary>\n<pre>", decisions.len());
     for e in decisions {
-        page.push_str(&esc(&super::line(e)));
+        page.push_str(&esc(&line(e)));
         page.push('\n');
     }
     page.push_str("</pre></details>\n</body>\n</html>\n");

@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::metrics::Metrics;
+use crate::metrics::Metrics;
 
 type Probe = Box<dyn Fn() -> bool + Send + Sync>;
 

@@ -1,7 +1,7 @@
 //! One step of the live controller, with what the process needs to know about it afterwards.
 //!
 //! The controller core is synchronous and its store and cloud block on async calls inside, so a
-//! step runs on a blocking thread (see [`super::run_loop`]). Everything that needs the store
+//! step runs on a blocking thread (see [`crate::run_loop`]). Everything that needs the store
 //! after a step (the NodePool of each NodeClaim for metric labels, pod uids for Events) is read
 //! here, on that same thread, so the async side never touches the store.
 
@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use joiner_controller::clock::Clock;
-use joiner_controller::cloud::{CloudProvider, SimulatedCloud};
-use joiner_controller::kubelet::SimulatedKubelet;
+use joiner_controller::cloud::CloudProvider;
 use joiner_controller::store::{ClusterStore, Deleted, Resource, StoreError};
 use joiner_controller::{Config, Controller, StepReport};
-use joiner_model::api::nodeclaim::NodeClaim;
+use joiner_model::api::NodeClaim;
+use joiner_simulate::{SimulatedCloud, SimulatedKubelet};
 use k8s_openapi::api::core::v1::Pod;
 
 /// The annotation kwok looks for on the Nodes it should pretend to be the kubelet of.

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::leader::Leadership;
-use super::stepper::{Step, Stepped};
+use crate::leader::Leadership;
+use crate::stepper::{Step, Stepped};
 
 /// When to step.
 #[derive(Debug, Clone, Copy)]
@@ -117,22 +117,21 @@ where
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::path::Path;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use joiner_controller::Config;
     use joiner_controller::clock::ManualClock;
-    use joiner_controller::cloud::SimulatedCloud;
     use joiner_controller::store::{ClusterStore, InMemoryCluster};
     use joiner_engine::catalog::Catalog;
-    use joiner_model::api::nodeclaim::NodeClaim;
+    use joiner_model::api::NodeClaim;
     use joiner_model::settings::Settings;
+    use joiner_simulate::SimulatedCloud;
     use k8s_openapi::api::core::v1::Node;
 
-    use super::super::metrics::{Metrics, record};
-    use super::super::stepper::Stepper;
     use super::*;
+    use crate::metrics::{Metrics, record};
+    use crate::stepper::Stepper;
 
     /// A stepper whose clock moves a second before each step, as the wall clock would.
     struct Ticking<T> {
@@ -163,9 +162,7 @@ mod tests {
             ..Settings::default()
         };
         let config = Config::new(settings).unwrap();
-        let dir =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/time-slicing-learning-lab");
-        let manifests = crate::load::load_manifests(&[dir]).unwrap();
+        let manifests = joiner_test_support::load_example("time-slicing-learning-lab");
         let store = Arc::new(InMemoryCluster::new(clock.clone()));
         store.load(&manifests).unwrap();
         let catalog = Catalog::builtin(&config.settings.region, &config.settings.zones);

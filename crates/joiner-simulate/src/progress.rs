@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::clock_text;
+use crate::run::clock_text;
 
 /// A progress bar over simulated time, or nothing.
 pub struct Progress {

@@ -2,29 +2,30 @@
 //! election, the step loop, Events and the HTTP endpoints together, and turns how it ended into
 //! an exit status.
 
+use std::error::Error as StdError;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
 use joiner_controller::Config;
 use joiner_controller::clock::SystemClock;
-use joiner_controller::cloud::SimulatedCloud;
 use joiner_engine::catalog::Catalog;
 use joiner_model::settings::Settings;
+use joiner_simulate::SimulatedCloud;
 use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{Value, json};
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
 use tracing_subscriber::EnvFilter;
 
-use super::events::{self, events_of};
-use super::http::{self, Health};
-use super::leader::{self, Election, Leadership};
-use super::metrics::{Metrics, record};
-use super::run_loop::{LoopEnd, Timing, drive};
-use super::stepper::{Step, Stepped, Stepper};
-use super::{Args, CloudKind, LogFormat};
+use crate::error::{StartError, chain};
+use crate::events::{self, events_of};
+use crate::http::{self, Health};
+use crate::leader::{self, Election, Leadership};
+use crate::metrics::{Metrics, record};
+use crate::run_loop::{LoopEnd, Timing, drive};
+use crate::stepper::{Step, Stepped, Stepper};
+use crate::{CloudKind, LogFormat, Options};
 
 /// The name Events are reported under.
 const REPORTING_CONTROLLER: &str = "joiner";
@@ -33,8 +34,17 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long a step still running at exit may delay the exit.
 const EXIT_GRACE: Duration = Duration::from_secs(10);
 
-pub fn main(args: Args) -> ExitCode {
-    init_logging(args.log_format);
+/// Runs the live controller until SIGTERM (exit 0) or a fatal error (exit 1).
+///
+/// Sets up its own logging (call it before any other tracing subscriber is installed), then
+/// reads the Helm values with `values`: the caller knows where they come from (files, `--set`),
+/// and a failure to read them is logged like any other start-up failure, in the log format
+/// asked for.
+pub fn main(
+    options: Options,
+    values: impl FnOnce() -> Result<Value, Box<dyn StdError + Send + Sync>>,
+) -> ExitCode {
+    init_logging(options.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -45,7 +55,7 @@ pub fn main(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = runtime.block_on(run(args));
+    let outcome = runtime.block_on(run(options, values));
     // A step still blocked on the cloud or the API server must not hold the exit up for long:
     // everything durable is in the cluster and the cloud.
     runtime.shutdown_timeout(EXIT_GRACE);
@@ -62,7 +72,7 @@ pub fn main(args: Args) -> ExitCode {
         }
         Ok(LoopEnd::StepPanicked) => ExitCode::FAILURE,
         Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "cannot run the controller");
+            tracing::error!(error = chain(&e), "cannot run the controller");
             ExitCode::FAILURE
         }
     }
@@ -87,12 +97,12 @@ fn init_logging(format: LogFormat) {
 }
 
 /// The settings, exactly as `joiner plan --values/--set` reads them.
-fn settings(values: &Value) -> anyhow::Result<(Settings, Config)> {
+fn settings(values: &Value) -> Result<(Settings, Config), StartError> {
     let (settings, warnings) = Settings::from_values(values)?;
     for w in warnings {
         tracing::warn!("{w}");
     }
-    let config = Config::new(settings.clone()).map_err(|e| anyhow!("{e}"))?;
+    let config = Config::new(settings.clone())?;
     Ok((settings, config))
 }
 
@@ -148,13 +158,13 @@ fn identity() -> String {
 
 /// A client for the cluster in the environment (in-cluster service account, else kubeconfig),
 /// checked by asking the server its version so an unreachable cluster fails at once and clearly.
-async fn connect() -> anyhow::Result<(kube::Client, String)> {
-    let config = kube::Config::infer()
-        .await
-        .context("finding the cluster: no in-cluster service account and no usable kubeconfig")?;
+async fn connect() -> Result<(kube::Client, String), StartError> {
+    let config = kube::Config::infer().await.map_err(StartError::NoCluster)?;
     let url = config.cluster_url.clone();
-    let client = kube::Client::try_from(config)
-        .with_context(|| format!("creating a Kubernetes client for {url}"))?;
+    let client = kube::Client::try_from(config).map_err(|source| StartError::Client {
+        url: url.to_string(),
+        source,
+    })?;
     match tokio::time::timeout(CONNECT_TIMEOUT, client.apiserver_version()).await {
         Ok(Ok(v)) => {
             tracing::info!(server = %url, version = %v.git_version, "connected to the cluster");
@@ -162,11 +172,14 @@ async fn connect() -> anyhow::Result<(kube::Client, String)> {
             let version = format!("{}.{}", v.major, v.minor.trim_end_matches('+'));
             Ok((client, version))
         }
-        Ok(Err(e)) => bail!("cannot reach the Kubernetes API server at {url}: {e}"),
-        Err(_) => bail!(
-            "cannot reach the Kubernetes API server at {url}: no answer in {} s",
-            CONNECT_TIMEOUT.as_secs()
-        ),
+        Ok(Err(error)) => Err(StartError::Unreachable {
+            url: url.to_string(),
+            error,
+        }),
+        Err(_) => Err(StartError::NoAnswer {
+            url: url.to_string(),
+            seconds: CONNECT_TIMEOUT.as_secs(),
+        }),
     }
 }
 
@@ -219,12 +232,15 @@ fn log_step(out: &Stepped) {
     }
 }
 
-async fn run(args: Args) -> anyhow::Result<LoopEnd> {
-    let mut values = crate::load::load_values(&args.values, &args.set)?;
+async fn run(
+    options: Options,
+    values: impl FnOnce() -> Result<Value, Box<dyn StdError + Send + Sync>>,
+) -> Result<LoopEnd, StartError> {
+    let mut values = values().map_err(StartError::Values)?;
     // Bad settings fail before any network call.
     let (mut settings, mut config) = settings(&values)?;
     let identity = identity();
-    let provider = match args.cloud {
+    let provider = match options.cloud {
         CloudKind::Aws => "aws",
         CloudKind::Simulated => "simulated",
     };
@@ -234,8 +250,8 @@ async fn run(args: Args) -> anyhow::Result<LoopEnd> {
     let (stop, shutdown) = watch::channel(false);
     tokio::spawn(signals(stop));
     for (addr, _) in http::serve(
-        args.metrics_addr,
-        args.health_addr,
+        options.metrics_addr,
+        options.health_addr,
         metrics.clone(),
         health.clone(),
         shutdown.clone(),
@@ -246,7 +262,7 @@ async fn run(args: Args) -> anyhow::Result<LoopEnd> {
     }
 
     let (client, server_version) = connect().await?;
-    let sdk = match args.cloud {
+    let sdk = match options.cloud {
         CloudKind::Aws => Some(
             // Credentials, region and endpoint from the SDK's usual chain (`AWS_ENDPOINT_URL`
             // too); an explicit `settings.region` wins.
@@ -267,20 +283,20 @@ async fn run(args: Args) -> anyhow::Result<LoopEnd> {
     let store = joiner_kube::KubeStore::start_with(
         client.clone(),
         Handle::current(),
-        args.cache_sync_timeout(),
+        options.cache_sync_timeout,
         joiner_kube::StoreOptions::from_settings(&settings),
     )
     .await
-    .context("starting the cluster caches")?;
+    .map_err(StartError::Caches)?;
     let probe = store.clone();
     health.set_store(move || probe.is_ready());
 
     // The Lease is joined only once the caches are synced and the cloud is up, so a replica
     // that cannot work never holds it.
-    let stepper: BoxedStep = match args.cloud {
+    let stepper: BoxedStep = match options.cloud {
         CloudKind::Aws => {
             let sdk = sdk
-                .context("the AWS SDK configuration")?
+                .ok_or(StartError::NoSdkConfig)?
                 .into_builder()
                 .region(aws_config::Region::new(settings.region.clone()))
                 .build();
@@ -291,12 +307,15 @@ async fn run(args: Args) -> anyhow::Result<LoopEnd> {
                 Handle::current(),
             )
             .await
-            .context("setting up the AWS cloud provider")?;
+            .map_err(StartError::Aws)?;
             let mut stepper = Stepper::new(store.clone(), cloud, SystemClock, config);
             if let Some(queue) = settings.interruption_queue.as_deref() {
                 let queue = joiner_aws::SqsInterruptionQueue::new(&sdk, queue, Handle::current())
                     .await
-                    .with_context(|| format!("opening the interruption queue {queue}"))?;
+                    .map_err(|source| StartError::Queue {
+                        queue: queue.to_string(),
+                        source,
+                    })?;
                 stepper
                     .controller_mut()
                     .set_interruption_queue(Box::new(queue));
@@ -307,15 +326,15 @@ async fn run(args: Args) -> anyhow::Result<LoopEnd> {
             let catalog = Catalog::builtin(&settings.region, &settings.zones);
             let cloud = Arc::new(SimulatedCloud::new(&catalog, SystemClock));
             let stepper = Stepper::new(store.clone(), cloud.clone(), SystemClock, config)
-                .with_kubelet(cloud, args.kwok);
+                .with_kubelet(cloud, options.kwok);
             Box::new(stepper)
         }
     };
     health.set_cloud_ready();
 
-    let (election, leadership, _always) = if args.leader_elect {
-        let namespace = args
-            .leader_election_namespace
+    let (election, leadership, _always) = if let Some(lease) = &options.leader_election {
+        let namespace = lease
+            .namespace
             .clone()
             .or_else(|| {
                 std::env::var("POD_NAMESPACE")
@@ -323,20 +342,13 @@ async fn run(args: Args) -> anyhow::Result<LoopEnd> {
                     .filter(|n| !n.is_empty())
             })
             .unwrap_or_else(|| client.default_namespace().to_string());
-        let election = Election::start(
-            client.clone(),
-            &namespace,
-            &args.leader_election_name,
-            &identity,
-        )
-        .await
-        .with_context(|| {
-            format!(
-                "joining the leader election (Lease {namespace}/{})",
-                args.leader_election_name
-            )
-        })?;
-        tracing::info!(lease = %format!("{namespace}/{}", args.leader_election_name), "waiting for the leader Lease");
+        let election = Election::start(client.clone(), &namespace, &lease.name, &identity)
+            .await
+            .map_err(|source| StartError::Election {
+                lease: format!("{namespace}/{}", lease.name),
+                source,
+            })?;
+        tracing::info!(lease = %format!("{namespace}/{}", lease.name), "waiting for the leader Lease");
         let state = election.state.clone();
         (Some(election), state, None)
     } else {

@@ -1,5 +1,6 @@
 //! What the rest of a cluster does, for tests and `joiner simulate`: kube-scheduler binding
-//! pending pods to nodes that can take them.
+//! pending pods to nodes that can take them, and the pod garbage collector deleting the pods of
+//! Nodes that are gone.
 
 use joiner_model::wellknown::labels;
 use std::collections::BTreeSet;
@@ -7,11 +8,9 @@ use std::collections::BTreeSet;
 use joiner_engine::snapshot::ClusterSnapshot;
 use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
 
-use crate::config::Config;
-use crate::error::ControllerError;
-
-use crate::pods::{is_pending, pod_key};
-use crate::store::{ClusterStore, StoreError, manifests_of};
+use joiner_controller::pods::{is_pending, pod_key};
+use joiner_controller::store::{ClusterStore, StoreError, manifests_of};
+use joiner_controller::{Config, ControllerError};
 
 /// Binds pending pods to existing, initialized (or unmanaged) Nodes where the planner places
 /// them, as kube-scheduler would. Returns the `(pod, node)` bindings made.

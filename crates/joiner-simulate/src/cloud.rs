@@ -1,5 +1,5 @@
 //! An in-process cloud over the engine's catalog, deterministic and with injectable faults, for
-//! tests and `joiner simulate`.
+//! tests, `joiner simulate` and the live controller's `--cloud simulated`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use joiner_engine::catalog::Catalog;
 
-use super::{
+use joiner_controller::clock::{Clock, add};
+use joiner_controller::cloud::{
     CloudError, CloudInstanceType, CloudOffering, CloudProvider, Instance, InstanceState,
     LaunchRequest, Launched, OfferingKey, cluster_tag,
 };
-use crate::clock::Clock;
 
 /// When the kubelet of an instance registers its Node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +118,7 @@ impl SimulatedCloud {
     /// The cloud takes the instance back `notice` from now (a spot interruption: EC2 gives two
     /// minutes). Returns false for an instance that is unknown or already terminated.
     pub fn reclaim_after(&self, instance_id: &str, notice: Duration) -> bool {
-        let at = crate::clock::add(self.clock.now(), notice);
+        let at = add(self.clock.now(), notice);
         let mut s = self.lock();
         let running = s
             .instances
@@ -321,10 +321,11 @@ impl CloudProvider for SimulatedCloud {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::clock::ManualClock;
-    use crate::cloud::Offer;
+    use joiner_controller::clock::ManualClock;
+    use joiner_controller::cloud::Offer;
     use joiner_engine::catalog::CapacityType;
+
+    use super::*;
 
     fn offer(zone: &str) -> Offer {
         Offer {

@@ -115,8 +115,8 @@ fn a_crash_at_every_write_of_a_registration_timeout_is_harmless() {
         let mut world = World::learning_lab();
         world.config.registration_timeout = std::time::Duration::from_secs(120);
         world.cloud.set_registration(
-            &joiner_controller::cloud::SimulatedCloud::instance_id(1),
-            joiner_controller::cloud::Registration::Never,
+            &joiner_simulate::SimulatedCloud::instance_id(1),
+            joiner_simulate::Registration::Never,
         );
         run_with_crashes(&world, fuse, STEPS, |_, _| {});
         world

@@ -12,16 +12,13 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{Crash, Fuse, World, fused_controller};
+use common::{Crash, Fuse, World, fused_controller, instance_of};
 use joiner_controller::clock::Clock;
-use joiner_controller::cloud::{CloudProvider, InstanceState, instance_id_of};
-use joiner_controller::disruption::simulated::{collect_orphans, schedule_pending};
-use joiner_controller::interruption::SimulatedInterruptionQueue;
+use joiner_controller::cloud::InstanceState;
 use joiner_controller::interruption::messages::spot_interruption_warning;
-use joiner_controller::pods::pod_key;
 use joiner_controller::store::ClusterStore;
-use joiner_model::api::NodePool;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
+use joiner_simulate::SimulatedInterruptionQueue;
 use k8s_openapi::api::core::v1::Pod;
 
 /// Settling (launch, registration, device plugin) takes about a minute.
@@ -51,13 +48,7 @@ fn run(world: &World, fuse: &Fuse, phase: &Phase) -> Run {
         c.set_interruption_queue(Box::new(queue.clone()));
         c
     };
-    let workload: BTreeMap<String, Pod> = world
-        .store
-        .list::<Pod>()
-        .expect("pods")
-        .into_iter()
-        .map(|p| (pod_key(&p), p))
-        .collect();
+    let workload = world.pods_by_key();
     let mut controller = new_controller();
     let mut before_phase = 0;
     let mut original = Vec::new();
@@ -67,27 +58,9 @@ fn run(world: &World, fuse: &Fuse, phase: &Phase) -> Run {
             original = world.live_claims();
             assert_eq!(original.len(), 2, "settled");
             match phase {
-                Phase::Drift => {
-                    let mut pool: NodePool = world
-                        .store
-                        .get(None, "g4-nodepool")
-                        .expect("get")
-                        .expect("pool");
-                    pool.spec
-                        .template
-                        .metadata
-                        .labels
-                        .insert("team".into(), "ml".into());
-                    world.store.update(&pool).expect("update");
-                }
+                Phase::Drift => world.label_node_template("team", "ml"),
                 Phase::Interruption => {
-                    let id = original[0]
-                        .status
-                        .provider_id
-                        .as_deref()
-                        .and_then(instance_id_of)
-                        .expect("instance")
-                        .to_string();
+                    let id = instance_of(&original[0]);
                     world.cloud.reclaim_after(&id, Duration::from_secs(120));
                     queue.send(spot_interruption_warning(
                         "evt",
@@ -97,23 +70,7 @@ fn run(world: &World, fuse: &Fuse, phase: &Phase) -> Run {
                 }
             }
         }
-        for (key, pod) in &workload {
-            let (ns, name) = key.split_once('/').expect("key");
-            if world
-                .store
-                .get::<Pod>(Some(ns), name)
-                .expect("get")
-                .is_none()
-            {
-                let mut fresh = pod.clone();
-                fresh.metadata.resource_version = None;
-                fresh.metadata.uid = None;
-                fresh.spec.as_mut().expect("spec").node_name = None;
-                world.store.create(&fresh).expect("recreate");
-            }
-        }
-        collect_orphans(&world.store).expect("orphans");
-        schedule_pending(&world.store, &world.config).expect("schedule");
+        world.before_step(&workload);
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| controller.step()));
         if let Err(payload) = result {
             assert!(payload.is::<Crash>(), "a real panic, not a simulated crash");
@@ -143,14 +100,8 @@ fn assert_done(world: &World, run: &Run, phase: &Phase, instances_ever: usize) {
     };
     for old in gone {
         assert!(!names.contains(&old.name()), "{} still there", old.name());
-        let id = old
-            .status
-            .provider_id
-            .as_deref()
-            .and_then(instance_id_of)
-            .expect("instance");
         assert_eq!(
-            world.cloud.get(id).expect("get").map(|i| i.state),
+            world.instance_state(old),
             Some(InstanceState::Terminated),
             "the old instance is terminated"
         );

@@ -1,32 +1,22 @@
-//! `joiner simulate`: the controller's loops (provisioning, lifecycle, disruption) against the
+//! One simulated run: the controller's loops (provisioning, lifecycle, disruption) against the
 //! in-memory cluster, the simulated cloud and kubelet, and a scheduler, over simulated time,
-//! driven by a scenario file. Deterministic: the same input gives the same output, byte for byte.
-
-mod progress;
-mod report;
-pub mod scenario;
+//! driven by a resolved scenario. Deterministic: the same input gives the same output, byte for
+//! byte.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use joiner_controller::DisruptionEvent;
 use joiner_controller::clock::{Clock, ManualClock};
-use joiner_controller::cloud::{
-    CloudProvider, InstanceState, OfferingKey, Registration, SimulatedCloud,
-};
-use joiner_controller::disruption::simulated::{collect_orphans, schedule_pending};
-use joiner_controller::interruption::SimulatedInterruptionQueue;
+use joiner_controller::cloud::{CloudProvider, InstanceState, OfferingKey};
 use joiner_controller::interruption::messages::spot_interruption_warning;
-use joiner_controller::kubelet::SimulatedKubelet;
 use joiner_controller::pods::{is_pending, pod_key};
 use joiner_controller::store::{ClusterStore, InMemoryCluster, StoreError};
-use joiner_controller::{Config, Controller, StepReport};
+use joiner_controller::{Config, Controller, ControllerError, StepReport};
 use joiner_engine::catalog::{CapacityType, Catalog};
+use joiner_model::api::NodeClaim;
 use joiner_model::api::NodePool;
-use joiner_model::api::nodeclaim::NodeClaim;
 use joiner_model::settings::Settings;
 use joiner_model::wellknown::DisruptionAction;
 use joiner_model::wellknown::{annotations, labels, tags};
@@ -38,19 +28,15 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use scenario::{Resolved, Step, merge_patch};
+use crate::cloud::{Registration, SimulatedCloud};
+use crate::error::{Context, Error, invalid};
+use crate::interruption_queue::SimulatedInterruptionQueue;
+use crate::kubelet::SimulatedKubelet;
+use crate::scenario::{self, Resolved, Step, merge_patch};
+use crate::scheduler::{collect_orphans, schedule_pending};
 
 /// How often a point is recorded for the charts.
 const SAMPLE_EVERY: Duration = Duration::from_secs(60);
-
-/// What `joiner simulate` was asked.
-pub struct Request {
-    pub manifests: Manifests,
-    pub settings: Settings,
-    pub scenario: PathBuf,
-    pub report: Option<PathBuf>,
-    pub json: bool,
-}
 
 /// One point of the charts.
 #[derive(Debug, Clone, Serialize)]
@@ -254,7 +240,7 @@ impl Sim {
         self.events.push(Value::Object(obj));
     }
 
-    fn find_workload(&mut self, name: &str) -> anyhow::Result<&mut Workload> {
+    fn find_workload(&mut self, name: &str) -> Result<&mut Workload, Error> {
         let (ns, n) = name.split_once('/').unwrap_or(("", name));
         self.workloads
             .iter_mut()
@@ -262,11 +248,11 @@ impl Sim {
                 w.deployment.object.metadata.name.as_deref() == Some(n)
                     && (ns.is_empty() || w.namespace() == ns)
             })
-            .with_context(|| format!("no Deployment {name} in the manifests"))
+            .ok_or_else(|| invalid!("no Deployment {name} in the manifests"))
     }
 
     /// Deployments keep their pods: missing ones are created pending, extra ones deleted.
-    fn reconcile_workloads(&mut self) -> anyhow::Result<()> {
+    fn reconcile_workloads(&mut self) -> Result<(), Error> {
         let pods = self.store.list::<Pod>()?;
         let present: BTreeSet<String> = pods.iter().map(pod_key).collect();
         for w in &self.workloads {
@@ -294,7 +280,7 @@ impl Sim {
         Ok(())
     }
 
-    fn apply(&mut self, step: &Step) -> anyhow::Result<()> {
+    fn apply(&mut self, step: &Step) -> Result<(), Error> {
         if let Some(note) = &step.note {
             self.event("note", json!({"note": note}));
         }
@@ -376,7 +362,7 @@ impl Sim {
             running.truncate(i.count.unwrap_or(1));
             let notice = match &i.notice {
                 Some(n) => joiner_model::duration::parse_duration(n)
-                    .with_context(|| format!("interruptSpot.notice: {n:?}"))?,
+                    .context(|| format!("interruptSpot.notice: {n:?}"))?,
                 None => Duration::from_secs(120),
             };
             let mut ids = Vec::new();
@@ -398,11 +384,11 @@ impl Sim {
             let pool: NodePool = self
                 .store
                 .get(None, &c.name)?
-                .with_context(|| format!("no NodePool {}", c.name))?;
+                .ok_or_else(|| invalid!("no NodePool {}", c.name))?;
             let mut v = serde_json::to_value(&pool)?;
             merge_patch(&mut v, &c.patch);
             let mut new: NodePool = serde_json::from_value(v)
-                .with_context(|| format!("changeNodePool {}: the patched NodePool", c.name))?;
+                .context(|| format!("changeNodePool {}: the patched NodePool", c.name))?;
             new.metadata.resource_version = pool.metadata.resource_version.clone();
             self.store.update(&new)?;
             self.event(
@@ -417,7 +403,7 @@ impl Sim {
             ] {
                 for o in list {
                     let capacity_type = CapacityType::parse(&o.capacity_type)
-                        .with_context(|| format!("unknown capacity type {}", o.capacity_type))?;
+                        .ok_or_else(|| invalid!("unknown capacity type {}", o.capacity_type))?;
                     self.cloud.set_insufficient_capacity(
                         OfferingKey {
                             instance_type: o.instance_type.clone(),
@@ -512,7 +498,7 @@ impl Sim {
     }
 
     /// Measures the cluster now.
-    fn sample(&mut self) -> anyhow::Result<Sample> {
+    fn sample(&mut self) -> Result<Sample, Error> {
         let t = self.t();
         let claims = self.store.list::<NodeClaim>()?;
         let nodes = claims
@@ -565,7 +551,7 @@ impl Sim {
     }
 
     /// Notes when each pod (by uid) was first seen pending and how long it waited once bound.
-    fn observe_pods(&mut self) -> anyhow::Result<Vec<Pod>> {
+    fn observe_pods(&mut self) -> Result<Vec<Pod>, Error> {
         let t = self.t();
         let pods = self.store.list::<Pod>()?;
         for p in &pods {
@@ -618,14 +604,14 @@ pub fn simulate(
     mut settings: Settings,
     scenario: &Resolved,
     progress: &mut dyn FnMut(u64, u64),
-) -> anyhow::Result<Outcome> {
+) -> Result<Outcome, Error> {
     if settings.cluster_name.as_deref().is_none_or(str::is_empty) {
         settings.cluster_name = Some("simulation".into());
     }
-    let config = Config::new(settings).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let config = Config::new(settings)?;
     let start = match &scenario.start {
         Some(s) => s.parse::<Timestamp>().map_err(|e| {
-            anyhow::anyhow!("scenario start {s:?}: {e} (expected e.g. 2026-01-01T00:00:00Z)")
+            invalid!("scenario start {s:?}: {e} (expected e.g. 2026-01-01T00:00:00Z)")
         })?,
         None => ManualClock::new().now(),
     };
@@ -633,7 +619,7 @@ pub fn simulate(
     let catalog = Catalog::builtin(&config.settings.region, &config.settings.zones);
     let cloud = SimulatedCloud::new(&catalog, clock.clone());
     let mut prices = BTreeMap::new();
-    for t in cloud.instance_types().map_err(|e| anyhow::anyhow!("{e}"))? {
+    for t in cloud.instance_types().map_err(ControllerError::Cloud)? {
         for o in &t.offerings {
             prices.insert(
                 (t.name.clone(), o.zone.clone(), o.capacity_type),
@@ -686,14 +672,14 @@ pub fn simulate(
         while next_step < scenario.steps.len() && scenario.steps[next_step].0.as_secs() <= t {
             let step = scenario.steps[next_step].1.clone();
             sim.apply(&step)
-                .with_context(|| format!("scenario step {} at {}", next_step, clock_text(t)))?;
+                .context(|| format!("scenario step {} at {}", next_step, clock_text(t)))?;
             next_step += 1;
         }
         sim.reconcile_workloads()?;
-        collect_orphans(&sim.store).map_err(|e| anyhow::anyhow!("{e}"))?;
+        collect_orphans(&sim.store)?;
         sim.reconcile_workloads()?;
         sim.observe_pods()?;
-        schedule_pending(&sim.store, &sim.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+        schedule_pending(&sim.store, &sim.config)?;
         let report = controller.step();
         errors += report.errors.len();
         for d in report
@@ -704,9 +690,7 @@ pub fn simulate(
             *disruptions.entry(d.reason.clone()).or_default() += 1;
         }
         sim.record(&report);
-        sim.kubelet
-            .step(&sim.store, &sim.cloud, clock.now())
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        sim.kubelet.step(&sim.store, &sim.cloud, clock.now())?;
         let s = sim.sample()?;
         peak = (peak.0.max(s.nodes), peak.1.max(s.instances));
         if s.gpus_allocatable > 0.0 {
@@ -734,11 +718,11 @@ pub fn simulate(
         t += tick_s;
     }
     if next_step < scenario.steps.len() {
-        bail!(
+        return Err(invalid!(
             "scenario step {next_step} is at {}, after the end ({})",
             clock_text(scenario.steps[next_step].0.as_secs()),
             clock_text(end)
-        );
+        ));
     }
     drop(controller);
     let last = samples.last().cloned();
@@ -792,80 +776,4 @@ pub fn simulate(
         samples,
         summary,
     })
-}
-
-/// The human-readable line of one timeline event.
-fn line(e: &Value) -> String {
-    let at = e["at"].as_str().unwrap_or_default();
-    let event = e["event"].as_str().unwrap_or_default();
-    let mut rest: Vec<String> = Vec::new();
-    if let Value::Object(m) = e {
-        for (k, v) in m {
-            if matches!(k.as_str(), "at" | "t" | "event") || v.is_null() {
-                continue;
-            }
-            if let Value::Array(a) = v
-                && a.is_empty()
-            {
-                continue;
-            }
-            let text = match v {
-                Value::String(s) => s.clone(),
-                Value::Array(a) => a
-                    .iter()
-                    .map(|x| {
-                        x.as_str()
-                            .map(str::to_string)
-                            .unwrap_or_else(|| x.to_string())
-                    })
-                    .collect::<Vec<_>>()
-                    .join(","),
-                other => other.to_string(),
-            };
-            rest.push(format!("{k}={text}"));
-        }
-    }
-    format!("{at}  {event:<24} {}", rest.join(" "))
-}
-
-/// `joiner simulate`.
-pub fn run(req: Request) -> anyhow::Result<()> {
-    use std::io::Write as _;
-    let scenario = scenario::Scenario::load(&req.scenario)?;
-    let bar = progress::Progress::on_terminal(&scenario.name);
-    let outcome = simulate(
-        &req.manifests,
-        req.settings,
-        &scenario,
-        &mut |done, total| bar.update(done, total),
-    );
-    bar.finish();
-    let outcome = outcome?;
-    let mut out = String::new();
-    if req.json {
-        for e in &outcome.events {
-            out.push_str(&serde_json::to_string(e)?);
-            out.push('\n');
-        }
-        out.push_str(&serde_json::to_string(
-            &json!({"summary": outcome.summary}),
-        )?);
-        out.push('\n');
-    } else {
-        for e in &outcome.events {
-            out.push_str(&line(e));
-            out.push('\n');
-        }
-        out.push_str(&report::summary_text(&outcome.summary));
-    }
-    std::io::stdout().write_all(out.as_bytes())?;
-    if let Some(path) = &req.report {
-        write_report(path, &outcome)?;
-    }
-    Ok(())
-}
-
-fn write_report(path: &Path, outcome: &Outcome) -> anyhow::Result<()> {
-    let html = report::html(outcome);
-    std::fs::write(path, html).with_context(|| format!("writing {}", path.display()))
 }

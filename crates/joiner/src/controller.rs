@@ -1,34 +1,14 @@
-//! `joiner controller`: the live controller process.
-//!
-//! The decisions are the controller core's (`joiner-controller`), made over the cluster as the
-//! kube-rs edge (`joiner-kube`) sees it and the cloud as the AWS edge (`joiner-aws`) drives it.
-//! This module is the process around them: settings, logs, leader election, the step loop,
-//! Kubernetes Events for pods, and the health and metrics endpoints.
+//! `joiner controller`: the live controller process's command line.
 //!
 //! The flags are parsed in every build so the Helm chart's command line is always understood;
-//! the live controller itself is behind the `controller` cargo feature (it pulls in kube-rs, the
-//! AWS SDK and an async runtime, minutes of build time a newcomer running `joiner plan` does not
-//! need). A build without it says so and how to get it.
+//! the live controller itself is the `joiner-runtime` crate, behind the `controller` cargo
+//! feature (it pulls in kube-rs, the AWS SDK and an async runtime, minutes of build time a
+//! newcomer running `joiner plan` does not need). A build without it says so and how to get it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-
-#[cfg(feature = "controller")]
-mod events;
-#[cfg(feature = "controller")]
-mod http;
-#[cfg(feature = "controller")]
-mod leader;
-#[cfg(feature = "controller")]
-mod live;
-#[cfg(feature = "controller")]
-mod metrics;
-#[cfg(feature = "controller")]
-mod run_loop;
-#[cfg(feature = "controller")]
-mod stepper;
 
 /// How to build a binary that has the live controller.
 #[cfg(not(feature = "controller"))]
@@ -105,11 +85,32 @@ pub enum LogFormat {
     Text,
 }
 
-/// Runs the live controller until SIGTERM (exit 0) or a fatal error (exit 1). Sets up its own
-/// logging: call it before any other tracing subscriber is installed.
+/// Runs the live controller until SIGTERM (exit 0) or a fatal error (exit 1). It sets up its
+/// own logging: call it before any other tracing subscriber is installed. The values files and
+/// `--set` are read as `joiner plan` reads them, once the controller's logging is up.
 #[cfg(feature = "controller")]
 pub fn run(args: Args) -> ExitCode {
-    live::main(args)
+    let options = joiner_runtime::Options {
+        cloud: match args.cloud {
+            CloudKind::Aws => joiner_runtime::CloudKind::Aws,
+            CloudKind::Simulated => joiner_runtime::CloudKind::Simulated,
+        },
+        kwok: args.kwok,
+        metrics_addr: args.metrics_addr,
+        health_addr: args.health_addr,
+        leader_election: args.leader_elect.then(|| joiner_runtime::LeaderElection {
+            namespace: args.leader_election_namespace.clone(),
+            name: args.leader_election_name.clone(),
+        }),
+        log_format: match args.log_format {
+            LogFormat::Json => joiner_runtime::LogFormat::Json,
+            LogFormat::Text => joiner_runtime::LogFormat::Text,
+        },
+        cache_sync_timeout: args.cache_sync_timeout(),
+    };
+    joiner_runtime::main(options, || {
+        crate::load::load_values(&args.values, &args.set).map_err(Into::into)
+    })
 }
 
 /// Without the `controller` feature: says this build cannot run the live controller.

@@ -6,46 +6,30 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::time::Duration;
 
 use joiner_controller::clock::{Clock, ManualClock};
 use joiner_controller::cloud::{
     CloudError, CloudInstanceType, CloudProvider, Instance, InstanceState, LaunchRequest, Launched,
-    SimulatedCloud,
+    instance_id_of,
 };
-use joiner_controller::kubelet::SimulatedKubelet;
+use joiner_controller::pods::{is_pending, pod_key};
 use joiner_controller::store::{ClusterStore, Deleted, InMemoryCluster, Resource, StoreError};
 use joiner_controller::{Config, Controller, StepReport};
 use joiner_engine::catalog::Catalog;
 use joiner_model::Manifests;
+use joiner_model::api::NodePool;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 use joiner_model::settings::Settings;
 use joiner_model::wellknown::{labels, tags};
+use joiner_simulate::scheduler::{collect_orphans, schedule_pending};
+use joiner_simulate::{SimulatedCloud, SimulatedKubelet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 pub const CLUSTER: &str = "lab";
 
 pub fn learning_lab() -> Manifests {
-    let dir =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/time-slicing-learning-lab");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("example directory")
-        .map(|e| e.expect("directory entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    let mut m = Manifests::default();
-    for f in files {
-        let text = std::fs::read_to_string(&f).expect("example file");
-        for (origin, doc) in
-            joiner_model::parse_documents(&f.display().to_string(), &text).expect("YAML")
-        {
-            m.add_document(origin, doc).expect("a valid object");
-        }
-    }
-    m.finish();
-    m
+    joiner_test_support::load_example("time-slicing-learning-lab")
 }
 
 pub fn config() -> Config {
@@ -68,6 +52,11 @@ pub struct World {
 
 impl World {
     pub fn learning_lab() -> World {
+        World::new(&learning_lab())
+    }
+
+    /// A world whose cluster holds `manifests`.
+    pub fn new(manifests: &Manifests) -> World {
         let clock = ManualClock::new();
         let settings = config().settings;
         let catalog = Catalog::builtin(&settings.region, &settings.zones);
@@ -78,8 +67,54 @@ impl World {
             config: config(),
             clock,
         };
-        world.store.load(&learning_lab()).expect("load");
+        world.store.load(manifests).expect("load");
         world
+    }
+
+    /// Every pod in the cluster now, by key: what their Deployments recreate when they go.
+    pub fn pods_by_key(&self) -> BTreeMap<String, Pod> {
+        self.store
+            .list::<Pod>()
+            .expect("pods")
+            .into_iter()
+            .map(|p| (pod_key(&p), p))
+            .collect()
+    }
+
+    /// The rest of the cluster before a controller step: the Deployments create again the pods
+    /// of `workload` the cluster no longer has (fresh, unbound), the pod garbage collector
+    /// deletes the pods of Nodes that are gone, and the scheduler binds pending pods.
+    pub fn before_step(&self, workload: &BTreeMap<String, Pod>) {
+        for (key, pod) in workload {
+            let (ns, name) = key.split_once('/').expect("key");
+            if self
+                .store
+                .get::<Pod>(Some(ns), name)
+                .expect("get")
+                .is_none()
+            {
+                let mut fresh = pod.clone();
+                fresh.metadata.resource_version = None;
+                fresh.metadata.uid = None;
+                fresh.spec.as_mut().expect("spec").node_name = None;
+                self.store.create(&fresh).expect("recreate");
+            }
+        }
+        collect_orphans(&self.store).expect("orphans");
+        schedule_pending(&self.store, &self.config).expect("schedule");
+    }
+
+    /// No pod is waiting for a node.
+    pub fn assert_nothing_pending(&self) {
+        let pending: Vec<String> = self
+            .store
+            .list::<Pod>()
+            .expect("pods")
+            .iter()
+            .filter(|p| is_pending(p))
+            .map(pod_key)
+            .collect();
+        assert!(pending.is_empty(), "pending pods: {pending:?}");
     }
 
     /// The instance-side world acts, then time moves on by a second.
@@ -101,6 +136,41 @@ impl World {
         pod.metadata.uid = None;
         pod.metadata.resource_version = None;
         self.store.create(&pod).expect("create");
+    }
+
+    /// The learning lab's NodePool, as the cluster has it now.
+    pub fn node_pool(&self) -> NodePool {
+        self.store
+            .get(None, "g4-nodepool")
+            .expect("get")
+            .expect("the lab's NodePool")
+    }
+
+    /// Adds a label to the NodePool's node template: every node it made drifts.
+    pub fn label_node_template(&self, key: &str, value: &str) {
+        let mut pool = self.node_pool();
+        pool.spec
+            .template
+            .metadata
+            .labels
+            .insert(key.into(), value.into());
+        self.store.update(&pool).expect("update");
+    }
+
+    /// The names of [`World::live_claims`].
+    pub fn live_names(&self) -> Vec<String> {
+        self.live_claims()
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect()
+    }
+
+    /// The state the cloud reports for the instance of a NodeClaim, if it reports one.
+    pub fn instance_state(&self, claim: &NodeClaim) -> Option<InstanceState> {
+        self.cloud
+            .get(&instance_of(claim))
+            .expect("get")
+            .map(|i| i.state)
     }
 
     pub fn live_claims(&self) -> Vec<NodeClaim> {
@@ -207,6 +277,17 @@ impl World {
 
 pub fn names(claims: &[NodeClaim]) -> Vec<&str> {
     claims.iter().map(NodeClaim::name).collect()
+}
+
+/// The id of the instance a NodeClaim launched (from its provider id).
+pub fn instance_of(claim: &NodeClaim) -> String {
+    claim
+        .status
+        .provider_id
+        .as_deref()
+        .and_then(instance_id_of)
+        .expect("the NodeClaim has an instance")
+        .to_string()
 }
 
 /// A simulated crash, unwound with `resume_unwind` so no panic message is printed.

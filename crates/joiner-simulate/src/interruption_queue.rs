@@ -2,8 +2,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use super::{InterruptionQueue, QueueMessage};
-use crate::cloud::CloudError;
+use joiner_controller::cloud::CloudError;
+use joiner_controller::interruption::{InterruptionQueue, QueueMessage};
 
 #[derive(Debug, Default)]
 struct State {

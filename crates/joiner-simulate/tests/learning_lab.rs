@@ -8,14 +8,13 @@ use std::collections::BTreeMap;
 use common::{CLUSTER, Fuse, World, config, run_with_crashes};
 use joiner_controller::Controller;
 use joiner_controller::clock::Clock;
-use joiner_controller::cloud::{
-    CloudProvider, InstanceState, OfferingKey, Registration, SimulatedCloud, cluster_tag,
-};
+use joiner_controller::cloud::{CloudProvider, InstanceState, OfferingKey, cluster_tag};
 use joiner_controller::store::ClusterStore;
 use joiner_engine::catalog::CapacityType;
 use joiner_model::Quantity;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 use joiner_model::wellknown::{annotations, finalizers, labels, tags};
+use joiner_simulate::{Registration, SimulatedCloud};
 use k8s_openapi::api::core::v1::Node;
 
 #[test]

@@ -9,21 +9,17 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 use common::{CLUSTER, Fuse, World, names, run_with_crashes};
 use joiner_controller::Config;
 use joiner_controller::StepReport;
 use joiner_controller::clock::ManualClock;
-use joiner_controller::cloud::SimulatedCloud;
-use joiner_controller::kubelet::SimulatedKubelet;
 use joiner_controller::store::{ClusterStore, InMemoryCluster};
 use joiner_engine::catalog::Catalog;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
-use joiner_model::wellknown::{annotations, labels};
-
-use joiner_model::Manifests;
 use joiner_model::settings::Settings;
+use joiner_model::wellknown::{annotations, labels};
+use joiner_simulate::{SimulatedCloud, SimulatedKubelet};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 
@@ -31,39 +27,9 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 /// and time for a later batch to show that nothing more is launched.
 const STEPS: usize = 90;
 
-fn example_dir(name: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples")
-        .join(name)
-}
-
-/// The example's objects (its `values.yaml` is settings, not an object).
-fn manifests(name: &str) -> Manifests {
-    let mut files: Vec<_> = std::fs::read_dir(example_dir(name))
-        .expect("example directory")
-        .map(|e| e.expect("directory entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .filter(|p| p.file_name().is_some_and(|f| f != "values.yaml"))
-        .collect();
-    files.sort();
-    let mut m = Manifests::default();
-    for f in files {
-        let text = std::fs::read_to_string(&f).expect("example file");
-        for (origin, doc) in
-            joiner_model::parse_documents(&f.display().to_string(), &text).expect("YAML")
-        {
-            m.add_document(origin, doc).expect("a valid object");
-        }
-    }
-    m.finish();
-    m
-}
-
 /// The example's `values.yaml` (DRA on), with the cluster's name.
 fn config(name: &str) -> Config {
-    let text = std::fs::read_to_string(example_dir(name).join("values.yaml")).expect("values");
-    let docs = joiner_model::parse_documents("values.yaml", &text).expect("values YAML");
-    let values = docs.into_iter().next().expect("one document").1;
+    let values = joiner_test_support::example_values(name);
     let (mut settings, _) = Settings::from_values(&values).expect("settings");
     assert!(
         !settings.ignore_dra_requests,
@@ -84,7 +50,8 @@ fn world(name: &str, kubelet: SimulatedKubelet) -> World {
         config,
         clock,
     };
-    world.store.load(&manifests(name)).expect("load");
+    let manifests = joiner_test_support::load_example(name);
+    world.store.load(&manifests).expect("load");
     world
 }
 

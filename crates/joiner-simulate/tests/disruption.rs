@@ -1,94 +1,78 @@
 //! The disruption step on the learning-lab example: an in-memory cluster, the simulated cloud
 //! and kubelet, a scheduler binding pods, and Deployments recreating evicted pods.
 
+mod common;
+
+use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::ops::Deref;
 use std::time::Duration;
 
-use joiner_engine::catalog::Catalog;
+use joiner_controller::DisruptionEvent;
+use joiner_controller::clock::{Clock, ManualClock};
+use joiner_controller::cloud::InstanceState;
+use joiner_controller::disruption::allowed_disruptions;
+use joiner_controller::pods::pod_key;
+use joiner_controller::store::{ClusterStore, InMemoryCluster};
+use joiner_controller::{Controller, StepReport};
 use joiner_model::Manifests;
 use joiner_model::api::NodePool;
-use joiner_model::settings::Settings;
+use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 use joiner_model::wellknown::{DisruptionAction, DisruptionReason};
 use joiner_model::wellknown::{annotations, labels};
+use joiner_simulate::SimulatedCloud;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::simulated::{collect_orphans, schedule_pending};
-use super::*;
-use crate::clock::{Clock, ManualClock};
-use crate::cloud::SimulatedCloud;
-use crate::kubelet::SimulatedKubelet;
-use crate::store::InMemoryCluster;
-use crate::{Config, Controller, StepReport};
+/// The NodeClaim's annotation `key`, if it has it.
+fn annotation<'a>(claim: &'a NodeClaim, key: &str) -> Option<&'a str> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
 
+/// The pods bound to `node` and not being deleted.
+fn bound_to<'a>(pods: &'a [Pod], node: &str) -> impl Iterator<Item = &'a Pod> {
+    pods.iter().filter(move |p| {
+        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+            && p.metadata.deletion_timestamp.is_none()
+    })
+}
+
+/// The learning-lab example with its Deployments at `replicas`.
 fn learning_lab(replicas: i32) -> Manifests {
-    let dir =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/time-slicing-learning-lab");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("example directory")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    let mut m = Manifests::default();
-    for f in files {
-        let text = std::fs::read_to_string(&f).expect("file");
-        for (origin, doc) in
-            joiner_model::parse_documents(&f.display().to_string(), &text).expect("YAML")
-        {
-            m.add_document(origin, doc).expect("object");
-        }
-    }
-    m.finish();
+    let mut m = joiner_test_support::load_example("time-slicing-learning-lab");
     for d in &mut m.deployments {
         d.object.spec.as_mut().expect("spec").replicas = Some(replicas);
     }
     m
 }
 
+/// The learning lab whose Deployments recreate evicted pods.
 struct World {
-    clock: ManualClock,
-    store: InMemoryCluster,
-    cloud: SimulatedCloud,
-    kubelet: SimulatedKubelet,
-    config: Config,
+    lab: common::World,
     /// Pods their Deployment recreates when they go.
-    workload: std::cell::RefCell<BTreeMap<String, Pod>>,
+    workload: RefCell<BTreeMap<String, Pod>>,
+}
+
+impl Deref for World {
+    type Target = common::World;
+
+    fn deref(&self) -> &common::World {
+        &self.lab
+    }
 }
 
 impl World {
     fn new(replicas: i32, change: impl Fn(&mut NodePool)) -> World {
-        let clock = ManualClock::new();
-        let config = Config::new(Settings {
-            cluster_name: Some("lab".into()),
-            ..Settings::default()
-        })
-        .expect("config");
-        let catalog = Catalog::builtin(&config.settings.region, &config.settings.zones);
-        let world = World {
-            store: InMemoryCluster::new(clock.clone()),
-            cloud: SimulatedCloud::new(&catalog, clock.clone()),
-            kubelet: SimulatedKubelet::default(),
-            config,
-            clock,
-            workload: Default::default(),
-        };
-        world.store.load(&learning_lab(replicas)).expect("load");
-        let mut pool: NodePool = world
-            .store
-            .get(None, "g4-nodepool")
-            .expect("get")
-            .expect("pool");
+        let lab = common::World::new(&learning_lab(replicas));
+        let mut pool = lab.node_pool();
         change(&mut pool);
-        world.store.update(&pool).expect("update");
-        *world.workload.borrow_mut() = world
-            .store
-            .list::<Pod>()
-            .expect("pods")
-            .into_iter()
-            .map(|p| (pod_key(&p), p))
-            .collect();
-        world
+        lab.store.update(&pool).expect("update");
+        let workload = RefCell::new(lab.pods_by_key());
+        World { lab, workload }
     }
 
     /// Runs `seconds` one-second ticks; returns every step's report.
@@ -99,26 +83,9 @@ impl World {
     ) -> Vec<StepReport> {
         let mut reports = Vec::new();
         for _ in 0..seconds {
-            for (key, pod) in self.workload.borrow().iter() {
-                let (ns, name) = key.split_once('/').expect("key");
-                if self
-                    .store
-                    .get::<Pod>(Some(ns), name)
-                    .expect("get")
-                    .is_none()
-                {
-                    let mut fresh = pod.clone();
-                    fresh.metadata.resource_version = None;
-                    self.store.create(&fresh).expect("recreate");
-                }
-            }
-            collect_orphans(&self.store).expect("orphans");
-            schedule_pending(&self.store, &self.config).expect("schedule");
+            self.before_step(&self.workload.borrow());
             reports.push(controller.step());
-            self.kubelet
-                .step(&self.store, &self.cloud, self.clock.now())
-                .expect("kubelet");
-            self.clock.advance(Duration::from_secs(1));
+            self.tick();
         }
         reports
     }
@@ -130,15 +97,6 @@ impl World {
             self.clock.clone(),
             self.config.clone(),
         )
-    }
-
-    fn live(&self) -> Vec<NodeClaim> {
-        self.store
-            .list::<NodeClaim>()
-            .expect("list")
-            .into_iter()
-            .filter(|c| !c.is_deleting())
-            .collect()
     }
 
     /// Deletes pods and stops recreating them (the Deployment scaled down).
@@ -168,7 +126,7 @@ fn events<'a>(
 }
 
 fn settled(world: &World, nodes: usize) {
-    let live = world.live();
+    let live = world.live_claims();
     assert_eq!(
         live.len(),
         nodes,
@@ -176,14 +134,7 @@ fn settled(world: &World, nodes: usize) {
         live.iter().map(NodeClaim::name).collect::<Vec<_>>()
     );
     assert!(live.iter().all(|c| c.is_true(conditions::INITIALIZED)));
-    assert!(
-        !world
-            .store
-            .list::<Pod>()
-            .expect("pods")
-            .iter()
-            .any(is_pending)
-    );
+    world.assert_nothing_pending();
 }
 
 #[test]
@@ -196,17 +147,17 @@ fn empty_nodes_go_after_consolidate_after() {
     // Not before consolidateAfter.
     let early = world.run(&mut c, 240);
     assert_eq!(events(&early, DisruptionAction::Deleted).count(), 0);
-    assert_eq!(world.live().len(), 2);
+    assert_eq!(world.live_claims().len(), 2);
     let later = world.run(&mut c, 300);
     let deleted: Vec<_> = events(&later, DisruptionAction::Deleted).collect();
     assert_eq!(deleted.len(), 2, "{deleted:?}");
     assert!(deleted.iter().all(|e| e.reason == "Empty"));
-    assert!(world.live().is_empty());
+    assert!(world.live_claims().is_empty());
     let running = world
         .cloud
         .all_instances()
         .into_iter()
-        .filter(|i| i.state == crate::cloud::InstanceState::Running)
+        .filter(|i| i.state == InstanceState::Running)
         .count();
     assert_eq!(running, 0, "the finalizer terminated the instances");
 }
@@ -283,7 +234,7 @@ fn expiry_launches_the_replacement_before_draining() {
     let mut c = world.controller();
     world.run(&mut c, 120);
     settled(&world, 2);
-    let before: Vec<String> = world.live().iter().map(|n| n.name().to_string()).collect();
+    let before = world.live_names();
     let mut replaced_at = None;
     let mut evicted_at = None;
     let mut replacement = String::new();
@@ -325,7 +276,7 @@ fn expiry_launches_the_replacement_before_draining() {
     );
     world.run(&mut c, 120);
     settled(&world, 2);
-    let after: Vec<String> = world.live().iter().map(|n| n.name().to_string()).collect();
+    let after = world.live_names();
     assert_ne!(before, after);
 }
 
@@ -339,7 +290,7 @@ fn budgets_limit_how_many_nodes_go_at_once() {
     settled(&world, 4);
     world.scale_away(|_| false);
     let reports = world.run(&mut c, 120);
-    assert!(world.live().is_empty());
+    assert!(world.live_claims().is_empty());
     let per_step: Vec<usize> = reports
         .iter()
         .map(|r| {
@@ -369,12 +320,7 @@ trait TestPool {
 
 impl TestPool for NodePool {
     fn default_for_test() -> NodePool {
-        let world = World::new(0, |_| {});
-        world
-            .store
-            .get(None, "g4-nodepool")
-            .expect("get")
-            .expect("pool")
+        World::new(0, |_| {}).node_pool()
     }
 }
 
@@ -441,14 +387,10 @@ fn a_cheaper_replacement_is_up_before_the_old_node_drains() {
     let mut c = world.controller();
     world.run(&mut c, 120);
     settled(&world, 1);
-    let old = world.live()[0].clone();
+    let old = world.live_claims()[0].clone();
     assert_eq!(old.label(labels::INSTANCE_TYPE), Some("g4dn.2xlarge"));
     // The pool now allows the cheaper g4dn.xlarge: consolidation replaces the node.
-    let mut pool: NodePool = world
-        .store
-        .get(None, "g4-nodepool")
-        .expect("get")
-        .expect("pool");
+    let mut pool = world.node_pool();
     allow_types(&mut pool, &["g4dn.xlarge", "g4dn.2xlarge"]);
     world.store.update(&pool).expect("update");
     let reports = world.run(&mut c, 300);
@@ -476,23 +418,15 @@ fn a_cheaper_replacement_is_up_before_the_old_node_drains() {
         "{replaced} {initialized} {evicted}"
     );
     settled(&world, 1);
-    let now = world.live()[0].clone();
+    let now = world.live_claims()[0].clone();
     assert_eq!(now.name(), new);
     assert_eq!(now.label(labels::INSTANCE_TYPE), Some("g4dn.xlarge"));
-}
-
-fn pool_of(world: &World) -> NodePool {
-    world
-        .store
-        .get(None, "g4-nodepool")
-        .expect("get")
-        .expect("pool")
 }
 
 /// Claims being moved right now (annotated, not yet deleting).
 fn moving(world: &World) -> usize {
     world
-        .live()
+        .live_claims()
         .iter()
         .filter(|c| annotation(c, annotations::DISRUPTION_REASON).is_some())
         .count()
@@ -506,22 +440,16 @@ fn a_changed_node_pool_drifts_its_nodes_and_they_are_replaced_one_at_a_time() {
     let mut c = world.controller();
     world.run(&mut c, 120);
     settled(&world, 2);
-    let before: Vec<String> = world.live().iter().map(|n| n.name().to_string()).collect();
-    for claim in world.live() {
+    let before = world.live_names();
+    for claim in world.live_claims() {
         assert_eq!(
             annotation(&claim, annotations::NODEPOOL_HASH_VERSION),
-            Some(crate::nodeclaim::stamp::HASH_VERSION)
+            Some(joiner_controller::nodeclaim::stamp::HASH_VERSION)
         );
         assert!(annotation(&claim, annotations::NODECLASS_HASH).is_some());
         assert!(claim.condition(conditions::DRIFTED).is_none());
     }
-    let mut pool = pool_of(&world);
-    pool.spec
-        .template
-        .metadata
-        .labels
-        .insert("team".into(), "ml".into());
-    world.store.update(&pool).expect("update");
+    world.label_node_template("team", "ml");
     let mut reports = Vec::new();
     for _ in 0..600 {
         reports.extend(world.run(&mut c, 1));
@@ -532,7 +460,7 @@ fn a_changed_node_pool_drifts_its_nodes_and_they_are_replaced_one_at_a_time() {
     assert!(drifted.iter().all(|e| e.reason == "NodePoolDrifted"));
     assert!(events(&reports, DisruptionAction::Replacing).all(|e| e.reason == "Drifted"));
     assert!(events(&reports, DisruptionAction::Deleted).count() >= 2);
-    let live = world.live();
+    let live = world.live_claims();
     assert!(!live.is_empty());
     for claim in &live {
         assert!(
@@ -543,14 +471,7 @@ fn a_changed_node_pool_drifts_its_nodes_and_they_are_replaced_one_at_a_time() {
         assert_eq!(claim.label("team"), Some("ml"));
         assert!(claim.condition(conditions::DRIFTED).is_none());
     }
-    assert!(
-        !world
-            .store
-            .list::<Pod>()
-            .expect("pods")
-            .iter()
-            .any(is_pending)
-    );
+    world.assert_nothing_pending();
 }
 
 #[test]
@@ -561,8 +482,8 @@ fn a_node_outside_the_new_requirements_is_replaced_by_one_inside() {
     let mut c = world.controller();
     world.run(&mut c, 120);
     settled(&world, 1);
-    let old = world.live()[0].clone();
-    let mut pool = pool_of(&world);
+    let old = world.live_claims()[0].clone();
+    let mut pool = world.node_pool();
     allow_types(&mut pool, &["g4dn.2xlarge"]);
     world.store.update(&pool).expect("update");
     let reports = world.run(&mut c, 300);
@@ -584,7 +505,7 @@ fn a_node_outside_the_new_requirements_is_replaced_by_one_inside() {
     .expect("evicted");
     assert!(initialized <= evicted, "{initialized} {evicted}");
     settled(&world, 1);
-    let now = world.live()[0].clone();
+    let now = world.live_claims()[0].clone();
     assert_ne!(now.name(), old.name());
     assert_eq!(now.label(labels::INSTANCE_TYPE), Some("g4dn.2xlarge"));
 }
@@ -610,11 +531,11 @@ fn a_budget_schedule_holds_disruption_back_while_it_is_active() {
     // 00:02 to 00:09:50: blocked.
     let inside = world.run(&mut c, 470);
     assert_eq!(events(&inside, DisruptionAction::Deleted).count(), 0);
-    assert_eq!(world.live().len(), 2);
+    assert_eq!(world.live_claims().len(), 2);
     // Past 00:10 the default 10% budget alone applies: one node at a time.
     let after = world.run(&mut c, 120);
     assert_eq!(events(&after, DisruptionAction::Deleted).count(), 2);
-    assert!(world.live().is_empty());
+    assert!(world.live_claims().is_empty());
     let first = after
         .iter()
         .position(|r| {
@@ -636,7 +557,7 @@ fn termination_grace_period_overrides_do_not_disrupt_once_it_runs_out() {
     let mut c = world.controller();
     world.run(&mut c, 120);
     settled(&world, 1);
-    let old = world.live()[0].clone();
+    let old = world.live_claims()[0].clone();
     assert_eq!(old.spec.termination_grace_period.as_deref(), Some("5m"));
     let mut pod = world.store.list::<Pod>().expect("pods")[0].clone();
     pod.metadata
@@ -678,24 +599,18 @@ fn termination_grace_period_overrides_do_not_disrupt_once_it_runs_out() {
             .expect("get")
             .is_none()
     );
-    let id = old
-        .status
-        .provider_id
-        .as_deref()
-        .and_then(crate::cloud::instance_id_of)
-        .expect("instance");
-    assert_eq!(
-        world.cloud.get(id).expect("get").map(|i| i.state),
-        Some(crate::cloud::InstanceState::Terminated)
-    );
+    assert_eq!(world.instance_state(&old), Some(InstanceState::Terminated));
     settled(&world, 1);
 }
 
 mod interruption {
+    use joiner_controller::cloud::CloudError;
+    use joiner_controller::interruption::messages::spot_interruption_warning;
+    use joiner_controller::interruption::{InterruptionQueue, QueueMessage};
+    use joiner_simulate::SimulatedInterruptionQueue;
+
     use super::*;
-    use crate::cloud::{CloudError, InstanceState, instance_id_of};
-    use crate::interruption::messages::spot_interruption_warning;
-    use crate::interruption::{InterruptionQueue, QueueMessage, SimulatedInterruptionQueue};
+    use crate::common::instance_of;
 
     fn spot_world() -> World {
         World::new(4, |p| {
@@ -706,16 +621,6 @@ mod interruption {
                 }
             }
         })
-    }
-
-    fn instance_of(claim: &NodeClaim) -> String {
-        claim
-            .status
-            .provider_id
-            .as_deref()
-            .and_then(instance_id_of)
-            .expect("instance")
-            .to_string()
     }
 
     fn warn(world: &World, queue: &SimulatedInterruptionQueue, claim: &NodeClaim) -> String {
@@ -742,7 +647,7 @@ mod interruption {
         c.set_interruption_queue(Box::new(queue.clone()));
         world.run(&mut c, 120);
         settled(&world, 2);
-        let victim = world.live()[0].clone();
+        let victim = world.live_claims()[0].clone();
         assert_eq!(victim.label(labels::CAPACITY_TYPE), Some("spot"));
         let moved = pods_on(&world, &victim);
         assert!(!moved.is_empty());
@@ -759,7 +664,10 @@ mod interruption {
         );
         assert!(at("interrupted").expect("interrupted") < replacing);
         assert!(replacing < evicted, "launched first: {actions:?}");
-        assert_eq!(events(std::slice::from_ref(&r), DisruptionAction::Interrupted).count(), 1);
+        assert_eq!(
+            events(std::slice::from_ref(&r), DisruptionAction::Interrupted).count(),
+            1
+        );
         let replacement = events(std::slice::from_ref(&r), DisruptionAction::Replacing)
             .next()
             .expect("replacing")
@@ -793,7 +701,7 @@ mod interruption {
         // The moved pods that did not fit on the other node are on the replacement.
         let on_replacement = pods_on(&world, &replacement);
         let survivor = world
-            .live()
+            .live_claims()
             .into_iter()
             .find(|c| c.name() != replacement.name())
             .expect("the other node");
@@ -806,11 +714,7 @@ mod interruption {
             "{moved:?} {on_replacement:?} {on_survivor:?}"
         );
         assert_eq!(
-            world
-                .cloud
-                .get(&instance_of(&victim))
-                .expect("get")
-                .map(|i| i.state),
+            world.instance_state(&victim),
             Some(InstanceState::Terminated)
         );
     }
@@ -835,11 +739,15 @@ mod interruption {
         c.set_interruption_queue(Box::new(Undeletable(queue.clone())));
         world.run(&mut c, 120);
         settled(&world, 2);
-        let victim = world.live()[0].clone();
+        let victim = world.live_claims()[0].clone();
         warn(&world, &queue, &victim);
         let first = world.run(&mut c, 3);
         assert_eq!(queue.waiting(), 1, "not deleted");
-        assert_eq!(events(&first, DisruptionAction::Replacing).count(), 1, "handled once");
+        assert_eq!(
+            events(&first, DisruptionAction::Replacing).count(),
+            1,
+            "handled once"
+        );
         let launches = world.cloud.launch_calls();
         drop(c);
         // A new controller sees the message again.
@@ -869,12 +777,14 @@ mod interruption {
             "i-unknown",
             "2026-01-01T00:00:00Z",
         ));
-        let victim = world.live()[0].clone();
-        queue.send(crate::interruption::messages::rebalance_recommendation(
-            "r",
-            &instance_of(&victim),
-            "2026-01-01T00:00:00Z",
-        ));
+        let victim = world.live_claims()[0].clone();
+        queue.send(
+            joiner_controller::interruption::messages::rebalance_recommendation(
+                "r",
+                &instance_of(&victim),
+                "2026-01-01T00:00:00Z",
+            ),
+        );
         let r = world.run(&mut c, 5);
         assert_eq!(queue.waiting(), 0);
         assert_eq!(events(&r, DisruptionAction::Recommended).count(), 1);

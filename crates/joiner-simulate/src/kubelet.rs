@@ -1,5 +1,6 @@
-//! A simulated kubelet (and device plugin, DRA drivers, and startup-taint daemon) for tests and
-//! `joiner simulate`: what a real instance does on its own after launch.
+//! A simulated kubelet (and device plugin, DRA drivers, and startup-taint daemon) for tests,
+//! `joiner simulate` and the live controller's `--cloud simulated`: what a real instance does on
+//! its own after launch.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -13,10 +14,12 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::clock::{add, k8s_time};
-use crate::cloud::{InstanceState, Registration, SimulatedCloud};
-use crate::store::{ClusterStore, StoreError};
-use joiner_model::api::nodeclaim::NodeClaim;
+use joiner_controller::clock::{add, k8s_time};
+use joiner_controller::cloud::InstanceState;
+use joiner_controller::store::{ClusterStore, StoreError};
+use joiner_model::api::NodeClaim;
+
+use crate::cloud::{Registration, SimulatedCloud};
 
 /// Registers a Node for each running instance once its registration delay has passed (Ready,
 /// with the NodeClaim's taints and startup taints, without extended resources), then after

@@ -25,9 +25,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use joiner_model::duration::parse_duration;
 use serde::Deserialize;
+
+use crate::error::{Context, Error, invalid};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -182,8 +183,8 @@ pub struct RegistrationDelay {
     pub instances: usize,
 }
 
-fn duration(what: &str, text: &str) -> anyhow::Result<Duration> {
-    parse_duration(text).with_context(|| format!("{what}: {text:?}"))
+fn duration(what: &str, text: &str) -> Result<Duration, Error> {
+    parse_duration(text).context(|| format!("{what}: {text:?}"))
 }
 
 /// A scenario with its times resolved: steps with their offset from the start, in order.
@@ -197,19 +198,21 @@ pub struct Resolved {
 }
 
 impl Scenario {
-    pub fn load(path: &Path) -> anyhow::Result<Resolved> {
+    /// Reads and resolves the scenario file at `path`.
+    pub fn load(path: &Path) -> Result<Resolved, Error> {
         let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            std::fs::read_to_string(path).context(|| format!("reading {}", path.display()))?;
         let s: Scenario = serde_saphyr::from_str(&text)
-            .with_context(|| format!("{}: not a valid scenario", path.display()))?;
+            .context(|| format!("{}: not a valid scenario", path.display()))?;
         s.resolve()
-            .with_context(|| format!("{}: invalid scenario", path.display()))
+            .context(|| format!("{}: invalid scenario", path.display()))
     }
 
-    pub fn resolve(self) -> anyhow::Result<Resolved> {
+    /// Resolves the steps' times (`at`, `after`, `advance`) to offsets from the start.
+    pub fn resolve(self) -> Result<Resolved, Error> {
         let tick = duration("tick", self.tick.as_deref().unwrap_or("10s"))?;
         if tick < Duration::from_secs(1) {
-            bail!("tick must be at least 1s");
+            return Err(invalid!("tick must be at least 1s"));
         }
         let total = duration("duration", &self.duration)?;
         let mut cursor = Duration::ZERO;
@@ -219,7 +222,9 @@ impl Scenario {
                 (Some(at), None, None) => {
                     let at = duration(&format!("steps[{i}].at"), at)?;
                     if at < cursor {
-                        bail!("steps[{i}].at: {at:?} is before the previous step ({cursor:?})");
+                        return Err(invalid!(
+                            "steps[{i}].at: {at:?} is before the previous step ({cursor:?})"
+                        ));
                     }
                     at
                 }
@@ -227,7 +232,7 @@ impl Scenario {
                     cursor + duration(&format!("steps[{i}].after"), d)?
                 }
                 (None, None, None) => cursor,
-                _ => bail!("steps[{i}]: give one of at, after, advance"),
+                _ => return Err(invalid!("steps[{i}]: give one of at, after, advance")),
             };
             cursor = when;
             steps.push((when, step));

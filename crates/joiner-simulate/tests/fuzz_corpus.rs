@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 fn fuzz_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
+    joiner_test_support::repo_root().join("fuzz")
 }
 
 fn files(dir: &Path) -> Vec<PathBuf> {
