@@ -5,7 +5,8 @@ For every crate under crates/*/src, the top-level modules are the files src/X.rs
 directories src/X/ (lib.rs and main.rs are the crate roots, not modules; a module the root
 declares under #[cfg(test)], such as `tests` or `test_support`, is left out). Module A imports
 module B when code in A (A.rs, A/**) names a path `crate::B...` or reaches B with `super::`,
-in a `use` (groups included: `use crate::{b, c::D}`) or anywhere else, doc links included.
+in a `use` (groups included: `use crate::{b, c::D}`) or anywhere else in code. Doc links are
+not imports (they tie nothing at compile time) and are not counted.
 Code inside a module declared under #[cfg(test)] (a `mod tests`, inline or in its own file)
 is not counted: tests may import anything.
 
@@ -286,8 +287,6 @@ def references(f: SourceFile) -> list[tuple[list[str], int]]:
                     found.append((absolute, f.code.count("\n", 0, at) + 1))
 
     scan(f.code, lambda k: k)
-    for start, text in f.docs:
-        scan(text, lambda k, start=start: start)
     return found
 
 

@@ -233,7 +233,7 @@ fn in_flight_node_claims_in_a_dump_are_not_launched_again() {
         .count();
     assert_eq!(on_in_flight, 3, "{plan}");
     // Only the new node is paid for.
-    assert_eq!(plan["totalPricePerHour"], "0.526");
+    assert_eq!(plan["totalPricePerHour"].as_f64(), Some(0.526));
 }
 
 /// A NodeClaim being deleted, with no Node, holds nothing: its pods need new nodes.
