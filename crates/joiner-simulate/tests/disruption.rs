@@ -24,15 +24,6 @@ use joiner_simulate::SimulatedCloud;
 use k8s_openapi::api::core::v1::Pod;
 
 /// The NodeClaim's annotation `key`, if it has it.
-fn annotation<'a>(claim: &'a NodeClaim, key: &str) -> Option<&'a str> {
-    claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
-
 /// The pods bound to `node` and not being deleted.
 fn bound_to<'a>(pods: &'a [Pod], node: &str) -> impl Iterator<Item = &'a Pod> {
     pods.iter().filter(move |p| {
@@ -428,7 +419,7 @@ fn moving(world: &World) -> usize {
     world
         .live_claims()
         .iter()
-        .filter(|c| annotation(c, annotations::DISRUPTION_REASON).is_some())
+        .filter(|c| c.annotation(annotations::DISRUPTION_REASON).is_some())
         .count()
 }
 
@@ -443,10 +434,10 @@ fn a_changed_node_pool_drifts_its_nodes_and_they_are_replaced_one_at_a_time() {
     let before = world.live_names();
     for claim in world.live_claims() {
         assert_eq!(
-            annotation(&claim, annotations::NODEPOOL_HASH_VERSION),
+            claim.annotation(annotations::NODEPOOL_HASH_VERSION),
             Some(joiner_controller::nodeclaim::stamp::HASH_VERSION)
         );
-        assert!(annotation(&claim, annotations::NODECLASS_HASH).is_some());
+        assert!(claim.annotation(annotations::NODECLASS_HASH).is_some());
         assert!(claim.condition(conditions::DRIFTED).is_none());
     }
     world.label_node_template("team", "ml");
@@ -574,7 +565,7 @@ fn termination_grace_period_overrides_do_not_disrupt_once_it_runs_out() {
                 .store
                 .get::<NodeClaim>(None, old.name())
                 .expect("get")
-                .is_some_and(|c| annotation(&c, annotations::TERMINATION_TIMESTAMP).is_some())
+                .is_some_and(|c| c.annotation(annotations::TERMINATION_TIMESTAMP).is_some())
         {
             drain_started = Some(second);
         }
@@ -681,7 +672,7 @@ mod interruption {
             .expect("still there");
         assert!(marked.is_true(conditions::INTERRUPTED));
         assert_eq!(
-            annotation(&marked, annotations::INTERRUPTED),
+            marked.annotation(annotations::INTERRUPTED),
             Some("SpotInterrupted")
         );
         // The spot offering is avoided for a while.

@@ -274,7 +274,7 @@ mod tests {
         assert_eq!(drift_of(&c, &p, Some(&k), None), None);
         assert!(restamp(&mut c, &p, Some(&k)));
         assert_eq!(
-            annotation(&c, annotations::NODEPOOL_HASH),
+            c.annotation(annotations::NODEPOOL_HASH),
             Some(node_pool_hash(&p).as_str())
         );
         // A current stamp is kept even when it no longer matches: that is the drift.

@@ -86,15 +86,6 @@ pub struct DisruptionState {
     quiet: Option<u64>,
 }
 
-fn annotation<'a>(claim: &'a NodeClaim, key: &str) -> Option<&'a str> {
-    claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
-
 /// `expireAfter`/`consolidateAfter`/`terminationGracePeriod`: `None` for `Never` or nonsense.
 fn duration_of(text: &str) -> Option<Duration> {
     if text.eq_ignore_ascii_case("never") {
@@ -132,7 +123,7 @@ impl View {
             .collect();
         let disrupting = of_pool
             .iter()
-            .filter(|c| c.is_deleting() || annotation(c, annotations::DISRUPTION_REASON).is_some())
+            .filter(|c| c.is_deleting() || c.annotation(annotations::DISRUPTION_REASON).is_some())
             .count();
         let total = of_pool.iter().filter(|c| !c.is_deleting()).count();
         (total, disrupting)
@@ -190,7 +181,7 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
         .filter(|c| {
             !c.is_deleting()
                 && is_interrupted(c)
-                && annotation(c, annotations::DISRUPTION_REASON)
+                && c.annotation(annotations::DISRUPTION_REASON)
                     != Some(DisruptionReason::Interrupted.as_str())
         })
         .cloned()
@@ -212,13 +203,12 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
         .iter()
         .filter(|c| {
             !c.is_deleting()
-                && annotation(c, annotations::DISRUPTION_REASON).is_some()
+                && c.annotation(annotations::DISRUPTION_REASON).is_some()
                 && !just_interrupted.contains(c.name())
         })
         .collect();
     let voluntary_in_progress = in_progress.iter().any(|c| {
-        annotation(c, annotations::DISRUPTION_REASON)
-            != Some(DisruptionReason::Interrupted.as_str())
+        c.annotation(annotations::DISRUPTION_REASON) != Some(DisruptionReason::Interrupted.as_str())
     });
     for claim in &in_progress {
         continue_move(ctx, &view, claim)?;
@@ -325,7 +315,7 @@ fn drift_candidate<'a>(
         .iter()
         .filter(|c| drifted.contains(c.name()))
         .filter(|c| !c.is_deleting() && c.is_true(conditions::INITIALIZED))
-        .filter(|c| annotation(c, annotations::DISRUPTION_REASON).is_none())
+        .filter(|c| c.annotation(annotations::DISRUPTION_REASON).is_none())
         .filter(|c| c.spec.termination_grace_period.is_some() || !view.do_not_disrupt(c))
         .filter(|c| {
             c.label(labels::NODEPOOL)
@@ -637,7 +627,9 @@ fn continue_move<S: ClusterStore, C: CloudProvider>(
     view: &View,
     claim: &NodeClaim,
 ) -> Result<(), ControllerError> {
-    let written = annotation(claim, annotations::DISRUPTION_REASON).unwrap_or_default();
+    let written = claim
+        .annotation(annotations::DISRUPTION_REASON)
+        .unwrap_or_default();
     let Some(reason) = DisruptionReason::parse(written) else {
         // Not a move Joiner started: leave the NodeClaim alone rather than guess.
         tracing::warn!(
@@ -650,7 +642,8 @@ fn continue_move<S: ClusterStore, C: CloudProvider>(
     if reason == DisruptionReason::Interrupted {
         return drain(ctx, claim, reason, &view.pods);
     }
-    let replacements: Vec<&str> = annotation(claim, annotations::REPLACED_BY)
+    let replacements: Vec<&str> = claim
+        .annotation(annotations::REPLACED_BY)
         .unwrap_or_default()
         .split(',')
         .filter(|s| !s.is_empty())
@@ -664,7 +657,9 @@ fn continue_move<S: ClusterStore, C: CloudProvider>(
         })
         .collect();
     if found.iter().any(Option::is_none)
-        && annotation(claim, annotations::TERMINATION_TIMESTAMP).is_none()
+        && claim
+            .annotation(annotations::TERMINATION_TIMESTAMP)
+            .is_none()
     {
         // A replacement failed (no capacity): undo, and decide again later. (Once draining has
         // begun there is nothing to undo: the drain goes on.)
@@ -748,7 +743,7 @@ fn termination_deadline<S: ClusterStore, C>(
     ctx: &mut Ctx<'_, S, C>,
     claim: &NodeClaim,
 ) -> Result<Option<Timestamp>, ControllerError> {
-    if let Some(t) = annotation(claim, annotations::TERMINATION_TIMESTAMP) {
+    if let Some(t) = claim.annotation(annotations::TERMINATION_TIMESTAMP) {
         return Ok(t.parse().ok());
     }
     let Some(grace) = claim
@@ -763,7 +758,7 @@ fn termination_deadline<S: ClusterStore, C>(
     let Some(mut c) = ctx.store.get::<NodeClaim>(None, claim.name())? else {
         return Ok(None);
     };
-    if let Some(t) = annotation(&c, annotations::TERMINATION_TIMESTAMP) {
+    if let Some(t) = c.annotation(annotations::TERMINATION_TIMESTAMP) {
         return Ok(t.parse().ok());
     }
     c.metadata

@@ -121,7 +121,7 @@ pub fn stamp(claim: &mut NodeClaim, pool: &NodePool, class: Option<&EC2NodeClass
 /// drift is judged by. Returns whether anything changed.
 pub fn restamp(claim: &mut NodeClaim, pool: &NodePool, class: Option<&EC2NodeClass>) -> bool {
     let mut changed = false;
-    let current = |c: &NodeClaim, key| annotation(c, key) == Some(HASH_VERSION);
+    let current = |c: &NodeClaim, key| c.annotation(key) == Some(HASH_VERSION);
     if !current(claim, annotations::NODEPOOL_HASH_VERSION) {
         let a = claim.metadata.annotations.get_or_insert_with(BTreeMap::new);
         a.insert(annotations::NODEPOOL_HASH.into(), node_pool_hash(pool));
@@ -145,17 +145,8 @@ pub fn restamp(claim: &mut NodeClaim, pool: &NodePool, class: Option<&EC2NodeCla
     changed
 }
 
-pub(crate) fn annotation<'a>(claim: &'a NodeClaim, key: &str) -> Option<&'a str> {
-    claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
-
 /// Whether the stamp under `key` (of this hash version) differs from `now`.
 pub(crate) fn stamp_differs(claim: &NodeClaim, key: &str, version_key: &str, now: &str) -> bool {
-    annotation(claim, version_key) == Some(HASH_VERSION)
-        && annotation(claim, key).is_some_and(|h| h != now)
+    claim.annotation(version_key) == Some(HASH_VERSION)
+        && claim.annotation(key).is_some_and(|h| h != now)
 }

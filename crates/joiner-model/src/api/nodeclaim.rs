@@ -137,6 +137,14 @@ impl NodeClaim {
             .map(String::as_str)
     }
 
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    }
+
     pub fn is_deleting(&self) -> bool {
         self.metadata.deletion_timestamp.is_some()
     }
