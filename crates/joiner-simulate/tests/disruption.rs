@@ -106,10 +106,10 @@ impl World {
     }
 }
 
-fn events<'a>(
-    reports: &'a [StepReport],
+fn events(
+    reports: &[StepReport],
     action: DisruptionAction,
-) -> impl Iterator<Item = &'a DisruptionEvent> {
+) -> impl Iterator<Item = &DisruptionEvent> {
     reports
         .iter()
         .flat_map(|r| &r.disruption)

@@ -48,7 +48,7 @@ fn decide(docs: &[&str], dra: bool) -> Vec<Decision> {
     let (settings, _) =
         Settings::from_values(&serde_json::json!({"settings": {"enableDRA": dra}})).unwrap();
     consolidate(
-        &ClusterSnapshot::build(&m, &settings, &Options::default())
+        ClusterSnapshot::build(&m, &settings, &Options::default())
             .unwrap()
             .input(),
     )
