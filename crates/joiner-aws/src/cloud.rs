@@ -322,7 +322,7 @@ impl AwsCloud {
         });
         let mut template_tags = BTreeMap::new();
         template_tags.insert(
-            joiner_controller::cloud::cluster_tag(&self.cluster_name),
+            joiner_model::wellknown::tags::cluster(&self.cluster_name),
             "owned".to_string(),
         );
         template_tags.insert(tags::NODECLASS.to_string(), node_class.to_string());

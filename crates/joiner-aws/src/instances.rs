@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName};
-use joiner_controller::cloud::{Instance, InstanceState, cluster_tag};
+use joiner_controller::cloud::{Instance, InstanceState};
 use joiner_engine::catalog::CapacityType;
 use k8s_openapi::jiff::Timestamp;
 
@@ -119,7 +119,10 @@ impl Clients {
 
     pub(crate) async fn list_instances(&self, cluster: &str) -> Result<Vec<Instance>, AwsError> {
         let tag = Filter::builder()
-            .name(format!("tag:{}", cluster_tag(cluster)))
+            .name(format!(
+                "tag:{}",
+                joiner_model::wellknown::tags::cluster(cluster)
+            ))
             .values("owned")
             .build();
         self.live_instances(&format!("cluster {cluster}"), vec![tag])

@@ -13,9 +13,7 @@ use common::{CLUSTER, DISCOVERY, DISCOVERY_KEY, Env};
 use joiner_aws::SqsInterruptionQueue;
 use joiner_aws::userdata::{NODECONFIG_CONTENT_TYPE, user_parts};
 use joiner_controller::clock::ManualClock;
-use joiner_controller::cloud::{
-    CloudProvider, InstanceState, LaunchRequest, Offer, OfferingKey, cluster_tag,
-};
+use joiner_controller::cloud::{CloudProvider, InstanceState, LaunchRequest, Offer, OfferingKey};
 use joiner_controller::interruption::InterruptionQueue;
 use joiner_controller::store::{ClusterStore, InMemoryCluster};
 use joiner_controller::{Config, Controller};
@@ -78,7 +76,7 @@ fn offer(t: &str, zone: &str, capacity_type: CapacityType, usd: f64) -> Offer {
 
 fn request(claim: &str, offers: Vec<Offer>) -> LaunchRequest {
     let mut tags = BTreeMap::new();
-    tags.insert(cluster_tag(CLUSTER), "owned".to_string());
+    tags.insert(tags::cluster(CLUSTER), "owned".to_string());
     tags.insert(tags::NODECLAIM.to_string(), claim.to_string());
     LaunchRequest {
         node_claim: claim.into(),
@@ -167,7 +165,7 @@ fn a_gpu_launch_uses_the_nvidia_ami_a_merged_user_data_and_overrides_in_price_or
     assert_eq!(i.capacity_type, CapacityType::OnDemand);
     assert_eq!(i.image_id, env.seeded.nvidia_ami);
     assert_eq!(
-        i.tags.get(&cluster_tag(CLUSTER)).map(String::as_str),
+        i.tags.get(&tags::cluster(CLUSTER)).map(String::as_str),
         Some("owned")
     );
     assert_eq!(

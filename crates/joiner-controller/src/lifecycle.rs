@@ -15,8 +15,8 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 
 use crate::clock::{add, k8s_time};
 use crate::cloud::{
-    CLUSTER_NAME_TAG, CloudError, CloudProvider, Instance, InstanceState, LaunchRequest, Offer,
-    OfferingKey, cluster_tag, instance_id_of,
+    CloudError, CloudProvider, Instance, InstanceState, LaunchRequest, Offer, OfferingKey,
+    instance_id_of,
 };
 use crate::context::Ctx;
 use crate::error::ControllerError;
@@ -202,18 +202,21 @@ fn launch_request<S: ClusterStore, C: CloudProvider>(
         .store
         .get::<EC2NodeClass>(None, &claim.spec.node_class_ref.name)?;
     let efa_interfaces = efa_interfaces(ctx, claim, &offers)?;
-    let cluster = &ctx.config.cluster_name;
-    let mut tags = std::collections::BTreeMap::new();
-    tags.insert(cluster_tag(cluster), "owned".to_string());
-    tags.insert(CLUSTER_NAME_TAG.to_string(), cluster.clone());
-    tags.insert(tags::NODECLAIM.to_string(), claim.name().to_string());
-    if let Some(pool) = claim.label(labels::NODEPOOL) {
-        tags.insert(tags::NODEPOOL.to_string(), pool.to_string());
-    }
-    tags.insert(
-        tags::NODECLASS.to_string(),
-        claim.spec.node_class_ref.name.clone(),
+    // Without a NodePool the instance could not carry the ownership tags, and an instance
+    // without them is one Joiner would never find, terminate or collect again.
+    let Some(pool) = claim.label(labels::NODEPOOL).filter(|p| !p.is_empty()) else {
+        return Err(ControllerError::Config(format!(
+            "NodeClaim {} has no {} label: its instance could not be tagged as Joiner's",
+            claim.name(),
+            labels::NODEPOOL
+        )));
+    };
+    let mut tags = tags::ownership(
+        &ctx.config.cluster_name,
+        pool,
+        &claim.spec.node_class_ref.name,
     );
+    tags.insert(tags::NODECLAIM.to_string(), claim.name().to_string());
     let mut node_labels = claim.labels();
     node_labels.remove(labels::NEED);
     Ok(LaunchRequest {

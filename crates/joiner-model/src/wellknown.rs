@@ -110,11 +110,56 @@ pub mod finalizers {
 
 /// Tags on the cloud's instances, launch templates and volumes.
 pub mod tags {
+    use std::collections::BTreeMap;
+
     pub const NODECLAIM: &str = "karpenter.sh/nodeclaim";
     pub const NODEPOOL: &str = "karpenter.sh/nodepool";
     pub const NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
     /// Joiner's own: the launch's idempotency token, so a retried launch finds its instance.
     pub const LAUNCH_TOKEN: &str = "joiner.dev/launch-token";
+    /// The EKS cluster an instance belongs to (value: the cluster's name), as Karpenter tags.
+    pub const CLUSTER_NAME: &str = "eks:eks-cluster-name";
+    /// What EKS managed node groups tag their instances with: never Joiner's.
+    pub const NODEGROUP: &str = "eks:nodegroup-name";
+    /// The value of [`cluster`]'s tag on instances the cluster owns.
+    pub const OWNED: &str = "owned";
+
+    /// `kubernetes.io/cluster/<cluster>`: every node of the cluster carries it, node groups'
+    /// and self-managed ones too, so on its own it says nothing about who launched an instance.
+    pub fn cluster(cluster_name: &str) -> String {
+        format!("kubernetes.io/cluster/{cluster_name}")
+    }
+
+    /// The tags that make an instance Joiner's (or Karpenter's, whose instances Joiner adopts
+    /// when it replaces Karpenter): the cluster tag `owned`, `eks:eks-cluster-name`, and a
+    /// NodePool and an EC2NodeClass. Every launch writes all four; every list, termination and
+    /// garbage collection requires all four.
+    pub fn ownership(
+        cluster_name: &str,
+        node_pool: &str,
+        node_class: &str,
+    ) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (cluster(cluster_name), OWNED.to_string()),
+            (CLUSTER_NAME.to_string(), cluster_name.to_string()),
+            (NODEPOOL.to_string(), node_pool.to_string()),
+            (NODECLASS.to_string(), node_class.to_string()),
+        ])
+    }
+
+    /// Whether an instance with these tags is one Joiner may touch in `cluster_name`: it
+    /// carries every ownership tag (see [`ownership`]), with this cluster's values. An
+    /// instance of a managed node group, a self-managed node or another cluster never is.
+    pub fn is_owned(instance_tags: &BTreeMap<String, String>, cluster_name: &str) -> bool {
+        instance_tags
+            .get(&cluster(cluster_name))
+            .map(String::as_str)
+            == Some(OWNED)
+            && instance_tags.get(CLUSTER_NAME).map(String::as_str) == Some(cluster_name)
+            && instance_tags.get(NODEPOOL).is_some_and(|v| !v.is_empty())
+            && instance_tags.get(NODECLASS).is_some_and(|v| !v.is_empty())
+            && !instance_tags.contains_key(NODEGROUP)
+    }
 }
 
 /// Resource names.

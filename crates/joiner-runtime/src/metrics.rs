@@ -211,6 +211,7 @@ fn cloud_error_label(e: &CloudError) -> &'static str {
         CloudError::InsufficientCapacity(_) => "InsufficientCapacity",
         CloudError::Throttled => "Throttled",
         CloudError::NoOfferings => "NoOfferings",
+        CloudError::Rejected(_) => "Rejected",
         CloudError::Other(_) => "Other",
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use joiner_controller::clock::Clock;
 use joiner_controller::cloud::CloudProvider;
-use joiner_controller::store::{ClusterStore, Deleted, Resource, StoreError};
+use joiner_controller::store::{ClusterStore, Deleted, ObjectKey, Resource, StoreError};
 use joiner_controller::{Config, Controller, StepReport};
 use joiner_model::api::NodeClaim;
 use joiner_simulate::{SimulatedCloud, SimulatedKubelet};
@@ -171,6 +171,19 @@ impl<S: ClusterStore> ClusterStore for KwokNodes<'_, S> {
         name: &str,
     ) -> Result<Option<K>, StoreError> {
         self.0.get(namespace, name)
+    }
+    fn get_uncached<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError> {
+        self.0.get_uncached(namespace, name)
+    }
+    fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
+        self.0.undecodable::<K>()
+    }
+    fn evict(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError> {
+        self.0.evict(namespace, name)
     }
     fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
         if K::KIND != "Node" {

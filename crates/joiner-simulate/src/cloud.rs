@@ -6,11 +6,12 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use joiner_engine::catalog::Catalog;
+use joiner_model::wellknown::tags;
 
 use joiner_controller::clock::{Clock, add};
 use joiner_controller::cloud::{
     CloudError, CloudInstanceType, CloudOffering, CloudProvider, Instance, InstanceState,
-    LaunchRequest, Launched, OfferingKey, cluster_tag,
+    LaunchRequest, Launched, OfferingKey,
 };
 
 /// When the kubelet of an instance registers its Node.
@@ -302,10 +303,11 @@ impl CloudProvider for SimulatedCloud {
         if Self::throttled(&mut s) {
             return Err(CloudError::Throttled);
         }
-        let tag = cluster_tag(cluster_name);
         Ok(s.instances
             .values()
-            .filter(|i| i.state != InstanceState::Terminated && i.tags.contains_key(&tag))
+            .filter(|i| {
+                i.state != InstanceState::Terminated && tags::is_owned(&i.tags, cluster_name)
+            })
             .cloned()
             .collect())
     }
@@ -339,8 +341,7 @@ mod tests {
     }
 
     fn request(token: &str) -> LaunchRequest {
-        let mut tags = BTreeMap::new();
-        tags.insert(cluster_tag("c"), "owned".to_string());
+        let tags = tags::ownership("c", "default", "default");
         LaunchRequest {
             node_claim: "n".into(),
             node_class: "default".into(),

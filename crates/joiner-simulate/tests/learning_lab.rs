@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use common::{CLUSTER, Fuse, World, config, run_with_crashes};
 use joiner_controller::Controller;
 use joiner_controller::clock::Clock;
-use joiner_controller::cloud::{CloudProvider, InstanceState, OfferingKey, cluster_tag};
+use joiner_controller::cloud::{CloudProvider, InstanceState, OfferingKey};
 use joiner_controller::store::ClusterStore;
 use joiner_engine::catalog::CapacityType;
 use joiner_model::Quantity;
@@ -209,12 +209,10 @@ fn garbage_collection_terminates_an_orphan_after_the_grace_period() {
         zone: "us-east-1b".into(),
         capacity_type: CapacityType::OnDemand,
     };
-    let mut ours = BTreeMap::new();
-    ours.insert(cluster_tag(CLUSTER), "owned".to_string());
+    let mut ours = tags::ownership(CLUSTER, "g4-nodepool", "default");
     ours.insert(tags::NODECLAIM.to_string(), "g4-nodepool-gone".to_string());
     let orphan = world.cloud.launch_untracked(&offering, ours);
-    let mut theirs = BTreeMap::new();
-    theirs.insert(cluster_tag("another-cluster"), "owned".to_string());
+    let theirs = tags::ownership("another-cluster", "g4-nodepool", "default");
     let foreign = world.cloud.launch_untracked(&offering, theirs);
     let mut controller = Controller::new(&world.store, &world.cloud, &world.clock, config());
     let mut terminated_at = None;

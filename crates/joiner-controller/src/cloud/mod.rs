@@ -12,12 +12,6 @@ use joiner_model::api::EC2NodeClass;
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::jiff::Timestamp;
 
-/// Tag naming the cluster an instance belongs to (`owned`), as Karpenter tags.
-pub fn cluster_tag(cluster_name: &str) -> String {
-    format!("kubernetes.io/cluster/{cluster_name}")
-}
-pub const CLUSTER_NAME_TAG: &str = "eks:eks-cluster-name";
-
 /// One way to buy an instance type (the engine's key, which cloud errors and launches use too).
 pub use joiner_engine::catalog::OfferingKey;
 
@@ -133,6 +127,13 @@ pub enum CloudError {
     /// The request named no offering the provider can launch.
     #[error("no offering to launch")]
     NoOfferings,
+    /// The request cannot succeed as given: not authorized, an invalid parameter, a launch
+    /// template or image that does not exist. Retrying it unchanged fails again, so the
+    /// NodeClaim gets a condition saying why and its launch backs off.
+    #[error("the cloud rejected the request: {0}")]
+    Rejected(String),
+    /// Anything else (a timeout, a 5xx, an unreadable answer): the outcome is unknown, so the
+    /// caller retries idempotently (the same client token) on a later step.
     #[error("cloud API error: {0}")]
     Other(String),
 }
@@ -150,10 +151,16 @@ pub trait CloudProvider {
     /// Launches one instance, trying `request.offers` in order.
     fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError>;
     /// Terminates an instance. Terminating one that is gone or already terminating succeeds.
+    /// Callers terminate only instances whose tags they have just read and found owned
+    /// ([`tags::is_owned`](joiner_model::wellknown::tags::is_owned)); the AWS edge's IAM policy refuses any other.
     fn terminate(&self, instance_id: &str) -> Result<(), CloudError>;
-    /// One instance, terminated ones included while the cloud still reports them.
+    /// One instance, terminated ones included while the cloud still reports them. `None` is
+    /// not proof that it is gone: EC2 answers `InvalidInstanceID.NotFound` for a while after a
+    /// launch (its API is eventually consistent).
     fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError>;
-    /// Instances tagged for `cluster_name` that are not terminated.
+    /// Instances Joiner launched for `cluster_name` that are not terminated: those carrying
+    /// every ownership tag ([`tags::is_owned`](joiner_model::wellknown::tags::is_owned)), filtered by the cloud, not after. The listing
+    /// may trail launches and terminations; absence from one listing proves nothing.
     fn list(&self, cluster_name: &str) -> Result<Vec<Instance>, CloudError>;
     /// Instance types with their offerings and prices.
     fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError>;

@@ -47,7 +47,6 @@
 
 pub mod budgets;
 pub mod drift;
-pub mod pdb;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -794,7 +793,7 @@ fn drain<S: ClusterStore, C: CloudProvider>(
     let pdbs = ctx
         .store
         .list::<k8s_openapi::api::policy::v1::PodDisruptionBudget>()?;
-    let mut budgets = pdb::Budgets::new(&pdbs, pods);
+    let mut budgets = crate::store::pdb::Budgets::new(&pdbs, pods);
     for pod in bound_to(pods, &node).filter(|p| !is_daemon_pod(p)) {
         if !forced && !interrupted && (is_do_not_disrupt(&pod.metadata) || !budgets.try_evict(pod))
         {

@@ -8,11 +8,17 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use joiner_model::kinds::{KINDS, Kind};
 use joiner_model::{Manifests, Source, Sourced};
 
-use super::{ClusterStore, Deleted, ObjectKey, Resource, StoreError};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+use super::{ClusterStore, Deleted, ObjectKey, Resource, StoreError, pdb};
 use crate::clock::{Clock, k8s_time};
 
 /// Objects kept typed (no serialization round trip, so nothing the serde types skip is lost).
 type Stored = Box<dyn Any + Send + Sync>;
+
+/// An object stored as the raw JSON no typed read can decode.
+struct Undecodable(#[allow(dead_code)] serde_json::Value);
 
 struct Inner {
     objects: BTreeMap<ObjectKey, Stored>,
@@ -111,6 +117,15 @@ impl InMemoryCluster {
         manifests_of(self)
     }
 
+    /// Stores an object that no typed read can decode, as an API server holds one written
+    /// through a newer CRD or by another tool (a NodeClaim with a `Gte` requirement, say):
+    /// `list` and `get` leave it out and [`ClusterStore::undecodable`] names it.
+    pub fn put_undecodable(&self, key: ObjectKey, raw: serde_json::Value) {
+        let mut inner = self.lock();
+        Self::next_revision(&mut inner);
+        inner.objects.insert(key, Box::new(Undecodable(raw)));
+    }
+
     fn next_revision(inner: &mut Inner) -> String {
         inner.revision += 1;
         inner.revision.to_string()
@@ -179,6 +194,41 @@ impl ClusterStore for InMemoryCluster {
             .objects
             .get(&key)
             .and_then(|v| v.downcast_ref::<K>().cloned()))
+    }
+
+    fn get_uncached<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError> {
+        // This store is the API server: nothing stands between.
+        self.get(namespace, name)
+    }
+
+    fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
+        Ok(self
+            .lock()
+            .objects
+            .iter()
+            .filter(|(k, v)| k.kind == K::KIND && v.is::<Undecodable>())
+            .map(|(k, _)| k.clone())
+            .collect())
+    }
+
+    fn evict(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError> {
+        let key = ObjectKey::of::<Pod>(Some(namespace), name);
+        let Some(pod) = self.get::<Pod>(Some(namespace), name)? else {
+            return Err(StoreError::NotFound(key));
+        };
+        let pdbs = self.list::<PodDisruptionBudget>()?;
+        let pods = self.list::<Pod>()?;
+        if !pdb::Budgets::new(&pdbs, &pods).try_evict(&pod) {
+            return Err(StoreError::Refused(
+                key,
+                "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+            ));
+        }
+        self.delete::<Pod>(Some(namespace), name)
     }
 
     fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {

@@ -9,6 +9,7 @@
 mod memory;
 pub use memory::manifests_of;
 mod object;
+pub mod pdb;
 
 pub use memory::InMemoryCluster;
 pub use object::{ObjectKey, Resource};
@@ -27,7 +28,12 @@ pub enum StoreError {
     /// The object cannot be written as given (no name, say).
     #[error("{0}: invalid: {1}")]
     Invalid(ObjectKey, String),
-    /// The API server could not be reached or failed; retry later.
+    /// The API server refused the write for now (HTTP 429 on an Eviction: a
+    /// PodDisruptionBudget allows no more disruptions). Nothing changed; try again later.
+    #[error("{0}: refused for now: {1}")]
+    Refused(ObjectKey, String),
+    /// The API server could not be reached or failed, or the call timed out. A write that
+    /// answers this may still have committed: re-read before acting on it.
     #[error("the cluster is unavailable: {0}")]
     Unavailable(String),
 }
@@ -47,13 +53,28 @@ pub enum Deleted {
 /// over the API server can route by [`Resource::API_VERSION`], [`Resource::KIND`] and
 /// [`Resource::PLURAL`] and move objects as JSON.
 pub trait ClusterStore {
-    /// Every object of a kind, in name order (namespace, then name).
+    /// Every object of a kind, in name order (namespace, then name), from a cache that may
+    /// trail the API server. Fails while the cache has not listed the kind yet, and for a
+    /// required kind the API server does not serve (a missing CRD): an empty answer must mean
+    /// that there are none. Objects that do not decode are left out ([`ClusterStore::undecodable`]).
     fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError>;
+    /// One object from the same cache as [`ClusterStore::list`].
     fn get<K: Resource>(
         &self,
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<K>, StoreError>;
+    /// One object read from the API server itself, past every cache: what a create that
+    /// answered AlreadyExists or a timeout actually left there.
+    fn get_uncached<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError>;
+    /// Objects of the kind that exist but do not decode (a newer API's values, say), which
+    /// [`ClusterStore::list`] leaves out. Whoever would conclude from an object's absence that
+    /// it is gone (garbage collection) must look here first.
+    fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError>;
     /// Creates the object and returns it as stored (with `uid`, `resourceVersion` and
     /// `creationTimestamp`). Fails with [`StoreError::AlreadyExists`] if the name is taken.
     fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError>;
@@ -61,12 +82,16 @@ pub trait ClusterStore {
     /// [`StoreError::Conflict`]. `deletionTimestamp` cannot be changed by an update; an update
     /// that removes the last finalizer of a deleting object removes the object.
     fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError>;
-    /// Deletes the object, or marks it for deletion while finalizers remain.
+    /// Deletes the object, or marks it for deletion while finalizers remain. For a pod this is
+    /// a delete, which no PodDisruptionBudget stops: [`ClusterStore::evict`] is what drains use.
     fn delete<K: Resource>(
         &self,
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Deleted, StoreError>;
+    /// Evicts a pod through the Eviction API: refused with [`StoreError::Refused`] while a
+    /// PodDisruptionBudget covering it allows no more disruptions.
+    fn evict(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError>;
 }
 
 /// A reference to a store, or a shared one, is a store: the controller and the test harness
@@ -79,6 +104,15 @@ macro_rules! forward_store {
             }
             fn get<K: Resource>(&self, namespace: Option<&str>, name: &str) -> Result<Option<K>, StoreError> {
                 (**self).get(namespace, name)
+            }
+            fn get_uncached<K: Resource>(&self, namespace: Option<&str>, name: &str) -> Result<Option<K>, StoreError> {
+                (**self).get_uncached(namespace, name)
+            }
+            fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
+                (**self).undecodable::<K>()
+            }
+            fn evict(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError> {
+                (**self).evict(namespace, name)
             }
             fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
                 (**self).create(object)

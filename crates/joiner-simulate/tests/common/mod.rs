@@ -14,7 +14,9 @@ use joiner_controller::cloud::{
     instance_id_of,
 };
 use joiner_controller::pods::{is_pending, pod_key};
-use joiner_controller::store::{ClusterStore, Deleted, InMemoryCluster, Resource, StoreError};
+use joiner_controller::store::{
+    ClusterStore, Deleted, InMemoryCluster, ObjectKey, Resource, StoreError,
+};
 use joiner_controller::{Config, Controller, StepReport};
 use joiner_engine::catalog::Catalog;
 use joiner_model::Manifests;
@@ -189,7 +191,7 @@ impl World {
             .filter(|i| i.state != InstanceState::Terminated)
             .filter(|i| {
                 i.tags
-                    .contains_key(&joiner_controller::cloud::cluster_tag(CLUSTER))
+                    .contains_key(&joiner_model::wellknown::tags::cluster(CLUSTER))
             })
             .collect()
     }
@@ -348,6 +350,19 @@ impl ClusterStore for FusedStore<'_> {
         name: &str,
     ) -> Result<Option<K>, StoreError> {
         self.inner.get(namespace, name)
+    }
+    fn get_uncached<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError> {
+        self.inner.get_uncached(namespace, name)
+    }
+    fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
+        self.inner.undecodable::<K>()
+    }
+    fn evict(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError> {
+        self.fuse.write(|| self.inner.evict(namespace, name))
     }
     fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
         self.fuse.write(|| self.inner.create(object))

@@ -1,5 +1,6 @@
-//! PodDisruptionBudgets, as the eviction API enforces them: an eviction is refused while it
-//! would leave fewer pods healthy than the budget allows.
+//! PodDisruptionBudgets, as the API server's Eviction subresource enforces them: an eviction is
+//! refused (HTTP 429) while it would leave fewer pods healthy than the budget allows. The
+//! in-memory API server applies this to every [`ClusterStore::evict`](super::ClusterStore::evict).
 
 use std::collections::BTreeMap;
 
