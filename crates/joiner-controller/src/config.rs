@@ -20,9 +20,20 @@ pub struct Config {
     /// A NodeClaim whose Node has not registered this long after its creation is deleted and
     /// its instance terminated (Karpenter's 15 minutes).
     pub registration_timeout: Duration,
-    /// An instance tagged for the cluster with no NodeClaim is terminated once it is this old,
-    /// so an instance whose NodeClaim update is still in flight is not mistaken for a leak.
+    /// An instance tagged as Joiner's whose NodeClaim is gone is terminated once it is this
+    /// old, so an instance whose NodeClaim update is still in flight is not mistaken for a leak.
     pub gc_grace: Duration,
+    /// How often garbage collection runs (Karpenter's instance garbage collection: every 2
+    /// minutes). It lists every instance of the cluster, so not on every step; the first step
+    /// of a controller always runs it.
+    pub gc_period: Duration,
+    /// A launched NodeClaim whose instance the cloud does not find is deleted only this long
+    /// after its launch: EC2's API is eventually consistent, and a fresh instance reads as
+    /// NotFound for a while. An instance the cloud reports terminated needs no wait.
+    pub instance_not_found_grace: Duration,
+    /// How long a NodeClaim whose launch the cloud rejected (unauthorized, invalid parameter)
+    /// waits before it is tried again; it doubles with each rejection up to 10 times this.
+    pub launch_backoff: Duration,
     /// How long an offering that failed with insufficient capacity is not tried again
     /// (Karpenter's 3 minutes).
     pub unavailable_ttl: Duration,
@@ -47,6 +58,9 @@ impl Config {
             cluster_name,
             registration_timeout: Duration::from_secs(15 * 60),
             gc_grace: Duration::from_secs(30),
+            gc_period: Duration::from_secs(2 * 60),
+            instance_not_found_grace: Duration::from_secs(2 * 60),
+            launch_backoff: Duration::from_secs(30),
             unavailable_ttl: Duration::from_secs(3 * 60),
         })
     }

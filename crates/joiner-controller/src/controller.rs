@@ -30,6 +30,8 @@ pub struct Controller<S, C, K> {
     batcher: Batcher,
     unavailable: UnavailableOfferings,
     disruption: DisruptionState,
+    /// When garbage collection last ran; `None` before this controller's first step.
+    last_gc: Option<k8s_openapi::jiff::Timestamp>,
     /// Where the cloud's interruption warnings arrive, when one is configured.
     interruption: Option<Box<dyn InterruptionQueue + Send>>,
 }
@@ -48,6 +50,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             batcher,
             unavailable: UnavailableOfferings::default(),
             disruption: DisruptionState::default(),
+            last_gc: None,
             interruption: None,
         }
     }
@@ -62,8 +65,8 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         &self.config
     }
 
-    /// Runs the lifecycle, garbage collection, provisioning, the interruption queue and
-    /// disruption once. Failures are logged and reported; each is retried on a later step.
+    /// Runs the interruption queue, the lifecycle, garbage collection (on its period),
+    /// provisioning and disruption once. Failures are logged and reported; each is retried on a later step.
     pub fn step(&mut self) -> StepReport {
         let now = self.clock.now();
         if self.unavailable.expire(now) > 0 {
@@ -78,11 +81,26 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             &mut self.unavailable,
             &mut report,
         );
+        // Interruption notices first, never behind a plan: a spot warning gives two minutes.
+        // They mark NodeClaims that the disruption step, later in this step, replaces and
+        // drains.
+        if let Some(queue) = self.interruption.as_deref()
+            && let Err(e) = crate::interruption::poll(&mut ctx, queue)
+        {
+            ctx.error("interruption queue", e);
+        }
         if let Err(e) = lifecycle::reconcile(&mut ctx) {
             ctx.error("lifecycle", e);
         }
-        if let Err(e) = gc::collect(&mut ctx) {
-            ctx.error("garbage collection", e);
+        let gc_due = self
+            .last_gc
+            .is_none_or(|t| crate::clock::elapsed(now, t) >= self.config.gc_period);
+        if gc_due {
+            ctx.report.collected = true;
+            match gc::collect(&mut ctx) {
+                Ok(()) => self.last_gc = Some(now),
+                Err(e) => ctx.error("garbage collection", e),
+            }
         }
         let observed = self
             .store
@@ -100,12 +118,6 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
                 }
             }
             Err(e) => ctx.error("reading pods", e),
-        }
-        // Interruption notices mark NodeClaims that the disruption step replaces and drains.
-        if let Some(queue) = self.interruption.as_deref()
-            && let Err(e) = crate::interruption::poll(&mut ctx, queue)
-        {
-            ctx.error("interruption queue", e);
         }
         if let Err(e) = disrupt(&mut ctx, &mut self.disruption) {
             ctx.error("disruption", e);

@@ -1,78 +1,147 @@
-//! Garbage collection between the cloud and the cluster.
+//! Garbage collection between the cloud and the cluster, on its own period
+//! ([`Config::gc_period`](crate::Config::gc_period)), never on uncertainty.
 //!
-//! An instance tagged for this cluster that no NodeClaim owns (its NodeClaim was lost, or a
-//! launch whose result was never recorded was superseded) is terminated once it is older than
-//! the grace period; a launched NodeClaim whose instance is gone is deleted.
+//! Two directions, each acting only on proof:
+//!
+//! - **An instance without its NodeClaim** is terminated when all of these hold: the cloud
+//!   listed it with every ownership tag ([`tags::is_owned`]: a managed node group's, a
+//!   self-managed node's or another cluster's instance is never listed, and is checked again
+//!   here); it names its NodeClaim (`karpenter.sh/nodeclaim`); no NodeClaim records its provider
+//!   ID or has that name in the cache; no NodeClaim of that name fails to decode (an object
+//!   another tool wrote with a newer API keeps its instance, with a warning); the API server
+//!   itself, read past the cache, has no NodeClaim of that name; and it is older than
+//!   [`Config::gc_grace`](crate::Config::gc_grace). A failed listing of either side (caches not
+//!   synced, the NodeClaim CRD missing, a throttled DescribeInstances) stops the whole pass.
+//! - **A NodeClaim without its instance** (launched, not deleting) is deleted when the cloud
+//!   says the instance is terminated, or when it has not found the instance for longer than
+//!   [`Config::instance_not_found_grace`](crate::Config::instance_not_found_grace) since the
+//!   launch: EC2 answers NotFound for a while after a launch and its listings trail it, so one
+//!   missing answer proves nothing.
 
 use std::collections::BTreeSet;
 
 use crate::clock::elapsed;
-use crate::cloud::{CloudProvider, InstanceState, instance_id_of};
+use crate::cloud::{CloudProvider, Instance, InstanceState, instance_id_of};
 use crate::context::Ctx;
 use crate::error::ControllerError;
 use crate::store::{ClusterStore, StoreError};
-use joiner_model::api::nodeclaim::NodeClaim;
+use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 use joiner_model::wellknown::tags;
 
 pub fn collect<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
 ) -> Result<(), ControllerError> {
-    let instances = ctx.cloud.list(&ctx.config.cluster_name)?;
+    // Both sides are read before anything is decided; either failing means "not now".
     let claims = ctx.store.list::<NodeClaim>()?;
+    let undecodable: BTreeSet<String> = ctx
+        .store
+        .undecodable::<NodeClaim>()?
+        .into_iter()
+        .map(|k| k.name)
+        .collect();
+    let instances = ctx.cloud.list(&ctx.config.cluster_name)?;
+    terminate_orphans(ctx, &claims, &undecodable, &instances);
+    delete_claims_without_instances(ctx, &claims, &instances);
+    Ok(())
+}
+
+fn terminate_orphans<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claims: &[NodeClaim],
+    undecodable: &BTreeSet<String>,
+    instances: &[Instance],
+) {
     let recorded: BTreeSet<&str> = claims
         .iter()
         .filter_map(|c| c.status.provider_id.as_deref())
         .collect();
-    // A NodeClaim not yet launched adopts the instance tagged with its name, so that instance is
-    // not an orphan.
-    let launching: BTreeSet<&str> = claims
-        .iter()
-        .filter(|c| c.status.provider_id.is_none())
-        .map(NodeClaim::name)
-        .collect();
-    for i in &instances {
-        let owned = recorded.contains(i.provider_id().as_str())
-            || i.tags
-                .get(tags::NODECLAIM)
-                .is_some_and(|n| launching.contains(n.as_str()));
-        if owned || elapsed(ctx.now, i.launch_time) < ctx.config.gc_grace {
+    let names: BTreeSet<&str> = claims.iter().map(NodeClaim::name).collect();
+    for i in instances {
+        if !tags::is_owned(&i.tags, &ctx.config.cluster_name)
+            || recorded.contains(i.provider_id().as_str())
+            || elapsed(ctx.now, i.launch_time) < ctx.config.gc_grace
+        {
             continue;
         }
-        tracing::warn!(instance = %i.id, "instance has no NodeClaim; terminating");
+        let Some(claim) = i.tags.get(tags::NODECLAIM) else {
+            tracing::warn!(instance = %i.id, "instance carries Joiner's tags but names no NodeClaim; leaving it");
+            continue;
+        };
+        if names.contains(claim.as_str()) {
+            continue;
+        }
+        if undecodable.contains(claim) {
+            tracing::warn!(instance = %i.id, nodeclaim = %claim, "the instance's NodeClaim exists but does not decode; keeping the instance");
+            ctx.report.kept.push((i.id.clone(), claim.clone()));
+            continue;
+        }
+        // The cache may trail the API server (a NodeClaim just created by this step, another
+        // leader, or before a crash): only the server itself can say the NodeClaim is gone.
+        match ctx.store.get_uncached::<NodeClaim>(None, claim) {
+            Ok(None) => {}
+            Ok(Some(_)) => continue,
+            Err(e) => {
+                ctx.error(
+                    &format!("reading NodeClaim {claim} before collecting its instance"),
+                    e,
+                );
+                continue;
+            }
+        }
+        tracing::warn!(instance = %i.id, nodeclaim = %claim, "instance's NodeClaim is gone; terminating");
         match ctx.cloud.terminate(&i.id) {
             Ok(()) => ctx.report.terminated.push(i.id.clone()),
             Err(e) => ctx.error(&format!("terminating orphan {}", i.id), e),
         }
     }
-    let running: BTreeSet<&str> = instances.iter().map(|i| i.id.as_str()).collect();
+}
+
+fn delete_claims_without_instances<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claims: &[NodeClaim],
+    instances: &[Instance],
+) {
+    let listed: BTreeSet<&str> = instances.iter().map(|i| i.id.as_str()).collect();
     for c in claims.iter().filter(|c| !c.is_deleting()) {
         let Some(id) = c.status.provider_id.as_deref().and_then(instance_id_of) else {
             continue;
         };
-        if running.contains(id) {
+        if listed.contains(id) {
             continue;
         }
-        // The list may lag behind a launch; ask for the instance itself before deciding.
+        // The listing may trail a launch; ask for the instance itself.
         let gone = match ctx.cloud.get(id) {
-            Ok(found) => found.is_none_or(|i| i.state == InstanceState::Terminated),
+            Ok(Some(i)) => i.state == InstanceState::Terminated,
+            Ok(None) => launched_for(ctx, c) >= ctx.config.instance_not_found_grace,
             Err(e) => {
                 ctx.error(&format!("looking up instance {id}"), e);
                 false
             }
         };
-        if gone {
-            tracing::warn!(
-                nodeclaim = c.name(),
-                instance = id,
-                "instance is gone; deleting NodeClaim"
-            );
-            match ctx.store.delete::<NodeClaim>(None, c.name()) {
-                Ok(_) | Err(StoreError::NotFound(_)) => {
-                    ctx.report.deleted.push(c.name().to_string())
-                }
-                Err(e) => ctx.error(&format!("deleting NodeClaim {}", c.name()), e),
+        if !gone {
+            continue;
+        }
+        tracing::warn!(
+            nodeclaim = c.name(),
+            instance = id,
+            "instance is gone; deleting NodeClaim"
+        );
+        match ctx.store.delete::<NodeClaim>(None, c.name()) {
+            Ok(_) | Err(StoreError::NotFound(_)) => {
+                ctx.report.deleted.push(c.name().to_string());
+                ctx.invalidate_view();
             }
+            Err(e) => ctx.error(&format!("deleting NodeClaim {}", c.name()), e),
         }
     }
-    Ok(())
+}
+
+/// How long ago the NodeClaim's launch was recorded (its `Launched` condition); zero when that
+/// is unknown, so an unknown launch time never counts as old.
+fn launched_for<S, C>(ctx: &Ctx<'_, S, C>, claim: &NodeClaim) -> std::time::Duration {
+    claim
+        .condition(conditions::LAUNCHED)
+        .map_or(std::time::Duration::ZERO, |c| {
+            elapsed(ctx.now, c.last_transition_time.0)
+        })
 }

@@ -6,7 +6,7 @@
 //! [`InterruptionQueue`]; what they mean and what the controller does about them (replacement
 //! launched before the node drains) is decided in the pure core.
 //!
-//! [`poll`] runs once per [`crate::Controller::step`], before disruption: each message is read
+//! [`poll`] runs first in every [`crate::Controller::step`], before any planning: each message is read
 //! ([`messages::parse`]); for an instance that is going away its NodeClaim is marked (annotation
 //! [`annotations::INTERRUPTED`] and condition `Interrupted`, and for a spot interruption the offering is
 //! marked unavailable for a while), and the message is deleted. Unknown and malformed messages

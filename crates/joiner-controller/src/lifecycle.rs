@@ -37,7 +37,11 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
             tracing::warn!(nodeclaim = %name, "not registered in time; deleting");
             delete(ctx, &claim)
         } else if claim.status.provider_id.is_none() {
-            launch(ctx, claim)
+            if backing_off(ctx, &claim) {
+                Ok(())
+            } else {
+                launch(ctx, claim)
+            }
         } else if !claim.is_true(conditions::REGISTERED) {
             register(ctx, claim, &nodes)
         } else if !claim.is_true(conditions::INITIALIZED) {
@@ -176,6 +180,7 @@ pub fn launch<S: ClusterStore, C: CloudProvider>(
                     mark_unavailable(ctx, &keys);
                     return delete(ctx, &claim);
                 }
+                Err(CloudError::Rejected(why)) => return rejected(ctx, claim, why),
                 Err(e) => return Err(e.into()),
             }
         }
@@ -184,6 +189,61 @@ pub fn launch<S: ClusterStore, C: CloudProvider>(
         .launched
         .push((claim.name().to_string(), instance.id.clone()));
     record_launch(ctx, claim, &instance)
+}
+
+/// Whether the NodeClaim's last launch was rejected and its backoff has not run out.
+fn backing_off<S, C>(ctx: &Ctx<'_, S, C>, claim: &NodeClaim) -> bool {
+    claim
+        .annotation(annotations::LAUNCH_RETRY_AFTER)
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .is_some_and(|t| ctx.now < t)
+}
+
+/// The cloud rejected the launch as given (unauthorized, an invalid parameter): retrying at
+/// once fails the same way, so the NodeClaim says why in its `Launched` condition and waits
+/// [`Config::launch_backoff`](crate::Config::launch_backoff), doubling with each rejection.
+/// The registration timeout still deletes it, and its pods are planned again.
+fn rejected<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: NodeClaim,
+    why: String,
+) -> Result<(), ControllerError> {
+    let rejections: u32 = claim
+        .annotation(annotations::LAUNCH_REJECTIONS)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0u32)
+        .saturating_add(1);
+    let backoff = ctx
+        .config
+        .launch_backoff
+        .saturating_mul(2u32.saturating_pow(rejections - 1).min(10));
+    let retry_after = add(ctx.now, backoff);
+    tracing::warn!(nodeclaim = claim.name(), error = %why, retry_in = ?backoff, "the cloud rejected the launch");
+    ctx.report
+        .errors
+        .push(CloudError::Rejected(why.clone()).into());
+    ctx.report
+        .errors_during
+        .push(format!("launching NodeClaim {}", claim.name()));
+    let now = k8s_time(ctx.now);
+    update_claim(ctx, claim, |c| {
+        let a = c.metadata.annotations.get_or_insert_with(Default::default);
+        a.insert(
+            annotations::LAUNCH_REJECTIONS.into(),
+            rejections.to_string(),
+        );
+        a.insert(
+            annotations::LAUNCH_RETRY_AFTER.into(),
+            retry_after.to_string(),
+        );
+        c.set_condition(
+            conditions::LAUNCHED,
+            false,
+            "LaunchFailed",
+            &why,
+            now.clone(),
+        );
+    })
 }
 
 fn mark_unavailable<S, C>(ctx: &mut Ctx<'_, S, C>, keys: &[OfferingKey]) {
@@ -311,7 +371,8 @@ fn record_launch<S: ClusterStore, C: CloudProvider>(
     })
 }
 
-/// Applies `change` and writes; on a conflict re-reads once and applies it again.
+/// Applies `change` and writes; on a conflict re-reads once from the API server (the cache
+/// that gave the stale copy may still hold it) and applies it again.
 fn update_claim<S: ClusterStore, C>(
     ctx: &mut Ctx<'_, S, C>,
     claim: NodeClaim,
@@ -322,7 +383,7 @@ fn update_claim<S: ClusterStore, C>(
     match ctx.store.update(&c) {
         Ok(_) => Ok(()),
         Err(StoreError::Conflict(_)) => {
-            let Some(mut fresh) = ctx.store.get::<NodeClaim>(None, c.name())? else {
+            let Some(mut fresh) = ctx.store.get_uncached::<NodeClaim>(None, c.name())? else {
                 return Ok(());
             };
             change(&mut fresh);

@@ -10,12 +10,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use joiner_engine::plan::PlannedNodeClaim;
-use joiner_engine::snapshot::machines::is_in_flight;
 use joiner_model::api::NodePool;
 use joiner_model::api::ec2nodeclass::EC2NodeClass;
-use joiner_model::api::nodeclaim::NodeClaim;
-use joiner_model::wellknown::annotations;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use joiner_model::api::nodeclaim::{NodeClaim, conditions};
+use joiner_model::wellknown::{annotations, labels};
+use k8s_openapi::api::core::v1::Pod;
 
 use crate::cloud::CloudProvider;
 use crate::context::Ctx;
@@ -75,12 +74,14 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
             .store
             .get::<EC2NodeClass>(None, &pool.spec.template.spec.node_class_ref.name)?;
         stamp(&mut claim, pool, class.as_ref());
-        let Some(created) = create_claim(ctx, claim)? else {
+        let Some((created, adopted)) = create_claim(ctx, claim)? else {
             continue;
         };
-        tracing::info!(nodeclaim = created.name(), pods = ?planned.pods, "created NodeClaim");
         ctx.invalidate_view();
-        ctx.report.created.push(created.name().to_string());
+        if !adopted {
+            tracing::info!(nodeclaim = created.name(), pods = ?planned.pods, "created NodeClaim");
+            ctx.report.created.push(created.name().to_string());
+        }
         for pod in &planned.pods {
             ctx.report
                 .nominated
@@ -93,32 +94,53 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
     Ok(())
 }
 
-/// How many suffixed names to try when the need's name is held by another NodeClaim.
+/// How many suffixed names to try when the need's name is held by a settled NodeClaim.
 const NAME_ATTEMPTS: usize = 16;
 
-/// Creates the NodeClaim under its need's name. The name is taken by a NodeClaim for the same
-/// still in-flight need when a create is retried (by another replica, or before a crash): then
-/// nothing is created. It is taken by a different NodeClaim when the same pods were planned
-/// before and that node now serves others (after a registration timeout the pods are shuffled):
-/// then the next name `<name>-<k>` is tried. Returns the created NodeClaim, if any.
+/// What a NodeClaim already under a need's name means for that need.
+enum Taken {
+    /// The same need, not yet initialized: a create that committed and then answered an error,
+    /// another leader's, or one from before a crash. It serves the need; launch it if needed.
+    Adopt(NodeClaim),
+    /// The same need, deleting: its name frees up once its instance is gone.
+    Wait,
+    /// A settled node (initialized) for the same pods that did not take them, or another
+    /// need: the next name is tried.
+    Next,
+}
+
+fn taken(existing: NodeClaim, wanted: &NodeClaim) -> Taken {
+    let need = |c: &NodeClaim| {
+        (
+            c.label(labels::NEED).map(str::to_string),
+            c.annotation(annotations::PLANNED_PODS).map(str::to_string),
+        )
+    };
+    if need(&existing) != need(wanted) {
+        Taken::Next
+    } else if existing.is_deleting() {
+        Taken::Wait
+    } else if existing.is_true(conditions::INITIALIZED) {
+        Taken::Next
+    } else {
+        Taken::Adopt(existing)
+    }
+}
+
+/// Creates the NodeClaim under its need's name, or adopts the one already there for the same
+/// need; returns the NodeClaim to launch, if any, and whether it was adopted.
+///
+/// A create that answers AlreadyExists, or fails without saying whether it committed (a
+/// timeout), is followed by a read of that name from the API server itself, never the cache,
+/// which may trail it: a NodeClaim for the same need there is adopted ([`Taken`]). A failed
+/// create whose name the server does not have is retried on a later step under the same name,
+/// so one need never gets two NodeClaims. Only a name held by a settled node that did not take
+/// the pods moves on to `<name>-<k>`.
 fn create_claim<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     claim: NodeClaim,
-) -> Result<Option<NodeClaim>, ControllerError> {
+) -> Result<Option<(NodeClaim, bool)>, ControllerError> {
     let base = claim.name().to_string();
-    let pods = claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(annotations::PLANNED_PODS))
-        .cloned();
-    let nodes: Vec<String> = ctx
-        .store
-        .list::<Node>()?
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
-    let nodes: BTreeSet<&str> = nodes.iter().map(String::as_str).collect();
     for k in 0..NAME_ATTEMPTS {
         let mut attempt = claim.clone();
         attempt.metadata.name = Some(if k == 0 {
@@ -126,25 +148,35 @@ fn create_claim<S: ClusterStore, C: CloudProvider>(
         } else {
             format!("{base}-{k}")
         });
-        match ctx.store.create(&attempt) {
-            Ok(created) => return Ok(Some(created)),
-            Err(StoreError::AlreadyExists(_)) => {
-                let name = attempt.name().to_string();
-                let Some(existing) = ctx.store.get::<NodeClaim>(None, &name)? else {
-                    continue;
-                };
-                let same_pods = existing
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(annotations::PLANNED_PODS))
-                    == pods.as_ref();
-                if same_pods && is_in_flight(&existing, &nodes) {
-                    return Ok(None);
-                }
-            }
+        let name = attempt.name().to_string();
+        let failure = match ctx.store.create(&attempt) {
+            Ok(created) => return Ok(Some((created, false))),
+            Err(e @ (StoreError::AlreadyExists(_) | StoreError::Unavailable(_))) => e,
             Err(e) => {
                 ctx.error("creating a NodeClaim", e);
+                return Ok(None);
+            }
+        };
+        match ctx.store.get_uncached::<NodeClaim>(None, &name) {
+            Ok(Some(existing)) => match taken(existing, &attempt) {
+                Taken::Adopt(existing) => {
+                    tracing::info!(nodeclaim = %name, "adopting the NodeClaim already created for this need");
+                    let unlaunched = existing.status.provider_id.is_none();
+                    return Ok(unlaunched.then_some((existing, true)));
+                }
+                Taken::Wait => return Ok(None),
+                Taken::Next => continue,
+            },
+            Ok(None) => {
+                // Not committed (or deleted since): the same name again on a later step.
+                ctx.error(&format!("creating NodeClaim {name}"), failure);
+                return Ok(None);
+            }
+            Err(e) => {
+                ctx.error(
+                    &format!("reading NodeClaim {name} after a failed create"),
+                    e,
+                );
                 return Ok(None);
             }
         }

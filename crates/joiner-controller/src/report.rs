@@ -21,6 +21,14 @@ pub struct StepReport {
     pub deleted: Vec<String>,
     /// Instances terminated, by id.
     pub terminated: Vec<String>,
+    /// Instance id and NodeClaim name of instances garbage collection kept because their
+    /// NodeClaim exists but does not decode.
+    pub kept: Vec<(String, String)>,
+    /// Pods (`namespace/name`) whose eviction a PodDisruptionBudget refused this step; they are
+    /// tried again on the next.
+    pub eviction_refused: Vec<String>,
+    /// Whether garbage collection ran in this step.
+    pub collected: bool,
     /// Offerings marked unavailable after insufficient capacity.
     pub unavailable: Vec<String>,
     /// Pods the plan could not place, with the reason.

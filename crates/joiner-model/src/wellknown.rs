@@ -70,6 +70,10 @@ pub mod annotations {
     /// When the NodeClaim's pods are deleted and its instance terminated whatever blocks the
     /// drain: the drain's start plus `terminationGracePeriod` (RFC 3339), as Karpenter names it.
     pub const TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
+    /// Joiner's own, on a NodeClaim whose launch the cloud rejected (unauthorized, an invalid
+    /// parameter): how many times in a row, and not before when to try again (RFC 3339).
+    pub const LAUNCH_REJECTIONS: &str = "joiner.dev/launch-rejections";
+    pub const LAUNCH_RETRY_AFTER: &str = "joiner.dev/launch-retry-after";
     /// Drift stamps: the hash of the NodePool template a NodeClaim was created from, and the
     /// version of the hashing.
     pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use joiner_engine::catalog::Catalog;
 use joiner_model::wellknown::tags;
+use k8s_openapi::jiff::Timestamp;
 
 use joiner_controller::clock::{Clock, add};
 use joiner_controller::cloud::{
@@ -33,12 +34,23 @@ struct State {
     no_capacity: BTreeSet<OfferingKey>,
     /// Messages of launch failures to return, one per launch call, first first.
     launch_errors: Vec<String>,
+    /// Messages of permanent launch failures (unauthorized, invalid parameter) to return.
+    launch_rejections: Vec<String>,
     /// How many more API calls are throttled.
     throttled_calls: u32,
     registration: BTreeMap<String, Registration>,
     launch_calls: u64,
     /// Instances the cloud takes back (a spot interruption) at the given time.
     reclaims: BTreeMap<String, k8s_openapi::jiff::Timestamp>,
+    /// When each terminated instance was terminated.
+    terminated_at: BTreeMap<String, Timestamp>,
+    /// Every TerminateInstances call that reached the cloud, by instance id, in order.
+    terminate_calls: Vec<String>,
+    /// How far listings trail launches and terminations, and how long a fresh instance reads
+    /// as NotFound (EC2's eventual consistency).
+    list_lag: Duration,
+    /// How many more launches start their instance and then answer a timeout.
+    launch_timeouts: u32,
 }
 
 /// A cloud in memory. Instance ids count up from `i-00000000000000001` in launch order.
@@ -111,6 +123,7 @@ impl SimulatedCloud {
                 if let Some(i) = s.instances.get_mut(&id) {
                     i.state = InstanceState::Terminated;
                 }
+                s.terminated_at.insert(id, now);
             }
         }
         s
@@ -148,9 +161,55 @@ impl SimulatedCloud {
             .extend(std::iter::repeat_n(message.to_string(), n));
     }
 
+    /// The next `n` launch calls are rejected with `message`, as EC2 rejects a request it
+    /// will never accept (`UnauthorizedOperation`, `InvalidParameterValue`).
+    pub fn reject_next_launches(&self, n: usize, message: &str) {
+        let mut s = self.lock();
+        s.launch_rejections
+            .extend(std::iter::repeat_n(message.to_string(), n));
+    }
+
     /// The next `n` API calls of any kind are throttled.
     pub fn throttle_next_calls(&self, n: u32) {
         self.lock().throttled_calls = n;
+    }
+
+    /// Listings trail launches and terminations by `lag`, and an instance launched less than
+    /// `lag` ago reads as NotFound, as EC2's eventually consistent API answers.
+    pub fn set_list_lag(&self, lag: Duration) {
+        self.lock().list_lag = lag;
+    }
+
+    /// The next `n` launches start their instance and then answer a timeout, as a CreateFleet
+    /// whose answer was lost does: only the client token finds that instance again.
+    pub fn time_out_next_launches(&self, n: u32) {
+        let mut s = self.lock();
+        s.launch_timeouts = s.launch_timeouts.saturating_add(n);
+    }
+
+    /// Puts an instance into the cloud that Joiner did not launch (a managed node group's, a
+    /// self-managed node, another cluster's, Karpenter's), with the id and tags given. Fails on
+    /// an id already taken.
+    pub fn add_instance(
+        &self,
+        id: &str,
+        offering: &OfferingKey,
+        tags: BTreeMap<String, String>,
+    ) -> Result<Instance, String> {
+        let mut s = self.lock();
+        if s.instances.contains_key(id) {
+            return Err(format!("instance {id} already exists"));
+        }
+        let mut instance = self.start_instance(&mut s, offering, tags);
+        s.instances.remove(&instance.id);
+        instance.id = id.to_string();
+        s.instances.insert(instance.id.clone(), instance.clone());
+        Ok(instance)
+    }
+
+    /// Every TerminateInstances call that reached the cloud, by instance id, in order.
+    pub fn terminate_calls(&self) -> Vec<String> {
+        self.lock().terminate_calls.clone()
     }
 
     /// How the instance with this id (known in advance: ids are sequential) registers.
@@ -226,6 +285,14 @@ impl SimulatedCloud {
         instance
     }
 
+    /// The moment the cloud's eventually consistent reads have caught up to.
+    fn seen_since(&self, s: &State) -> Timestamp {
+        let now = self.clock.now();
+        let lag = k8s_openapi::jiff::SignedDuration::try_from(s.list_lag)
+            .unwrap_or(k8s_openapi::jiff::SignedDuration::ZERO);
+        now.checked_sub(lag).unwrap_or(now)
+    }
+
     fn sells(&self, o: &OfferingKey) -> bool {
         self.types.iter().any(|t| {
             t.name == o.instance_type
@@ -255,6 +322,10 @@ impl CloudProvider for SimulatedCloud {
             let message = s.launch_errors.remove(0);
             return Err(CloudError::Other(message));
         }
+        if !s.launch_rejections.is_empty() {
+            let message = s.launch_rejections.remove(0);
+            return Err(CloudError::Rejected(message));
+        }
         let mut insufficient = Vec::new();
         for offer in &request.offers {
             if !self.sells(&offer.offering) {
@@ -267,6 +338,12 @@ impl CloudProvider for SimulatedCloud {
             let instance = self.start_instance(&mut s, &offer.offering, request.tags.clone());
             s.tokens
                 .insert(request.client_token.clone(), instance.id.clone());
+            if s.launch_timeouts > 0 {
+                s.launch_timeouts -= 1;
+                return Err(CloudError::Other(
+                    "CreateFleet: operation timeout (the request may have succeeded)".into(),
+                ));
+            }
             return Ok(Launched {
                 instance,
                 insufficient,
@@ -284,8 +361,13 @@ impl CloudProvider for SimulatedCloud {
         if Self::throttled(&mut s) {
             return Err(CloudError::Throttled);
         }
-        if let Some(i) = s.instances.get_mut(instance_id) {
+        s.terminate_calls.push(instance_id.to_string());
+        let now = self.clock.now();
+        if let Some(i) = s.instances.get_mut(instance_id)
+            && i.state != InstanceState::Terminated
+        {
             i.state = InstanceState::Terminated;
+            s.terminated_at.insert(instance_id.to_string(), now);
         }
         Ok(())
     }
@@ -295,7 +377,11 @@ impl CloudProvider for SimulatedCloud {
         if Self::throttled(&mut s) {
             return Err(CloudError::Throttled);
         }
-        Ok(s.instances.get(instance_id).cloned())
+        let seen_since = self.seen_since(&s);
+        Ok(s.instances
+            .get(instance_id)
+            .filter(|i| i.launch_time <= seen_since)
+            .cloned())
     }
 
     fn list(&self, cluster_name: &str) -> Result<Vec<Instance>, CloudError> {

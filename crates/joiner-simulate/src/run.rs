@@ -12,7 +12,7 @@ use joiner_controller::clock::{Clock, ManualClock};
 use joiner_controller::cloud::{CloudProvider, InstanceState, OfferingKey};
 use joiner_controller::interruption::messages::spot_interruption_warning;
 use joiner_controller::pods::{is_pending, pod_key};
-use joiner_controller::store::{ClusterStore, InMemoryCluster, StoreError};
+use joiner_controller::store::{CachedClient, ClusterStore, InMemoryCluster, StoreError};
 use joiner_controller::{Config, Controller, ControllerError, StepReport};
 use joiner_engine::catalog::{CapacityType, Catalog};
 use joiner_model::api::NodeClaim;
@@ -71,7 +71,12 @@ pub struct Summary {
     pub peak_nodes: usize,
     pub peak_instances: usize,
     pub final_nodes: usize,
+    /// Instances Joiner launched (not those the scenario added).
     pub instances_launched: usize,
+    pub node_claims_created: usize,
+    /// TerminateInstances calls on instances without Joiner's ownership tags: always 0 unless
+    /// something is badly wrong.
+    pub foreign_instances_terminated: usize,
     pub by_instance_type: BTreeMap<String, TypeUsage>,
     pub total_node_hours: f64,
     pub total_cost: f64,
@@ -221,6 +226,9 @@ struct Sim {
     pending_since: BTreeMap<String, u64>,
     pending_done: BTreeSet<String>,
     pending_waits: Vec<u64>,
+    /// Instances the scenario put into the cloud (not Joiner's).
+    added: BTreeSet<String>,
+    node_claims_created: usize,
 }
 
 impl Sim {
@@ -396,7 +404,43 @@ impl Sim {
                 json!({"nodePool": c.name, "patch": c.patch}),
             );
         }
+        for a in &step.add_instances {
+            let capacity_type = CapacityType::parse(&a.capacity_type).ok_or_else(|| {
+                invalid!(
+                    "addInstances: {}: unknown capacity type {}",
+                    a.id,
+                    a.capacity_type
+                )
+            })?;
+            let offering = OfferingKey {
+                instance_type: a.instance_type.clone(),
+                zone: a.zone.clone(),
+                capacity_type,
+            };
+            self.cloud
+                .add_instance(&a.id, &offering, a.tags.clone())
+                .map_err(|e| invalid!("addInstances: {e}"))?;
+            self.added.insert(a.id.clone());
+            self.event(
+                "instanceAdded",
+                json!({"instance": a.id, "instanceType": a.instance_type, "zone": a.zone, "tags": a.tags}),
+            );
+        }
         if let Some(f) = &step.faults {
+            if let Some(n) = f.create_timeouts {
+                self.store.time_out_next_creates(n);
+            }
+            if let Some(n) = f.launch_timeouts {
+                self.cloud.time_out_next_launches(n);
+            }
+            if let Some(lag) = &f.cache_lag {
+                self.store
+                    .set_cache_lag(joiner_model::duration::parse_duration(lag)?);
+            }
+            if let Some(lag) = &f.list_lag {
+                self.cloud
+                    .set_list_lag(joiner_model::duration::parse_duration(lag)?);
+            }
             for (list, short) in [
                 (&f.insufficient_capacity, true),
                 (&f.restore_capacity, false),
@@ -576,6 +620,24 @@ impl Sim {
     }
 }
 
+/// TerminateInstances calls on instances that do not carry Joiner's ownership tags.
+fn foreign_terminations(cloud: &SimulatedCloud, cluster: &str) -> usize {
+    let instances: BTreeMap<String, BTreeMap<String, String>> = cloud
+        .all_instances()
+        .into_iter()
+        .map(|i| (i.id, i.tags))
+        .collect();
+    cloud
+        .terminate_calls()
+        .iter()
+        .filter(|id| {
+            instances
+                .get(*id)
+                .is_none_or(|t| !tags::is_owned(t, cluster))
+        })
+        .count()
+}
+
 /// The faults as the timeline shows them.
 struct FaultsText<'a>(&'a scenario::Faults);
 
@@ -593,6 +655,10 @@ impl Serialize for FaultsText<'_> {
             "launchErrors": f.launch_errors.as_ref().map(|l| l.count),
             "registrationDelay": f.registration_delay.as_ref().map(|r| format!("{} x{}", r.delay, r.instances)),
             "throttle": f.throttle,
+            "createTimeouts": f.create_timeouts,
+            "launchTimeouts": f.launch_timeouts,
+            "cacheLag": f.cache_lag,
+            "listLag": f.list_lag,
         })
         .serialize(s)
     }
@@ -647,6 +713,8 @@ pub fn simulate(
         pending_since: BTreeMap::new(),
         pending_done: BTreeSet::new(),
         pending_waits: Vec::new(),
+        added: BTreeSet::new(),
+        node_claims_created: 0,
     };
     let tick = scenario.tick;
     let tick_s = tick.as_secs();
@@ -659,8 +727,10 @@ pub fn simulate(
     let mut gpu_weighted = (0.0, 0.0);
     let mut errors = 0;
     let mut disruptions: BTreeMap<String, usize> = BTreeMap::new();
+    // The controller reads through a client with a watch cache, as the live one does.
+    let server = sim.store.clone();
     let mut controller = Controller::new(
-        sim.store.clone(),
+        CachedClient::new(&server),
         sim.cloud.clone(),
         clock.clone(),
         config.clone(),
@@ -682,6 +752,7 @@ pub fn simulate(
         schedule_pending(&sim.store, &sim.config)?;
         let report = controller.step();
         errors += report.errors.len();
+        sim.node_claims_created += report.created.len();
         for d in report
             .disruption
             .iter()
@@ -751,7 +822,14 @@ pub fn simulate(
         peak_nodes: peak.0,
         peak_instances: peak.1,
         final_nodes: last.as_ref().map_or(0, |s| s.nodes),
-        instances_launched: sim.cloud.all_instances().len(),
+        instances_launched: sim
+            .cloud
+            .all_instances()
+            .iter()
+            .filter(|i| !sim.added.contains(&i.id))
+            .count(),
+        node_claims_created: sim.node_claims_created,
+        foreign_instances_terminated: foreign_terminations(&sim.cloud, &config.cluster_name),
         total_node_hours: round(by_instance_type.values().map(|u| u.node_hours).sum(), 4),
         total_cost: round(by_instance_type.values().map(|u| u.cost).sum(), 4),
         by_instance_type,

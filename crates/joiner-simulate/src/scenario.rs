@@ -19,7 +19,23 @@
 //!       insufficientCapacity: [{instanceType: g4dn.xlarge, zone: us-east-1a, capacityType: on-demand}]
 //!       launchErrors: {count: 1, message: "RequestLimitExceeded"}
 //!       registrationDelay: {delay: 5m, instances: 1}
+//!   - at: 13h
+//!     addInstances:              # in the cloud, not launched by Joiner: never to be touched
+//!       - {id: i-0system00000001, instanceType: m5.large, zone: us-east-1a,
+//!          tags: {"kubernetes.io/cluster/demo": owned, "eks:nodegroup-name": system}}
+//!     faults:
+//!       createTimeouts: 2        # the next 2 NodeClaim creates commit, then answer a timeout
+//!       launchTimeouts: 1        # the next launch starts its instance, then answers a timeout
+//!       cacheLag: 20s            # the controller's watch cache trails the API server
+//!       listLag: 30s             # the cloud's listings trail launches and terminations
 //! ```
+//!
+//! Limits, checked with an error naming the step and field ([`LIMITS`]): at most 10,000 steps;
+//! `duration` up to 31 days and at most 200,000 ticks; `scale.replicas` 0 to 10,000;
+//! `addPods.count` 1 to 10,000; `addInstances` up to 1,000 per step; `interruptSpot.count`
+//! up to 1,000; `launchErrors.count`, `registrationDelay.instances`, `createTimeouts` and
+//! `launchTimeouts` up to 10,000; `throttle` up to 1,000,000 calls; `cacheLag` and `listLag` up
+//! to 1 hour.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -67,6 +83,23 @@ pub struct Step {
     pub change_node_pool: Option<ChangeNodePool>,
     #[serde(default)]
     pub faults: Option<Faults>,
+    /// Instances put into the cloud that Joiner did not launch.
+    #[serde(default)]
+    pub add_instances: Vec<AddInstance>,
+}
+
+/// An instance another tool launched (a managed node group, a self-managed node, another
+/// cluster, Karpenter).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AddInstance {
+    pub id: String,
+    pub instance_type: String,
+    pub zone: String,
+    #[serde(default = "on_demand")]
+    pub capacity_type: String,
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -145,6 +178,20 @@ pub struct Faults {
     /// The next N cloud API calls are throttled.
     #[serde(default)]
     pub throttle: Option<u32>,
+    /// The next N NodeClaim creates (any create the controller sends) commit, then answer a
+    /// timeout.
+    #[serde(default)]
+    pub create_timeouts: Option<u32>,
+    /// The next N launches start their instance, then answer a timeout.
+    #[serde(default)]
+    pub launch_timeouts: Option<u32>,
+    /// How far the controller's watch cache trails the API server from now on (`0s`: not).
+    #[serde(default)]
+    pub cache_lag: Option<String>,
+    /// How far the cloud's listings trail launches and terminations from now on, and how long
+    /// a fresh instance reads as NotFound.
+    #[serde(default)]
+    pub list_lag: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -183,6 +230,115 @@ pub struct RegistrationDelay {
     pub instances: usize,
 }
 
+/// The most a scenario may ask for, so that no file makes `joiner simulate` panic, grow
+/// without bound or run for hours.
+pub struct Limits {
+    pub steps: usize,
+    pub duration: Duration,
+    pub ticks: u64,
+    pub replicas: i32,
+    pub add_pods: usize,
+    pub add_instances: usize,
+    pub interruptions: usize,
+    /// `launchErrors.count`, `registrationDelay.instances`, `createTimeouts`, `launchTimeouts`.
+    pub fault_count: u64,
+    pub throttle: u32,
+    pub lag: Duration,
+}
+
+pub const LIMITS: Limits = Limits {
+    steps: 10_000,
+    duration: Duration::from_secs(31 * 24 * 3600),
+    ticks: 200_000,
+    replicas: 10_000,
+    add_pods: 10_000,
+    add_instances: 1_000,
+    interruptions: 1_000,
+    fault_count: 10_000,
+    throttle: 1_000_000,
+    lag: Duration::from_secs(3600),
+};
+
+fn at_most(field: &str, value: u64, max: u64) -> Result<(), String> {
+    if value > max {
+        Err(format!("{field}: {value} is more than the {max} allowed"))
+    } else {
+        Ok(())
+    }
+}
+
+impl Step {
+    /// Checks the step's counts and durations against [`LIMITS`]; the error names the field.
+    fn check_limits(&self) -> Result<(), String> {
+        let l = &LIMITS;
+        if let Some(s) = &self.scale
+            && !(0..=l.replicas).contains(&s.replicas)
+        {
+            return Err(format!(
+                "scale.replicas: {} is outside 0 to {}",
+                s.replicas, l.replicas
+            ));
+        }
+        if let Some(a) = &self.add_pods {
+            if a.count == 0 {
+                return Err("addPods.count: must be at least 1".into());
+            }
+            at_most("addPods.count", a.count as u64, l.add_pods as u64)?;
+        }
+        at_most(
+            "addInstances",
+            self.add_instances.len() as u64,
+            l.add_instances as u64,
+        )?;
+        if let Some(i) = &self.interrupt_spot {
+            at_most(
+                "interruptSpot.count",
+                i.count.unwrap_or(1) as u64,
+                l.interruptions as u64,
+            )?;
+        }
+        let Some(f) = &self.faults else {
+            return Ok(());
+        };
+        if let Some(e) = &f.launch_errors {
+            at_most("faults.launchErrors.count", e.count as u64, l.fault_count)?;
+        }
+        if let Some(r) = &f.registration_delay {
+            at_most(
+                "faults.registrationDelay.instances",
+                r.instances as u64,
+                l.fault_count,
+            )?;
+        }
+        for (field, n) in [
+            ("faults.createTimeouts", f.create_timeouts),
+            ("faults.launchTimeouts", f.launch_timeouts),
+        ] {
+            at_most(field, u64::from(n.unwrap_or(0)), l.fault_count)?;
+        }
+        at_most(
+            "faults.throttle",
+            u64::from(f.throttle.unwrap_or(0)),
+            u64::from(l.throttle),
+        )?;
+        for (field, lag) in [
+            ("faults.cacheLag", &f.cache_lag),
+            ("faults.listLag", &f.list_lag),
+        ] {
+            if let Some(text) = lag {
+                let d = parse_duration(text).map_err(|e| format!("{field}: {text:?}: {e}"))?;
+                if d > l.lag {
+                    return Err(format!(
+                        "{field}: {d:?} is longer than the {:?} allowed",
+                        l.lag
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 fn duration(what: &str, text: &str) -> Result<Duration, Error> {
     parse_duration(text).context(|| format!("{what}: {text:?}"))
 }
@@ -215,6 +371,30 @@ impl Scenario {
             return Err(invalid!("tick must be at least 1s"));
         }
         let total = duration("duration", &self.duration)?;
+        if total > LIMITS.duration {
+            return Err(invalid!(
+                "duration: {total:?} is longer than the {:?} a scenario may last",
+                LIMITS.duration
+            ));
+        }
+        let ticks = total.as_secs() / tick.as_secs().max(1);
+        if ticks > LIMITS.ticks {
+            return Err(invalid!(
+                "tick: {tick:?} over {total:?} is {ticks} ticks, more than the {} allowed; use a longer tick",
+                LIMITS.ticks
+            ));
+        }
+        if self.steps.len() > LIMITS.steps {
+            return Err(invalid!(
+                "steps: {} steps, more than the {} allowed",
+                self.steps.len(),
+                LIMITS.steps
+            ));
+        }
+        for (i, step) in self.steps.iter().enumerate() {
+            step.check_limits()
+                .map_err(|e| invalid!("steps[{i}].{e}"))?;
+        }
         let mut cursor = Duration::ZERO;
         let mut steps = Vec::new();
         for (i, step) in self.steps.into_iter().enumerate() {
@@ -265,5 +445,56 @@ pub fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
             }
         }
         other => *target = other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(yaml: &str) -> Result<Resolved, String> {
+        let s: Scenario = serde_saphyr::from_str(yaml).map_err(|e| e.to_string())?;
+        s.resolve().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn counts_past_the_limits_are_errors_naming_the_step_and_field() {
+        let e = resolve(
+            "duration: 1h\nsteps:\n  - at: 0s\n  - at: 1m\n    faults: {launchErrors: {count: 18446744073709551615}}\n",
+        )
+        .expect_err("too many");
+        assert!(e.contains("steps[1].faults.launchErrors.count"), "{e}");
+        for (yaml, field) in [
+            (
+                "scale: {deployment: x, replicas: -1}",
+                "steps[0].scale.replicas",
+            ),
+            (
+                "scale: {deployment: x, replicas: 2000000000}",
+                "steps[0].scale.replicas",
+            ),
+            (
+                "addPods: {from: x, count: 100000000}",
+                "steps[0].addPods.count",
+            ),
+            ("addPods: {from: x, count: 0}", "steps[0].addPods.count"),
+            ("faults: {cacheLag: 48h}", "steps[0].faults.cacheLag"),
+            (
+                "faults: {createTimeouts: 4000000000}",
+                "steps[0].faults.createTimeouts",
+            ),
+        ] {
+            let e = resolve(&format!("duration: 1h\nsteps:\n  - {yaml}\n")).expect_err(yaml);
+            assert!(e.contains(field), "{yaml}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_tiny_tick_over_a_long_duration_is_refused() {
+        let e = resolve("tick: 1s\nduration: 30d\n").expect_err("too many ticks");
+        assert!(e.contains("tick"), "{e}");
+        let e = resolve("duration: 400d\n").expect_err("too long");
+        assert!(e.contains("duration"), "{e}");
+        assert!(resolve("tick: 10s\nduration: 24h\n").is_ok());
     }
 }

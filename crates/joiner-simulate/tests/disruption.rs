@@ -710,6 +710,86 @@ mod interruption {
         );
     }
 
+    /// A PodDisruptionBudget that forbids evicting one pod of the interrupted node does not
+    /// hold back the others: they are evicted at once; the protected pod is deleted 90 s after
+    /// the notice, and the NodeClaim and instance go before the cloud reclaims it at 120 s.
+    #[test]
+    fn an_interruption_drain_goes_past_a_protected_pod_and_finishes_before_the_reclaim() {
+        use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+        let world = spot_world();
+        let queue = SimulatedInterruptionQueue::new();
+        let mut c = world.controller();
+        c.set_interruption_queue(Box::new(queue.clone()));
+        world.run(&mut c, 120);
+        settled(&world, 2);
+        let victim = world.live_claims()[0].clone();
+        let on_victim = pods_on(&world, &victim);
+        assert!(on_victim.len() >= 2, "{on_victim:?}");
+        // The first pod of the node, by name, may never be evicted.
+        let protected = on_victim[0].clone();
+        let (_, protected_name) = protected.split_once('/').expect("key");
+        let mut pod: Pod = world
+            .store
+            .get(Some("default"), protected_name)
+            .expect("get")
+            .expect("pod");
+        pod.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("protected".into(), "yes".into());
+        world.store.update(&pod).expect("label");
+        world
+            .store
+            .create(&PodDisruptionBudget {
+                metadata: ObjectMeta {
+                    name: Some("protected".into()),
+                    namespace: Some("default".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(PodDisruptionBudgetSpec {
+                    max_unavailable: Some(IntOrString::Int(0)),
+                    selector: Some(LabelSelector {
+                        match_labels: Some([("protected".to_string(), "yes".to_string())].into()),
+                        ..LabelSelector::default()
+                    }),
+                    ..PodDisruptionBudgetSpec::default()
+                }),
+                status: None,
+            })
+            .expect("pdb");
+        let instance = instance_of(&victim);
+        warn(&world, &queue, &victim);
+        let first = world.run(&mut c, 1).remove(0);
+        let evicted: Vec<&String> = events(std::slice::from_ref(&first), DisruptionAction::Evicted)
+            .flat_map(|e| &e.detail)
+            .collect();
+        for p in on_victim.iter().filter(|p| **p != protected) {
+            assert!(evicted.contains(&p), "{p} evicted at once: {evicted:?}");
+        }
+        assert!(first.eviction_refused.contains(&protected), "{first:?}");
+        assert!(!world.cloud.terminate_calls().contains(&instance));
+        let rest = world.run(&mut c, 110);
+        let terminated_at = rest
+            .iter()
+            .position(|r| r.terminated.contains(&instance))
+            .expect("the instance is terminated");
+        assert!(
+            (88..=110).contains(&terminated_at),
+            "terminated {terminated_at} s after the notice"
+        );
+        assert!(
+            world
+                .store
+                .get::<NodeClaim>(None, victim.name())
+                .expect("get")
+                .is_none(),
+            "the NodeClaim is gone"
+        );
+    }
+
     /// A queue whose deletes fail: every message is delivered again.
     struct Undeletable(SimulatedInterruptionQueue);
 

@@ -214,7 +214,10 @@ fn garbage_collection_terminates_an_orphan_after_the_grace_period() {
     let orphan = world.cloud.launch_untracked(&offering, ours);
     let theirs = tags::ownership("another-cluster", "g4-nodepool", "default");
     let foreign = world.cloud.launch_untracked(&offering, theirs);
-    let mut controller = Controller::new(&world.store, &world.cloud, &world.clock, config());
+    // Collection every 10 s here, to see the 30 s grace exactly.
+    let mut every_10s = config();
+    every_10s.gc_period = std::time::Duration::from_secs(10);
+    let mut controller = Controller::new(&world.store, &world.cloud, &world.clock, every_10s);
     let mut terminated_at = None;
     for step in 0..60 {
         let r = controller.step();
@@ -232,6 +235,22 @@ fn garbage_collection_terminates_an_orphan_after_the_grace_period() {
         "another cluster's instance"
     );
     world.assert_settled(4);
+}
+
+/// Garbage collection lists every instance of the cluster: it runs at a controller's first
+/// step and then every 2 minutes, not on every step.
+#[test]
+fn garbage_collection_runs_on_its_own_period() {
+    let world = World::learning_lab();
+    let mut controller = Controller::new(&world.store, &world.cloud, &world.clock, config());
+    let mut runs = Vec::new();
+    for step in 0..300 {
+        if controller.step().collected {
+            runs.push(step);
+        }
+        world.tick();
+    }
+    assert_eq!(runs, [0, 120, 240]);
 }
 
 #[test]

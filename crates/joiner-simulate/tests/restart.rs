@@ -135,3 +135,74 @@ fn a_crash_at_every_write_of_a_registration_timeout_is_harmless() {
         }
     }
 }
+
+/// The random crashes again, now against the doubles at their least kind: a watch cache that
+/// trails the API server, NodeClaim creates and launches that commit and then answer a
+/// timeout, cloud listings that trail launches (fresh instances read as NotFound), and
+/// instances of a managed node group and a self-managed node beside Joiner's. After every
+/// step no need has two NodeClaims and no NodeClaim two instances; in the end nothing leaked,
+/// nothing was launched twice, and no instance without Joiner's tags was ever terminated.
+#[test]
+fn crashes_behind_lagging_caches_and_timeouts_are_harmless() {
+    use joiner_controller::cloud::OfferingKey;
+    use joiner_engine::catalog::CapacityType;
+    use joiner_model::wellknown::tags;
+    use std::time::Duration;
+
+    let total = writes_in_a_clean_run();
+    for seed in 1..=40u64 {
+        let mut rng = XorShift::new(seed);
+        let mut at = BTreeMap::new();
+        for _ in 0..1 + rng.below(2) {
+            at.insert(1 + rng.below(total + 8), rng.below(2) == 1);
+        }
+        let cache_lag = Duration::from_secs(rng.below(21));
+        let list_lag = Duration::from_secs(rng.below(31));
+        let create_timeouts = rng.below(3) as u32;
+        let launch_timeouts = rng.below(3) as u32;
+        let world = World::learning_lab();
+        let system = BTreeMap::from([
+            (tags::cluster(common::CLUSTER), tags::OWNED.to_string()),
+            (tags::CLUSTER_NAME.to_string(), common::CLUSTER.to_string()),
+            (tags::NODEGROUP.to_string(), "system".to_string()),
+        ]);
+        let offering = OfferingKey {
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+            capacity_type: CapacityType::OnDemand,
+        };
+        let foreign = [
+            world
+                .cloud
+                .add_instance("i-0system00000001", &offering, system)
+                .expect("add"),
+            world
+                .cloud
+                .add_instance(
+                    "i-0selfmanaged001",
+                    &offering,
+                    BTreeMap::from([(tags::cluster(common::CLUSTER), tags::OWNED.to_string())]),
+                )
+                .expect("add"),
+        ];
+        world.store.set_cache_lag(cache_lag);
+        world.store.time_out_next_creates(create_timeouts);
+        world.cloud.set_list_lag(list_lag);
+        world.cloud.time_out_next_launches(launch_timeouts);
+        let fuse = Fuse::new(at.clone());
+        run_with_crashes(&world, &fuse, STEPS * 3, |_, _| {});
+        let faults = format!(
+            "seed {seed}: crashes at {at:?}, cache lag {cache_lag:?}, list lag {list_lag:?}, \
+             {create_timeouts} create and {launch_timeouts} launch timeouts"
+        );
+        let touched = world.cloud.terminate_calls();
+        assert!(
+            foreign.iter().all(|f| !touched.contains(&f.id)),
+            "{faults}: a foreign instance was terminated"
+        );
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            world.assert_settled(2 + foreign.len())
+        }));
+        assert!(ok.is_ok(), "{faults}");
+    }
+}

@@ -73,7 +73,7 @@ use crate::nodeclaim::node_claim_for;
 use crate::nodeclaim::stamp::{restamp, stamp};
 use crate::pods::{bound_to, is_daemon_pod, is_do_not_disrupt, is_pending, pod_key};
 use crate::report::DisruptionEvent;
-use crate::store::{ClusterStore, StoreError};
+use crate::store::{ClusterStore, Deleted, StoreError};
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 
 /// What the disruption step remembers between steps (a cache; see the module docs).
@@ -613,7 +613,10 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
     if wait_for.is_empty() || interrupted {
         let pods = ctx.store.list::<Pod>()?;
         for claim in old {
-            drain(ctx, claim, reason, &pods)?;
+            // One node's failed drain does not hold back the others'.
+            if let Err(e) = drain(ctx, claim, reason, &pods) {
+                ctx.error(&format!("draining NodeClaim {}", claim.name()), e);
+            }
         }
     }
     Ok(())
@@ -771,11 +774,33 @@ fn termination_deadline<S: ClusterStore, C>(
     Ok(Some(deadline))
 }
 
-/// Taints the node, evicts its pods (not those marked do-not-disrupt, nor DaemonSet pods, and
-/// only as far as PodDisruptionBudgets allow), and deletes the NodeClaim once only DaemonSet pods
-/// are left. Past the termination deadline, or when the instance is being interrupted, every
-/// remaining pod is deleted whatever blocks it, and the NodeClaim with it (its finalizer
-/// terminates the instance).
+/// How long ago the cloud's interruption notice for the NodeClaim was recorded (its
+/// `Interrupted` condition); zero when unknown.
+fn interrupted_for<S, C>(ctx: &Ctx<'_, S, C>, claim: &NodeClaim) -> Duration {
+    claim
+        .condition(conditions::INTERRUPTED)
+        .map_or(Duration::ZERO, |c| {
+            elapsed(ctx.now, c.last_transition_time.0)
+        })
+}
+
+/// How long after an interruption notice the pods still on the node are deleted rather than
+/// evicted: a spot instance is reclaimed two minutes after its warning, and a pod deleted at 90
+/// seconds still has half a minute to shut down, where one left behind a PodDisruptionBudget
+/// would be killed with its instance.
+pub const INTERRUPTION_DELETE_AFTER: Duration = Duration::from_secs(90);
+
+/// Taints the node and drains it, one pod at a time, then deletes the NodeClaim (its
+/// finalizer terminates the instance) once only DaemonSet pods are left.
+///
+/// Each pod is evicted through the Eviction API, so the API server enforces its
+/// PodDisruptionBudgets: a refusal (429) leaves that pod for the next step and the drain goes
+/// on with the others. Pods marked `karpenter.sh/do-not-disrupt` wait. Pods already
+/// terminating are waited for. Past the NodeClaim's `terminationGracePeriod` (its deadline is
+/// recorded in the NodeClaim on the first drain, so a restarted controller keeps it) the
+/// remaining pods are deleted, not evicted. An interrupted node evicts every pod at once,
+/// do-not-disrupt notwithstanding, and deletes those still there
+/// [`INTERRUPTION_DELETE_AFTER`] after the notice.
 fn drain<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     claim: &NodeClaim,
@@ -783,29 +808,49 @@ fn drain<S: ClusterStore, C: CloudProvider>(
     pods: &[Pod],
 ) -> Result<(), ControllerError> {
     taint(ctx, claim)?;
-    let forced = termination_deadline(ctx, claim)?.is_some_and(|d| d <= ctx.now);
-    // An interrupted instance goes whatever we do: evicting everything now gives every pod its
-    // graceful shutdown, where waiting on a budget or do-not-disrupt would only get it killed.
     let interrupted = reason == DisruptionReason::Interrupted;
+    let forced = termination_deadline(ctx, claim)?.is_some_and(|d| d <= ctx.now)
+        || (interrupted && interrupted_for(ctx, claim) >= INTERRUPTION_DELETE_AFTER);
     let node = claim.status.node_name.clone().unwrap_or_default();
     let mut evicted = Vec::new();
-    let mut blocked = false;
-    let pdbs = ctx
-        .store
-        .list::<k8s_openapi::api::policy::v1::PodDisruptionBudget>()?;
-    let mut budgets = crate::store::pdb::Budgets::new(&pdbs, pods);
-    for pod in bound_to(pods, &node).filter(|p| !is_daemon_pod(p)) {
-        if !forced && !interrupted && (is_do_not_disrupt(&pod.metadata) || !budgets.try_evict(pod))
-        {
-            blocked = true;
+    // Pods that are still on the node after this step: the NodeClaim stays until they go.
+    let mut remaining = 0usize;
+    let on_node = pods.iter().filter(|p| {
+        !is_daemon_pod(p) && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node)
+    });
+    for pod in on_node {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let key = pod_key(pod);
+        let terminating = pod.metadata.deletion_timestamp.is_some();
+        if terminating && !forced {
+            remaining += 1;
             continue;
         }
-        match ctx.store.delete::<Pod>(
-            pod.metadata.namespace.as_deref(),
-            pod.metadata.name.as_deref().unwrap_or_default(),
-        ) {
-            Ok(_) | Err(StoreError::NotFound(_)) => evicted.push(pod_key(pod)),
-            Err(e) => return Err(e.into()),
+        if !forced && !interrupted && is_do_not_disrupt(&pod.metadata) {
+            remaining += 1;
+            continue;
+        }
+        let answer = if forced {
+            ctx.store.delete::<Pod>(Some(namespace), name)
+        } else {
+            ctx.store.evict(namespace, name)
+        };
+        match answer {
+            Ok(Deleted::Gone) | Err(StoreError::NotFound(_)) => evicted.push(key),
+            Ok(Deleted::Pending) => {
+                evicted.push(key);
+                remaining += 1;
+            }
+            Err(StoreError::Refused(..)) => {
+                tracing::info!(nodeclaim = claim.name(), pod = %key, "eviction refused by a PodDisruptionBudget; trying again next step");
+                ctx.report.eviction_refused.push(key);
+                remaining += 1;
+            }
+            Err(e) => {
+                ctx.error(&format!("evicting pod {key}"), e);
+                remaining += 1;
+            }
         }
     }
     if forced {
@@ -826,7 +871,7 @@ fn drain<S: ClusterStore, C: CloudProvider>(
             detail: evicted,
         });
     }
-    if blocked {
+    if remaining > 0 {
         return Ok(());
     }
     match ctx.store.delete::<NodeClaim>(None, claim.name()) {

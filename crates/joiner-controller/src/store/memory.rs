@@ -3,7 +3,8 @@
 
 use std::any::Any;
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use joiner_model::kinds::{KINDS, Kind};
 use joiner_model::{Manifests, Source, Sourced};
@@ -15,7 +16,9 @@ use super::{ClusterStore, Deleted, ObjectKey, Resource, StoreError, pdb};
 use crate::clock::{Clock, k8s_time};
 
 /// Objects kept typed (no serialization round trip, so nothing the serde types skip is lost).
-type Stored = Box<dyn Any + Send + Sync>;
+/// A stored object is never changed in place, only replaced, so a snapshot of the map (what
+/// a client's watch cache holds) shares them.
+pub(super) type Stored = Arc<dyn Any + Send + Sync>;
 
 /// An object stored as the raw JSON no typed read can decode.
 struct Undecodable(#[allow(dead_code)] serde_json::Value);
@@ -24,7 +27,19 @@ struct Inner {
     objects: BTreeMap<ObjectKey, Stored>,
     /// The last resourceVersion handed out; one counter for all kinds, as etcd's revision.
     revision: u64,
+    /// How far the watch caches of [`super::CachedClient`]s trail this server.
+    cache_lag: Duration,
+    /// How many more creates through a client commit and then answer a timeout.
+    create_timeouts: u32,
+    /// Pods evicted and not yet created again, with when: the API server's PodDisruptionBudget
+    /// status counts them as expected and unhealthy (`status.disruptedPods`, and the owner's
+    /// scale in `expectedPods`) until their controller replaces them, or for 2 minutes.
+    evicted: BTreeMap<ObjectKey, (Pod, k8s_openapi::jiff::Timestamp)>,
 }
+
+/// How long an evicted pod counts against its budgets without a replacement (the disruption
+/// controller's `DeletionTimeout`).
+const EVICTION_MEMORY: Duration = Duration::from_secs(2 * 60);
 
 /// A cluster held in memory. Shared by reference between the controller, the simulated kubelet
 /// and the test, which stand for different processes talking to one API server.
@@ -50,6 +65,9 @@ impl InMemoryCluster {
             inner: Mutex::new(Inner {
                 objects: BTreeMap::new(),
                 revision: 0,
+                cache_lag: Duration::ZERO,
+                create_timeouts: 0,
+                evicted: BTreeMap::new(),
             }),
             clock: Box::new(clock),
         }
@@ -123,7 +141,45 @@ impl InMemoryCluster {
     pub fn put_undecodable(&self, key: ObjectKey, raw: serde_json::Value) {
         let mut inner = self.lock();
         Self::next_revision(&mut inner);
-        inner.objects.insert(key, Box::new(Undecodable(raw)));
+        inner.objects.insert(key, Arc::new(Undecodable(raw)));
+    }
+
+    /// The watch caches of the controllers' clients ([`super::CachedClient`]) trail this
+    /// server by up to `lag` (zero: they read the server).
+    pub fn set_cache_lag(&self, lag: Duration) {
+        self.lock().cache_lag = lag;
+    }
+
+    pub(super) fn now(&self) -> k8s_openapi::jiff::Timestamp {
+        self.clock.now()
+    }
+
+    pub(super) fn cache_lag(&self) -> Duration {
+        self.lock().cache_lag
+    }
+
+    /// The next `n` creates through a client commit and then answer a timeout, as a create
+    /// whose answer was lost does.
+    pub fn time_out_next_creates(&self, n: u32) {
+        let mut inner = self.lock();
+        inner.create_timeouts = inner.create_timeouts.saturating_add(n);
+    }
+
+    /// Whether the create about to be sent through a client is one that times out.
+    pub(super) fn take_create_timeout(&self) -> bool {
+        let mut inner = self.lock();
+        let due = inner.create_timeouts > 0;
+        inner.create_timeouts = inner.create_timeouts.saturating_sub(1);
+        due
+    }
+
+    /// Every object as stored now: what a watch cache holds after a full list.
+    pub(super) fn snapshot(&self) -> BTreeMap<ObjectKey, Stored> {
+        self.lock().objects.clone()
+    }
+
+    pub(super) fn stored(&self, key: &ObjectKey) -> Option<Stored> {
+        self.lock().objects.get(key).cloned()
     }
 
     fn next_revision(inner: &mut Inner) -> String {
@@ -221,14 +277,29 @@ impl ClusterStore for InMemoryCluster {
             return Err(StoreError::NotFound(key));
         };
         let pdbs = self.list::<PodDisruptionBudget>()?;
-        let pods = self.list::<Pod>()?;
+        let mut pods = self.list::<Pod>()?;
+        let now = self.clock.now();
+        {
+            let mut inner = self.lock();
+            inner
+                .evicted
+                .retain(|_, (_, at)| crate::clock::elapsed(now, *at) < EVICTION_MEMORY);
+            // Evicted pods not replaced yet: expected, not healthy.
+            pods.extend(inner.evicted.values().map(|(p, _)| p.clone()));
+        }
         if !pdb::Budgets::new(&pdbs, &pods).try_evict(&pod) {
             return Err(StoreError::Refused(
                 key,
                 "Cannot evict pod as it would violate the pod's disruption budget.".into(),
             ));
         }
-        self.delete::<Pod>(Some(namespace), name)
+        let deleted = self.delete::<Pod>(Some(namespace), name)?;
+        let mut gone = pod;
+        if let Some(spec) = gone.spec.as_mut() {
+            spec.node_name = None;
+        }
+        self.lock().evicted.insert(key, (gone, now));
+        Ok(deleted)
     }
 
     fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
@@ -241,6 +312,8 @@ impl ClusterStore for InMemoryCluster {
         if inner.objects.contains_key(&key) {
             return Err(StoreError::AlreadyExists(key));
         }
+        // A pod created under an evicted pod's name is its replacement.
+        inner.evicted.remove(&key);
         let mut stored = object.clone();
         let revision = Self::next_revision(&mut inner);
         let meta = stored.meta_mut();
@@ -250,7 +323,7 @@ impl ClusterStore for InMemoryCluster {
         meta.creation_timestamp = Some(now);
         meta.deletion_timestamp = None;
         meta.generation = Some(1);
-        inner.objects.insert(key, Box::new(stored.clone()));
+        inner.objects.insert(key, Arc::new(stored.clone()));
         Ok(stored)
     }
 
@@ -279,7 +352,7 @@ impl ClusterStore for InMemoryCluster {
         if finalized {
             inner.objects.remove(&key);
         } else {
-            inner.objects.insert(key, Box::new(stored.clone()));
+            inner.objects.insert(key, Arc::new(stored.clone()));
         }
         Ok(stored)
     }
@@ -306,7 +379,7 @@ impl ClusterStore for InMemoryCluster {
         let revision = Self::next_revision(&mut inner);
         marked.meta_mut().deletion_timestamp = Some(now);
         marked.meta_mut().resource_version = Some(revision);
-        inner.objects.insert(key, Box::new(marked));
+        inner.objects.insert(key, Arc::new(marked));
         Ok(Deleted::Pending)
     }
 }
@@ -354,6 +427,77 @@ mod tests {
             store.delete::<ConfigMap>(None, "a"),
             Err(StoreError::NotFound(_))
         ));
+    }
+
+    #[test]
+    fn evictions_honour_pod_disruption_budgets_and_deletes_do_not() {
+        use k8s_openapi::api::core::v1::PodSpec;
+        use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+        let store = InMemoryCluster::new(ManualClock::new());
+        for name in ["a", "b"] {
+            store
+                .create(&Pod {
+                    metadata: ObjectMeta {
+                        name: Some(name.into()),
+                        labels: Some([("app".to_string(), "web".to_string())].into()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(PodSpec {
+                        node_name: Some("n".into()),
+                        ..PodSpec::default()
+                    }),
+                    ..Pod::default()
+                })
+                .expect("pod");
+        }
+        store
+            .create(&PodDisruptionBudget {
+                metadata: ObjectMeta {
+                    name: Some("web".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(PodDisruptionBudgetSpec {
+                    min_available: Some(IntOrString::Int(1)),
+                    selector: Some(LabelSelector {
+                        match_labels: Some([("app".to_string(), "web".to_string())].into()),
+                        ..LabelSelector::default()
+                    }),
+                    ..PodDisruptionBudgetSpec::default()
+                }),
+                status: None,
+            })
+            .expect("pdb");
+        assert_eq!(store.evict("default", "a"), Ok(Deleted::Gone));
+        assert!(matches!(
+            store.evict("default", "b"),
+            Err(StoreError::Refused(..))
+        ));
+        assert!(store.get::<Pod>(None, "b").expect("get").is_some());
+        assert_eq!(store.delete::<Pod>(None, "b"), Ok(Deleted::Gone));
+        assert!(matches!(
+            store.evict("default", "b"),
+            Err(StoreError::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn objects_that_do_not_decode_are_named_not_listed() {
+        let store = InMemoryCluster::new(ManualClock::new());
+        store.create(&config_map("good", &[])).expect("create");
+        let key = ObjectKey::of::<ConfigMap>(None, "bad");
+        store.put_undecodable(key.clone(), serde_json::json!({"data": 7}));
+        let listed: Vec<_> = store
+            .list::<ConfigMap>()
+            .expect("list")
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect();
+        assert_eq!(listed, ["good"]);
+        assert_eq!(store.undecodable::<ConfigMap>(), Ok(vec![key]));
+        assert!(store.get::<ConfigMap>(None, "bad").expect("get").is_none());
     }
 
     #[test]

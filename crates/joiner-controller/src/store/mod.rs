@@ -6,7 +6,9 @@
 //! create fails on an existing name, update fails on a stale `resourceVersion`, and delete of an
 //! object with finalizers only sets `deletionTimestamp`.
 
+mod client;
 mod memory;
+pub use client::CachedClient;
 pub use memory::manifests_of;
 mod object;
 pub mod pdb;

@@ -15,7 +15,7 @@ use joiner_controller::cloud::{
 };
 use joiner_controller::pods::{is_pending, pod_key};
 use joiner_controller::store::{
-    ClusterStore, Deleted, InMemoryCluster, ObjectKey, Resource, StoreError,
+    CachedClient, ClusterStore, Deleted, InMemoryCluster, ObjectKey, Resource, StoreError,
 };
 use joiner_controller::{Config, Controller, StepReport};
 use joiner_engine::catalog::Catalog;
@@ -189,10 +189,7 @@ impl World {
             .all_instances()
             .into_iter()
             .filter(|i| i.state != InstanceState::Terminated)
-            .filter(|i| {
-                i.tags
-                    .contains_key(&joiner_model::wellknown::tags::cluster(CLUSTER))
-            })
+            .filter(|i| tags::is_owned(&i.tags, CLUSTER))
             .collect()
     }
 
@@ -335,8 +332,10 @@ impl Fuse {
     }
 }
 
+/// The controller's client of the world's API server (a fresh watch cache per process), with
+/// crashes around its writes.
 pub struct FusedStore<'a> {
-    pub inner: &'a InMemoryCluster,
+    pub inner: CachedClient<'a>,
     pub fuse: &'a Fuse,
 }
 
@@ -407,7 +406,7 @@ pub type FusedController<'a> = Controller<FusedStore<'a>, FusedCloud<'a>, &'a Ma
 pub fn fused_controller<'a>(world: &'a World, fuse: &'a Fuse) -> FusedController<'a> {
     Controller::new(
         FusedStore {
-            inner: &world.store,
+            inner: CachedClient::new(&world.store),
             fuse,
         },
         FusedCloud {
