@@ -4,12 +4,20 @@
 //! through its public SSM parameters, per architecture and, for GPU types, the NVIDIA variant.
 //! Other terms (`id`, `name`, `tags`, `owner`) select images with DescribeImages; for each
 //! instance type the newest image of its architecture wins.
+//!
+//! What these reads find is cached ([`AmiCaches`], `Ttls::images`) per EC2NodeClass spec, and
+//! the architecture and GPUs of instance types the catalog does not know per type
+//! (`Ttls::instance_types`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use aws_sdk_ec2::types::Filter;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{Filter, InstanceType as Ec2InstanceType};
+use joiner_engine::catalog::Catalog;
 use joiner_model::api::ec2nodeclass::{AmiFamily, AmiSelectorTerm};
 
+use crate::cache::{ClassKey, TtlCache};
 use crate::clients::Clients;
 use crate::error::AwsError;
 use crate::tags::tag_filters;
@@ -115,16 +123,113 @@ pub(crate) fn newest_for(images: &[Image], arch: Arch) -> Option<&Image> {
         .max_by(|a, b| (&a.created, &a.id).cmp(&(&b.created, &b.id)))
 }
 
+/// What AMI reads found, per EC2NodeClass spec: the image an alias names for each kind of
+/// instance type, and the images selector terms match.
+#[derive(Debug)]
+pub(crate) struct AmiCaches {
+    alias: TtlCache<(ClassKey, TypeFacts), String>,
+    images: TtlCache<ClassKey, Vec<Image>>,
+}
+
+impl AmiCaches {
+    pub(crate) fn new(ttl: Duration) -> AmiCaches {
+        AmiCaches {
+            alias: TtlCache::new(ttl),
+            images: TtlCache::new(ttl),
+        }
+    }
+}
+
+/// What the catalog knows of a type: its architecture and whether it has NVIDIA GPUs.
+fn catalog_facts(catalog: &Catalog, name: &str) -> Option<TypeFacts> {
+    let it = catalog.get(name)?;
+    let arch = it
+        .labels
+        .get(joiner_model::wellknown::labels::ARCH)
+        .and_then(|a| Arch::parse(a))
+        .unwrap_or(Arch::X86_64);
+    let nvidia = it
+        .gpu
+        .as_ref()
+        .is_some_and(|g| g.manufacturer.eq_ignore_ascii_case("nvidia"));
+    Some(TypeFacts { arch, nvidia })
+}
+
+/// EC2's description of a type, as far as picking an AMI needs it.
+fn described_facts(info: &aws_sdk_ec2::types::InstanceTypeInfo) -> TypeFacts {
+    let archs = info
+        .processor_info()
+        .map(|p| p.supported_architectures())
+        .unwrap_or_default();
+    let arch = archs
+        .iter()
+        .find_map(|a| Arch::parse(a.as_str()))
+        .unwrap_or(Arch::X86_64);
+    let nvidia = info.gpu_info().is_some_and(|g| {
+        g.gpus().iter().any(|d| {
+            d.manufacturer()
+                .is_some_and(|m| m.eq_ignore_ascii_case("nvidia"))
+        })
+    });
+    TypeFacts { arch, nvidia }
+}
+
 impl Clients {
-    /// The AMI id for each instance type in `types`. Types no AMI fits are left out.
+    /// Architecture and GPU make of each type: the catalog's when it knows the type, else
+    /// DescribeInstanceTypes (cached in `cache`).
+    pub(crate) async fn type_facts(
+        &self,
+        catalog: &Catalog,
+        cache: &TtlCache<String, TypeFacts>,
+        names: &BTreeSet<String>,
+    ) -> Result<BTreeMap<String, TypeFacts>, AwsError> {
+        let mut out = BTreeMap::new();
+        let mut unknown = Vec::new();
+        for name in names {
+            match catalog_facts(catalog, name).or_else(|| cache.get(name)) {
+                Some(f) => {
+                    out.insert(name.clone(), f);
+                }
+                None => unknown.push(name.clone()),
+            }
+        }
+        if unknown.is_empty() {
+            return Ok(out);
+        }
+        let described = self
+            .ec2
+            .describe_instance_types()
+            .set_instance_types(Some(
+                unknown
+                    .iter()
+                    .map(|n| Ec2InstanceType::from(n.as_str()))
+                    .collect(),
+            ))
+            .send()
+            .await
+            .map_err(|e| AwsError::api("DescribeInstanceTypes", unknown.join(","), e))?;
+        for info in described.instance_types() {
+            let Some(name) = info.instance_type().map(|t| t.as_str().to_string()) else {
+                continue;
+            };
+            let facts = described_facts(info);
+            cache.insert(name.clone(), facts);
+            out.insert(name, facts);
+        }
+        Ok(out)
+    }
+
+    /// The AMI id for each instance type in `types`. Types no AMI fits are left out. What the
+    /// reads find is cached in `cache` under `key`.
     pub(crate) async fn resolve_amis(
         &self,
         eks: &EksParameters,
-        node_class: &str,
+        (key, cache): (&ClassKey, &AmiCaches),
         family: AmiFamily,
         terms: &[AmiSelectorTerm],
         types: &BTreeMap<String, TypeFacts>,
     ) -> Result<BTreeMap<String, String>, AwsError> {
+        let node_class = key.name.as_str();
         if terms.is_empty() {
             return Err(AwsError::node_class(
                 node_class,
@@ -132,11 +237,27 @@ impl Clients {
             ));
         }
         if let Some(alias) = terms.iter().find_map(|t| t.alias.as_deref()) {
-            return self
-                .resolve_alias(eks, node_class, family, alias, types)
-                .await;
+            let mut by_facts: BTreeMap<TypeFacts, String> = BTreeMap::new();
+            let wanted: BTreeSet<TypeFacts> = types.values().copied().collect();
+            for facts in wanted {
+                let id = cache
+                    .alias
+                    .get_or_read(
+                        &(key.clone(), facts),
+                        self.resolve_alias(eks, node_class, family, alias, facts),
+                    )
+                    .await?;
+                by_facts.insert(facts, id);
+            }
+            return Ok(types
+                .iter()
+                .filter_map(|(n, f)| by_facts.get(f).map(|id| (n.clone(), id.clone())))
+                .collect());
         }
-        let images = self.select_images(node_class, terms).await?;
+        let images = cache
+            .images
+            .get_or_read(key, self.select_images(node_class, terms))
+            .await?;
         Ok(types
             .iter()
             .filter_map(|(name, facts)| {
@@ -145,46 +266,37 @@ impl Clients {
             .collect())
     }
 
+    /// The AMI id an alias names for one kind of instance type, from EKS's SSM parameter.
     async fn resolve_alias(
         &self,
         eks: &EksParameters,
         node_class: &str,
         family: AmiFamily,
         alias: &str,
-        types: &BTreeMap<String, TypeFacts>,
-    ) -> Result<BTreeMap<String, String>, AwsError> {
+        facts: TypeFacts,
+    ) -> Result<String, AwsError> {
         let version = alias.split_once('@').map_or("latest", |(_, v)| v);
         let kubernetes = eks.kubernetes_version.as_str();
-        let mut by_facts: BTreeMap<TypeFacts, String> = BTreeMap::new();
-        let wanted: BTreeSet<TypeFacts> = types.values().copied().collect();
-        for facts in wanted {
-            let Some(name) = alias_parameter(&eks.root, family, kubernetes, version, facts) else {
-                return Err(AwsError::node_class(
-                    node_class,
-                    format!("AMI alias {alias:?}: Joiner resolves al2023 and al2 aliases only"),
-                ));
-            };
-            let out = self
-                .ssm
-                .get_parameter()
-                .name(&name)
-                .send()
-                .await
-                .map_err(|e| {
-                    AwsError::api("ssm:GetParameter", format!("{name} (alias {alias})"), e)
-                })?;
-            let Some(id) = out.parameter().and_then(|p| p.value()) else {
-                return Err(AwsError::node_class(
-                    node_class,
-                    format!("SSM parameter {name} has no value"),
-                ));
-            };
-            by_facts.insert(facts, id.to_string());
+        let Some(name) = alias_parameter(&eks.root, family, kubernetes, version, facts) else {
+            return Err(AwsError::node_class(
+                node_class,
+                format!("AMI alias {alias:?}: Joiner resolves al2023 and al2 aliases only"),
+            ));
+        };
+        let out = self
+            .ssm
+            .get_parameter()
+            .name(&name)
+            .send()
+            .await
+            .map_err(|e| AwsError::api("ssm:GetParameter", format!("{name} (alias {alias})"), e))?;
+        match out.parameter().and_then(|p| p.value()) {
+            Some(id) => Ok(id.to_string()),
+            None => Err(AwsError::node_class(
+                node_class,
+                format!("SSM parameter {name} has no value"),
+            )),
         }
-        Ok(types
-            .iter()
-            .filter_map(|(n, f)| by_facts.get(f).map(|id| (n.clone(), id.clone())))
-            .collect())
     }
 
     async fn select_images(

@@ -1,12 +1,52 @@
-//! [`Clients`]: the AWS SDK clients the EC2 cloud calls, and the tokio runtime their futures
-//! run on. Every EC2 and SSM call is a method of it, in the module of what it is about
-//! (`network`, `ami`, `template`, `instances`, `pricing`); `AwsCloud` composes them into a
-//! launch.
+//! [`Clients`]: the AWS SDK clients the EC2 cloud calls, the tokio runtime their futures run
+//! on, and the limits every call runs under. Every EC2 and SSM call is a method of it, in the
+//! module of what it is about (`network`, `ami`, `template`, `instances`, `pricing`);
+//! `AwsCloud` composes them into a launch.
+//!
+//! The controller's step waits on these calls, so none may hang and none may hammer an API
+//! that asks to slow down:
+//!
+//! - **Timeouts** ([`timeouts`]): 3 s to connect, 20 s per attempt, 60 s per call with its
+//!   retries. An `instant` CreateFleet answers once EC2 has decided, within seconds; an attempt
+//!   that takes 20 s is not coming back.
+//! - **Retries** ([`retries`]): the SDK's standard mode, 5 attempts in all, exponential backoff
+//!   with full jitter from 0.5 s up to 10 s. It retries throttling codes (`RequestLimitExceeded`,
+//!   `Throttling`, ...), 5xx answers, timeouts and dropped connections, and nothing else. A
+//!   retried CreateFleet carries the same `ClientToken`, so EC2 answers it with the first
+//!   attempt's instance instead of launching another.
 
 use std::future::Future;
+use std::time::Duration;
 
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
 use aws_types::SdkConfig;
 use tokio::runtime::Handle;
+
+/// Attempts per call, the first included.
+pub const MAX_ATTEMPTS: u32 = 5;
+pub const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(20);
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The timeouts of every call (see the module documentation).
+pub(crate) fn timeouts() -> TimeoutConfig {
+    TimeoutConfig::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+        .operation_timeout(OPERATION_TIMEOUT)
+        .build()
+}
+
+/// The retries of every call (see the module documentation).
+pub(crate) fn retries() -> RetryConfig {
+    RetryConfig::standard()
+        .with_max_attempts(MAX_ATTEMPTS)
+        .with_initial_backoff(INITIAL_BACKOFF)
+        .with_max_backoff(MAX_BACKOFF)
+}
 
 /// The EC2 and SSM clients, and the runtime handle their calls block on.
 #[derive(Debug)]
@@ -17,10 +57,20 @@ pub(crate) struct Clients {
 }
 
 impl Clients {
+    /// Clients over `config` (credentials, region, endpoint), with Joiner's timeouts and retries
+    /// whatever `config` says.
     pub(crate) fn new(config: &SdkConfig, handle: Handle) -> Clients {
+        let ec2 = aws_sdk_ec2::config::Builder::from(config)
+            .timeout_config(timeouts())
+            .retry_config(retries())
+            .build();
+        let ssm = aws_sdk_ssm::config::Builder::from(config)
+            .timeout_config(timeouts())
+            .retry_config(retries())
+            .build();
         Clients {
-            ec2: aws_sdk_ec2::Client::new(config),
-            ssm: aws_sdk_ssm::Client::new(config),
+            ec2: aws_sdk_ec2::Client::from_conf(ec2),
+            ssm: aws_sdk_ssm::Client::from_conf(ssm),
             handle,
         }
     }
@@ -29,5 +79,41 @@ impl Clients {
     /// (see `AwsCloud`).
     pub(crate) fn block<F: Future>(&self, f: F) -> F::Output {
         self.handle.block_on(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_client_gets_the_documented_limits() {
+        let config = SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .build();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let clients = Clients::new(&config, rt.handle().clone());
+        for (timeout, retry) in [
+            (
+                clients.ec2.config().timeout_config(),
+                clients.ec2.config().retry_config(),
+            ),
+            (
+                clients.ssm.config().timeout_config(),
+                clients.ssm.config().retry_config(),
+            ),
+        ] {
+            let timeout = timeout.expect("timeouts");
+            assert_eq!(timeout.connect_timeout(), Some(CONNECT_TIMEOUT));
+            assert_eq!(timeout.operation_attempt_timeout(), Some(ATTEMPT_TIMEOUT));
+            assert_eq!(timeout.operation_timeout(), Some(OPERATION_TIMEOUT));
+            let retry = retry.expect("retries");
+            assert_eq!(retry.mode(), aws_config::retry::RetryMode::Standard);
+            assert_eq!(retry.max_attempts(), MAX_ATTEMPTS);
+            assert_eq!(retry.initial_backoff(), INITIAL_BACKOFF);
+            assert_eq!(retry.max_backoff(), MAX_BACKOFF);
+        }
     }
 }

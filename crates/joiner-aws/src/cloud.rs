@@ -1,7 +1,6 @@
 //! [`AwsCloud`]: the controller's [`CloudProvider`] on EC2.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use aws_config::BehaviorVersion;
@@ -12,13 +11,14 @@ use aws_sdk_ec2::types::{
     OnDemandOptionsRequest, ResourceType, SpotAllocationStrategy, SpotOptionsRequest,
     TagSpecification, TargetCapacitySpecificationRequest,
 };
+
 use aws_types::SdkConfig;
 use aws_types::region::Region;
 use joiner_controller::cloud::{
     CloudError, CloudInstanceType, CloudProvider, Instance, InstanceState, LaunchRequest, Launched,
     Offer,
 };
-use joiner_model::wellknown::{labels, tags};
+use joiner_model::wellknown::tags;
 
 use joiner_engine::catalog::{CapacityType, Catalog};
 use joiner_model::api::EC2NodeClass;
@@ -26,12 +26,14 @@ use joiner_model::api::ec2nodeclass::AmiFamily;
 use joiner_model::settings::Settings;
 use tokio::runtime::Handle;
 
-use crate::ami::{Arch, DEFAULT_AMI_PARAMETER_ROOT, EksParameters, TypeFacts};
+use crate::ami::{AmiCaches, DEFAULT_AMI_PARAMETER_ROOT, EksParameters, TypeFacts};
+use crate::boot::{family_of, kubelet_labels};
+use crate::cache::{ClassKey, TtlCache, Ttls, spec_hash};
 use crate::clients::Clients;
 use crate::error::AwsError;
-use crate::fleet::{FleetError, throttled, unavailable_offerings};
-use crate::network::subnet_per_zone;
-use crate::tags::ec2_tags;
+use crate::fleet::{fleet_errors, launched_nothing, unavailable_offerings};
+use crate::network::{SubnetInfo, subnet_per_zone};
+use crate::tags::{NODECLASS_HASH, ec2_tags};
 use crate::template::{
     KnownTemplates, TemplateSpec, default_block_devices, metadata_with_defaults, template_name,
 };
@@ -63,8 +65,30 @@ pub struct AwsCloud {
     catalog: Catalog,
     /// Launch templates known to exist.
     templates: KnownTemplates,
-    /// Architecture and GPU make of instance types looked up so far.
-    facts: Mutex<BTreeMap<String, TypeFacts>>,
+    caches: Caches,
+}
+
+/// The reads launches and `instance_types` share (see `cache`).
+#[derive(Debug)]
+struct Caches {
+    subnets: TtlCache<ClassKey, Vec<SubnetInfo>>,
+    security_groups: TtlCache<ClassKey, Vec<String>>,
+    amis: AmiCaches,
+    /// Architecture and GPU make of instance types the catalog does not know.
+    type_facts: TtlCache<String, TypeFacts>,
+    instance_types: TtlCache<(), Vec<CloudInstanceType>>,
+}
+
+impl Caches {
+    fn new(ttls: Ttls) -> Caches {
+        Caches {
+            subnets: TtlCache::new(ttls.subnets),
+            security_groups: TtlCache::new(ttls.security_groups),
+            amis: AmiCaches::new(ttls.images),
+            type_facts: TtlCache::new(ttls.instance_types),
+            instance_types: TtlCache::new(ttls.instance_types),
+        }
+    }
 }
 
 impl std::fmt::Debug for AwsCloud {
@@ -123,8 +147,37 @@ impl AwsCloud {
             service_cidr: None,
             catalog: Catalog::builtin(&settings.region, &settings.zones),
             templates: KnownTemplates::default(),
-            facts: Mutex::new(BTreeMap::new()),
+            caches: Caches::new(Ttls::default()),
         })
+    }
+
+    /// How long reads are cached ([`Ttls::default`] unless told; zero durations turn caching
+    /// off).
+    pub fn with_cache_ttls(mut self, ttls: Ttls) -> Self {
+        self.caches = Caches::new(ttls);
+        self
+    }
+
+    /// Deletes the launch templates Joiner made in this cluster whose EC2NodeClass is not in
+    /// `node_classes` (the cluster's EC2NodeClasses, as read now) or has changed since (its spec
+    /// hash differs), and returns their names. Only templates named `joiner/<cluster>/...` and
+    /// tagged with this cluster (the cluster tag `owned`, `eks:eks-cluster-name`) and a NodePool
+    /// are considered; others', untagged ones and Karpenter's are left alone. Templates are only
+    /// read at launch, so deleting one a later launch needs costs that launch one
+    /// CreateLaunchTemplate. Blocks like the [`CloudProvider`] methods.
+    pub fn delete_unused_launch_templates(
+        &self,
+        node_classes: &[EC2NodeClass],
+    ) -> Result<Vec<String>, CloudError> {
+        let current: BTreeMap<String, String> = node_classes
+            .iter()
+            .filter_map(|c| {
+                let name = c.metadata.name.clone()?;
+                Some((name, spec_hash(&c.clone().into_v1())))
+            })
+            .collect();
+        let c = &self.clients;
+        Ok(c.block(c.delete_unused_templates(&self.cluster_name, &current, &self.templates))?)
     }
 
     /// The cluster CA (base64 PEM) for the node's bootstrap; without it `nodeadm` must look the
@@ -147,77 +200,6 @@ impl AwsCloud {
         self
     }
 
-    /// Architecture and GPU make of each type: the catalog's when it knows the type, else
-    /// DescribeInstanceTypes (remembered).
-    async fn type_facts(
-        &self,
-        names: &BTreeSet<String>,
-    ) -> Result<BTreeMap<String, TypeFacts>, AwsError> {
-        let mut out = BTreeMap::new();
-        let mut unknown = Vec::new();
-        {
-            let cache = self.facts.lock().unwrap_or_else(PoisonError::into_inner);
-            for name in names {
-                if let Some(f) = cache.get(name) {
-                    out.insert(name.clone(), *f);
-                } else if let Some(it) = self.catalog.get(name) {
-                    let arch = it
-                        .labels
-                        .get(joiner_model::wellknown::labels::ARCH)
-                        .and_then(|a| Arch::parse(a))
-                        .unwrap_or(Arch::X86_64);
-                    let nvidia = it
-                        .gpu
-                        .as_ref()
-                        .is_some_and(|g| g.manufacturer.eq_ignore_ascii_case("nvidia"));
-                    out.insert(name.clone(), TypeFacts { arch, nvidia });
-                } else {
-                    unknown.push(name.clone());
-                }
-            }
-        }
-        if unknown.is_empty() {
-            return Ok(out);
-        }
-        let described = self
-            .clients
-            .ec2
-            .describe_instance_types()
-            .set_instance_types(Some(
-                unknown
-                    .iter()
-                    .map(|n| Ec2InstanceType::from(n.as_str()))
-                    .collect(),
-            ))
-            .send()
-            .await
-            .map_err(|e| AwsError::api("DescribeInstanceTypes", unknown.join(","), e))?;
-        let mut cache = self.facts.lock().unwrap_or_else(PoisonError::into_inner);
-        for info in described.instance_types() {
-            let Some(name) = info.instance_type().map(|t| t.as_str().to_string()) else {
-                continue;
-            };
-            let archs = info
-                .processor_info()
-                .map(|p| p.supported_architectures())
-                .unwrap_or_default();
-            let arch = archs
-                .iter()
-                .find_map(|a| Arch::parse(a.as_str()))
-                .unwrap_or(Arch::X86_64);
-            let nvidia = info.gpu_info().is_some_and(|g| {
-                g.gpus().iter().any(|d| {
-                    d.manufacturer()
-                        .is_some_and(|m| m.eq_ignore_ascii_case("nvidia"))
-                })
-            });
-            let facts = TypeFacts { arch, nvidia };
-            cache.insert(name.clone(), facts);
-            out.insert(name, facts);
-        }
-        Ok(out)
-    }
-
     /// The live instance a launch with this token already started, if any.
     async fn launched_with(&self, token: &str) -> Result<Option<Instance>, AwsError> {
         let filter = aws_sdk_ec2::types::Filter::builder()
@@ -226,7 +208,11 @@ impl AwsCloud {
             .build();
         Ok(self
             .clients
-            .live_instances(&format!("launch token {token}"), vec![filter])
+            .owned_instances(
+                &self.cluster_name,
+                &format!("launch token {token}"),
+                vec![filter],
+            )
             .await?
             .into_iter()
             .min_by(|a, b| (a.launch_time, &a.id).cmp(&(b.launch_time, &b.id))))
@@ -250,6 +236,20 @@ impl AwsCloud {
     }
 
     async fn launch_async(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
+        // An instance without every ownership tag is one Joiner would never list, collect or
+        // be allowed to terminate again: refuse to launch it at all.
+        if !tags::is_owned(&request.tags, &self.cluster_name) {
+            return Err(CloudError::Rejected(format!(
+                "launch of nodeclaim {}: its tags lack the ownership tags of cluster {} \
+                 ({}=owned, {}, {}, {}) or name a node group",
+                request.node_claim,
+                self.cluster_name,
+                tags::cluster(&self.cluster_name),
+                tags::CLUSTER_NAME,
+                tags::NODEPOOL,
+                tags::NODECLASS
+            )));
+        }
         if let Some(instance) = self.launched_with(&request.client_token).await? {
             return Ok(Launched {
                 instance,
@@ -279,9 +279,15 @@ impl AwsCloud {
             .filter(|o| o.offering.capacity_type == capacity_type)
             .collect();
         let spec = &class.spec;
+        let key = ClassKey::of(node_class, &class);
         let subnets = self
-            .clients
-            .subnets(node_class, &spec.subnet_selector_terms)
+            .caches
+            .subnets
+            .get_or_read(
+                &key,
+                self.clients
+                    .subnets(node_class, &spec.subnet_selector_terms),
+            )
             .await?;
         let per_zone = subnet_per_zone(&subnets);
         let subnet_zones: BTreeMap<String, String> = subnets
@@ -289,19 +295,27 @@ impl AwsCloud {
             .map(|s| (s.id.clone(), s.zone.clone()))
             .collect();
         let security_groups = self
-            .clients
-            .security_groups(node_class, &spec.security_group_selector_terms)
+            .caches
+            .security_groups
+            .get_or_read(
+                &key,
+                self.clients
+                    .security_groups(node_class, &spec.security_group_selector_terms),
+            )
             .await?;
         let type_names: BTreeSet<String> = offers
             .iter()
             .map(|o| o.offering.instance_type.clone())
             .collect();
-        let facts = self.type_facts(&type_names).await?;
+        let facts = self
+            .clients
+            .type_facts(&self.catalog, &self.caches.type_facts, &type_names)
+            .await?;
         let amis = self
             .clients
             .resolve_amis(
                 &self.eks,
-                node_class,
+                (&key, &self.caches.amis),
                 family,
                 &spec.ami_selector_terms,
                 &facts,
@@ -320,12 +334,20 @@ impl AwsCloud {
                 .as_deref()
                 .map(|r| instance_profile_for_role(&self.cluster_name, r))
         });
-        let mut template_tags = BTreeMap::new();
-        template_tags.insert(
-            joiner_model::wellknown::tags::cluster(&self.cluster_name),
-            "owned".to_string(),
-        );
-        template_tags.insert(tags::NODECLASS.to_string(), node_class.to_string());
+        // The EC2NodeClass's tags, then the ownership tags of the request (checked above) and
+        // the spec hash, which marks the template unused once the EC2NodeClass changes.
+        let mut template_tags = spec.tags.clone();
+        for k in [
+            tags::cluster(&self.cluster_name),
+            tags::CLUSTER_NAME.to_string(),
+            tags::NODEPOOL.to_string(),
+            tags::NODECLASS.to_string(),
+        ] {
+            if let Some(v) = request.tags.get(&k) {
+                template_tags.insert(k, v.clone());
+            }
+        }
+        template_tags.insert(NODECLASS_HASH.to_string(), key.hash.clone());
 
         // Group the offers by launch template, keeping the price order as priority.
         let mut templates: BTreeMap<
@@ -445,31 +467,23 @@ impl AwsCloud {
                     .build(),
             )
         };
-        let out = call.send().await.map_err(|e| {
-            AwsError::api(
-                "CreateFleet",
-                format!("nodeclaim {}", request.node_claim),
-                e,
-            )
-        })?;
-        let errors: Vec<FleetError> = out
-            .errors()
-            .iter()
-            .map(|e| {
-                let over = e
-                    .launch_template_and_overrides()
-                    .and_then(|l| l.overrides());
-                FleetError {
-                    code: e.error_code().unwrap_or_default().to_string(),
-                    message: e.error_message().unwrap_or_default().to_string(),
-                    instance_type: over
-                        .and_then(|o| o.instance_type())
-                        .map(|t| t.as_str().to_string()),
-                    subnet_id: over.and_then(|o| o.subnet_id()).map(str::to_string),
-                    zone: over.and_then(|o| o.availability_zone()).map(str::to_string),
+        let what = format!("nodeclaim {}", request.node_claim);
+        let out = match call.send().await {
+            Ok(out) => out,
+            Err(e) => {
+                let e = AwsError::api("CreateFleet", what, e);
+                if e.code() == Some(TEMPLATE_NOT_FOUND) {
+                    self.forget_templates(templates.keys());
+                    return Err(CloudError::Other(format!("{e}; {TEMPLATE_RECREATED}")));
                 }
-            })
-            .collect();
+                return Err(e.into());
+            }
+        };
+        let errors = fleet_errors(&out);
+        let template_missing = errors.iter().any(|e| e.code == TEMPLATE_NOT_FOUND);
+        if template_missing {
+            self.forget_templates(templates.keys());
+        }
         let insufficient = unavailable_offerings(&errors, capacity_type, &subnet_zones);
         let launched = out.instances().iter().find_map(|i| {
             let id = i.instance_ids().first()?.clone();
@@ -483,21 +497,12 @@ impl AwsCloud {
             ))
         });
         let Some((id, instance_type, subnet)) = launched else {
-            if !insufficient.is_empty() {
-                return Err(CloudError::InsufficientCapacity(insufficient));
-            }
-            if throttled(&errors) {
-                return Err(CloudError::Throttled);
-            }
-            let reasons: Vec<String> = errors
-                .iter()
-                .map(|e| format!("{}: {}", e.code, e.message))
-                .collect();
-            return Err(CloudError::Other(format!(
-                "CreateFleet (nodeclaim {}) launched nothing: {}",
-                request.node_claim,
-                reasons.join("; ")
-            )));
+            return Err(match launched_nothing(&what, &errors, insufficient) {
+                CloudError::Rejected(m) if template_missing => {
+                    CloudError::Other(format!("{m}; {TEMPLATE_RECREATED}"))
+                }
+                e => e,
+            });
         };
         tracing::info!(nodeclaim = %request.node_claim, instance = %id, "launched");
         let instance = match self.describe_new(&id).await? {
@@ -529,6 +534,12 @@ impl AwsCloud {
         })
     }
 
+    fn forget_templates<'a>(&self, names: impl IntoIterator<Item = &'a String>) {
+        for name in names {
+            self.templates.forget(name);
+        }
+    }
+
     /// A just-launched instance, retried briefly while EC2 does not list it yet.
     async fn describe_new(&self, id: &str) -> Result<Option<Instance>, AwsError> {
         for attempt in 0..4u64 {
@@ -541,63 +552,12 @@ impl AwsCloud {
     }
 }
 
-/// The AMI family: the alias's, else `amiFamily`. Bottlerocket and Windows are not launched.
-fn family_of(node_class: &str, class: &EC2NodeClass) -> Result<AmiFamily, AwsError> {
-    let from_alias = class
-        .spec
-        .ami_selector_terms
-        .iter()
-        .find_map(|t| t.alias.as_deref())
-        .map(|a| {
-            AmiFamily::from_alias(a)
-                .ok_or_else(|| AwsError::node_class(node_class, format!("unknown AMI alias {a:?}")))
-        })
-        .transpose()?;
-    match from_alias.or(class.spec.ami_family) {
-        Some(f @ (AmiFamily::AL2023 | AmiFamily::AL2 | AmiFamily::Custom)) => Ok(f),
-        Some(other) => Err(AwsError::node_class(
-            node_class,
-            format!("AMI family {other:?} is not supported by Joiner's AWS provider"),
-        )),
-        None => Err(AwsError::node_class(
-            node_class,
-            "spec.amiFamily is required when no amiSelectorTerms alias names the family",
-        )),
-    }
-}
-
-/// The NodeClaim labels a kubelet may set on its own Node: none in the `kubernetes.io` and
-/// `k8s.io` domains except `node.kubernetes.io` and `kubelet.kubernetes.io` (the NodeRestriction
-/// admission plugin refuses the others), and none that differ between the offerings one
-/// launch template serves (instance type, zone, capacity type) or that the controller sets when
-/// the Node registers.
-pub(crate) fn kubelet_labels(all: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    const CONTROLLER_SET: &[&str] = &[
-        labels::INSTANCE_TYPE,
-        labels::ZONE,
-        labels::CAPACITY_TYPE,
-        labels::REGISTERED,
-        labels::INITIALIZED,
-        labels::NODECLAIM,
-        labels::NEED,
-    ];
-    all.iter()
-        .filter(|(k, _)| !CONTROLLER_SET.contains(&k.as_str()))
-        .filter(|(k, _)| {
-            let Some((domain, _)) = k.split_once('/') else {
-                return true;
-            };
-            let restricted = ["kubernetes.io", "k8s.io"]
-                .iter()
-                .any(|d| domain == *d || domain.ends_with(&format!(".{d}")));
-            let allowed = ["node.kubernetes.io", "kubelet.kubernetes.io"]
-                .iter()
-                .any(|d| domain == *d || domain.ends_with(&format!(".{d}")));
-            !restricted || allowed
-        })
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
+const TEMPLATE_NOT_FOUND: &str = "InvalidLaunchTemplateName.NotFoundException";
+/// A missing launch template is a rejection in general, but one Joiner knew of was deleted
+/// behind its back (or by its own garbage collection): forgotten, it is created again on the
+/// next attempt, so that attempt is worth making soon.
+const TEMPLATE_RECREATED: &str =
+    "the launch template was deleted; the next attempt creates it again";
 
 impl CloudProvider for AwsCloud {
     fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
@@ -606,7 +566,7 @@ impl CloudProvider for AwsCloud {
 
     fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
         let c = &self.clients;
-        Ok(c.block(c.terminate_instance(instance_id))?)
+        Ok(c.block(c.terminate_owned(&self.cluster_name, instance_id))?)
     }
 
     fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
@@ -621,37 +581,19 @@ impl CloudProvider for AwsCloud {
 
     fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
         let c = &self.clients;
-        Ok(c.block(c.cloud_instance_types(&self.catalog, &self.zones)))
+        Ok(
+            c.block(c.cloud_instance_types(
+                &self.catalog,
+                &self.zones,
+                &self.caches.instance_types,
+            )),
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kubelets_register_only_labels_they_may_set_and_that_hold_for_every_offer() {
-        let all = BTreeMap::from(
-            [
-                ("karpenter.sh/nodepool", "gpu"),
-                ("team", "ml"),
-                ("node.kubernetes.io/role", "gpu"),
-                ("node.kubernetes.io/instance-type", "g4dn.xlarge"),
-                ("topology.kubernetes.io/zone", "us-east-1a"),
-                ("karpenter.sh/capacity-type", "spot"),
-                ("kubernetes.io/arch", "amd64"),
-                ("example.k8s.io/x", "y"),
-                ("joiner.dev/need", "abc"),
-            ]
-            .map(|(k, v)| (k.to_string(), v.to_string())),
-        );
-        let kept = kubelet_labels(&all);
-        let kept: Vec<&str> = kept.keys().map(String::as_str).collect();
-        assert_eq!(
-            kept,
-            ["karpenter.sh/nodepool", "node.kubernetes.io/role", "team"]
-        );
-    }
 
     #[test]
     fn roles_map_to_a_predictable_instance_profile() {

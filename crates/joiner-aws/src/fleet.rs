@@ -1,26 +1,22 @@
-//! CreateFleet errors: which offerings had no capacity.
+//! CreateFleet errors: which offerings had no capacity, and what a fleet that launched nothing
+//! means.
 //!
-//! An `instant` fleet reports, per override it tried, why it could not launch there. The codes
-//! below mean "no capacity for this type in this zone right now" (Karpenter's list of
-//! unfulfillable-capacity codes): those offerings are marked unavailable for a while and the next
-//! step tries the next cheapest. Other codes (a bad AMI, a missing permission) are not about
-//! capacity and are reported as errors.
+//! An `instant` fleet reports, per override it tried, why it could not launch there. Capacity
+//! codes ([`CAPACITY_CODES`], Karpenter's unfulfillable-capacity codes and a few more) mean "no
+//! capacity for this type in this zone right now": those offerings are marked unavailable for a
+//! while and the next step tries the next cheapest. Other codes are read as any EC2 error is
+//! ([`crate::error::classify`]): throttling, a rejection (a bad AMI, a missing permission), or
+//! unknown.
 
 use std::collections::BTreeMap;
 
-use joiner_controller::cloud::OfferingKey;
+use aws_sdk_ec2::operation::create_fleet::CreateFleetOutput;
+
+use joiner_controller::cloud::{CloudError, OfferingKey};
 use joiner_engine::catalog::CapacityType;
 
-/// Fleet error codes that mean the offering has no capacity now.
-pub const UNFULFILLABLE_CAPACITY_CODES: &[&str] = &[
-    "InsufficientInstanceCapacity",
-    "MaxSpotInstanceCountExceeded",
-    "VcpuLimitExceeded",
-    "UnfulfillableCapacity",
-    "Unsupported",
-    "InsufficientFreeAddressesInSubnet",
-    "ReservationCapacityExceeded",
-];
+pub use crate::error::CAPACITY_CODES;
+use crate::error::{ErrorKind, classify};
 
 /// One error of a CreateFleet response, as far as Joiner reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,9 +29,30 @@ pub struct FleetError {
     pub zone: Option<String>,
 }
 
+/// The per-override errors of a CreateFleet answer.
+pub(crate) fn fleet_errors(out: &CreateFleetOutput) -> Vec<FleetError> {
+    out.errors()
+        .iter()
+        .map(|e| {
+            let over = e
+                .launch_template_and_overrides()
+                .and_then(|l| l.overrides());
+            FleetError {
+                code: e.error_code().unwrap_or_default().to_string(),
+                message: e.error_message().unwrap_or_default().to_string(),
+                instance_type: over
+                    .and_then(|o| o.instance_type())
+                    .map(|t| t.as_str().to_string()),
+                subnet_id: over.and_then(|o| o.subnet_id()).map(str::to_string),
+                zone: over.and_then(|o| o.availability_zone()).map(str::to_string),
+            }
+        })
+        .collect()
+}
+
 /// Whether a fleet error code says the offering has no capacity.
 pub fn is_unfulfillable(code: &str) -> bool {
-    UNFULFILLABLE_CAPACITY_CODES.contains(&code)
+    classify(code) == ErrorKind::Capacity
 }
 
 /// The offerings the errors say have no capacity, each once, in the order reported. The zone is
@@ -70,7 +87,43 @@ pub fn unavailable_offerings(
 
 /// Whether AWS throttled the fleet's launches.
 pub fn throttled(errors: &[FleetError]) -> bool {
-    errors.iter().any(|e| e.code == "RequestLimitExceeded")
+    errors
+        .iter()
+        .any(|e| classify(&e.code) == ErrorKind::Throttled)
+}
+
+/// What a fleet that launched nothing means, given its errors and the offerings they said had
+/// no capacity: insufficient capacity when any had none; else throttled when AWS throttled;
+/// else rejected when every error is a rejection (the same request fails the same way again);
+/// else unknown. `what` names the request in the message.
+pub fn launched_nothing(
+    what: &str,
+    errors: &[FleetError],
+    insufficient: Vec<OfferingKey>,
+) -> CloudError {
+    if !insufficient.is_empty() {
+        return CloudError::InsufficientCapacity(insufficient);
+    }
+    if throttled(errors) {
+        return CloudError::Throttled;
+    }
+    let reasons: Vec<String> = errors
+        .iter()
+        .map(|e| format!("{}: {}", e.code, e.message))
+        .collect();
+    let message = format!(
+        "CreateFleet ({what}) launched nothing: {}",
+        reasons.join("; ")
+    );
+    let rejected = !errors.is_empty()
+        && errors
+            .iter()
+            .all(|e| classify(&e.code) == ErrorKind::Rejected);
+    if rejected {
+        CloudError::Rejected(message)
+    } else {
+        CloudError::Other(message)
+    }
 }
 
 #[cfg(test)]
@@ -130,5 +183,41 @@ mod tests {
             None,
             None
         )]));
+    }
+
+    #[test]
+    fn a_fleet_that_launched_nothing_says_whether_to_retry() {
+        let ice = err("InsufficientInstanceCapacity", "g5.xlarge", None, Some("a"));
+        let key = OfferingKey {
+            instance_type: "g5.xlarge".into(),
+            zone: "a".into(),
+            capacity_type: CapacityType::Spot,
+        };
+        assert_eq!(
+            launched_nothing("nc", std::slice::from_ref(&ice), vec![key.clone()]),
+            CloudError::InsufficientCapacity(vec![key])
+        );
+        let throttle = err("RequestLimitExceeded", "g5.xlarge", None, None);
+        assert_eq!(
+            launched_nothing("nc", &[throttle], Vec::new()),
+            CloudError::Throttled
+        );
+        let ami = err("InvalidAMIID.NotFound", "g5.xlarge", None, None);
+        let auth = err("UnauthorizedOperation", "g6.xlarge", None, None);
+        let CloudError::Rejected(why) = launched_nothing("nc", &[ami.clone(), auth], Vec::new())
+        else {
+            panic!("not rejected");
+        };
+        assert!(why.contains("InvalidAMIID.NotFound"), "{why}");
+        // One error of unknown kind among rejections: the outcome is unknown.
+        let internal = err("InternalError", "g6.xlarge", None, None);
+        assert!(matches!(
+            launched_nothing("nc", &[ami, internal], Vec::new()),
+            CloudError::Other(_)
+        ));
+        assert!(matches!(
+            launched_nothing("nc", &[], Vec::new()),
+            CloudError::Other(_)
+        ));
     }
 }

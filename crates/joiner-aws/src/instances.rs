@@ -1,10 +1,18 @@
 //! Instances: EC2's view turned into the controller's, and get, list, terminate.
+//!
+//! Listing is what garbage collection acts on, so it returns only instances Joiner may touch:
+//! EC2 filters on every ownership tag (the cluster tag `owned`, `eks:eks-cluster-name`, a
+//! NodePool and an EC2NodeClass), and each answer is checked again with
+//! [`tags::is_owned`](joiner_model::wellknown::tags::is_owned), so a filter EC2 (or moto) ignored
+//! cannot widen it. The cluster tag alone is not enough: EKS managed node groups and
+//! self-managed nodes carry it too.
 
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, InstanceStateName};
 use joiner_controller::cloud::{Instance, InstanceState};
 use joiner_engine::catalog::CapacityType;
+use joiner_model::wellknown::tags;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::clients::Clients;
@@ -117,19 +125,51 @@ impl Clients {
         Ok(found)
     }
 
+    /// The live instances of `cluster` that carry every ownership tag, and that `extra` (more
+    /// filters, e.g. a launch token) selects.
+    pub(crate) async fn owned_instances(
+        &self,
+        cluster: &str,
+        what: &str,
+        extra: Vec<Filter>,
+    ) -> Result<Vec<Instance>, AwsError> {
+        let mut filters = ownership_filters(cluster);
+        filters.extend(extra);
+        let found = self.live_instances(what, filters).await?;
+        Ok(found
+            .into_iter()
+            .filter(|i| {
+                let owned = tags::is_owned(&i.tags, cluster);
+                if !owned {
+                    tracing::warn!(instance = %i.id, cluster, "EC2 listed an instance without every ownership tag; left alone");
+                }
+                owned
+            })
+            .collect())
+    }
+
     pub(crate) async fn list_instances(&self, cluster: &str) -> Result<Vec<Instance>, AwsError> {
-        let tag = Filter::builder()
-            .name(format!(
-                "tag:{}",
-                joiner_model::wellknown::tags::cluster(cluster)
-            ))
-            .values("owned")
-            .build();
-        self.live_instances(&format!("cluster {cluster}"), vec![tag])
+        self.owned_instances(cluster, &format!("cluster {cluster}"), Vec::new())
             .await
     }
 
-    pub(crate) async fn terminate_instance(&self, id: &str) -> Result<(), AwsError> {
+    /// Terminates `id` unless EC2 shows it without every ownership tag of `cluster` (the
+    /// caller's check, made again where the instance is). An instance EC2 does not show yet
+    /// (just launched, eventually consistent) is terminated: the IAM policy still refuses it
+    /// unless it is tagged as the cluster's.
+    pub(crate) async fn terminate_owned(&self, cluster: &str, id: &str) -> Result<(), AwsError> {
+        if let Some(found) = self.get_instance(id).await?
+            && !tags::is_owned(&found.tags, cluster)
+        {
+            return Err(AwsError::NotOwned {
+                instance: id.to_string(),
+                cluster: cluster.to_string(),
+            });
+        }
+        self.terminate_instance(id).await
+    }
+
+    async fn terminate_instance(&self, id: &str) -> Result<(), AwsError> {
         match self.ec2.terminate_instances().instance_ids(id).send().await {
             Ok(_) => Ok(()),
             Err(e) => {
@@ -141,5 +181,52 @@ impl Clients {
                 }
             }
         }
+    }
+}
+
+/// DescribeInstances filters on every ownership tag of `cluster`: the values it must have, and
+/// the keys that must be present. (No filter can say "no `eks:nodegroup-name`": that is checked
+/// on the answer.)
+pub(crate) fn ownership_filters(cluster: &str) -> Vec<Filter> {
+    let value = |key: &str, v: &str| {
+        Filter::builder()
+            .name(format!("tag:{key}"))
+            .values(v)
+            .build()
+    };
+    let key = |k: &str| Filter::builder().name("tag-key").values(k).build();
+    vec![
+        value(&tags::cluster(cluster), tags::OWNED),
+        value(tags::CLUSTER_NAME, cluster),
+        key(tags::NODEPOOL),
+        key(tags::NODECLASS),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_filters_ask_for_every_ownership_tag() {
+        let filters: Vec<(String, Vec<String>)> = ownership_filters("lab")
+            .iter()
+            .map(|f| {
+                (
+                    f.name().unwrap_or_default().to_string(),
+                    f.values().to_vec(),
+                )
+            })
+            .collect();
+        let pair = |n: &str, v: &str| (n.to_string(), vec![v.to_string()]);
+        assert_eq!(
+            filters,
+            [
+                pair("tag:kubernetes.io/cluster/lab", "owned"),
+                pair("tag:eks:eks-cluster-name", "lab"),
+                pair("tag-key", "karpenter.sh/nodepool"),
+                pair("tag-key", "karpenter.k8s.aws/ec2nodeclass"),
+            ]
+        );
     }
 }

@@ -13,9 +13,16 @@
 //! (the controller runs `Controller::step` in `tokio::task::spawn_blocking`). Calling them from
 //! inside an async task panics.
 //!
+//! Every call runs under timeouts and retries with backoff (`clients`), what launches read is
+//! cached for a while (`cache`, [`Ttls`]), and EC2's error codes are read as the controller
+//! acts on them (`error`: capacity, throttled, rejected, unknown). Only instances and launch
+//! templates carrying every ownership tag of the cluster are listed, terminated or deleted.
+//!
 //! Everything is tested against moto's EC2-compatible server on loopback (`tests/`).
 
 mod ami;
+mod boot;
+mod cache;
 mod clients;
 mod cloud;
 mod error;
@@ -29,6 +36,8 @@ mod template;
 pub mod userdata;
 
 pub use ami::DEFAULT_AMI_PARAMETER_ROOT;
+pub use cache::Ttls;
 pub use cloud::{AwsCloud, instance_profile_for_role};
 pub use error::AwsError;
+pub use error::{ErrorKind, classify};
 pub use sqs::SqsInterruptionQueue;

@@ -4,6 +4,8 @@
 //!
 //! Any failure falls back to the built-in catalog's offerings and prices, with a warning: a
 //! controller that cannot read prices should keep launching at known prices rather than stop.
+//! What EC2 answered is cached for `Ttls::instance_types`; the fallback is not, so the next call
+//! asks EC2 again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
@@ -14,6 +16,7 @@ use joiner_controller::cloud::{CloudInstanceType, CloudOffering};
 use joiner_engine::catalog::{CapacityType, Catalog};
 use joiner_model::Price;
 
+use crate::cache::TtlCache;
 use crate::clients::Clients;
 use crate::error::AwsError;
 
@@ -121,15 +124,22 @@ fn zone_filter(zones: &[String]) -> Vec<Filter> {
 }
 
 impl Clients {
-    /// Instance types with offerings and prices in `zones`; the catalog's when EC2 cannot be
-    /// read.
+    /// Instance types with offerings and prices in `zones`: EC2's, cached in `cache`; the
+    /// catalog's when EC2 cannot be read.
     pub(crate) async fn cloud_instance_types(
         &self,
         catalog: &Catalog,
         zones: &[String],
+        cache: &TtlCache<(), Vec<CloudInstanceType>>,
     ) -> Vec<CloudInstanceType> {
+        if let Some(types) = cache.get(&()) {
+            return types;
+        }
         match self.read_instance_types(catalog, zones).await {
-            Ok(types) if !types.is_empty() => types,
+            Ok(types) if !types.is_empty() => {
+                cache.insert((), types.clone());
+                types
+            }
             Ok(_) => {
                 tracing::warn!(
                     "EC2 offers none of the known instance types in the configured zones; using the built-in catalog"

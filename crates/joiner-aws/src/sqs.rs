@@ -24,13 +24,18 @@ pub struct SqsInterruptionQueue {
 
 impl SqsInterruptionQueue {
     /// The queue named `queue_name` (`settings.interruptionQueue`), its URL looked up now so a
-    /// wrong name fails at start-up rather than on every step.
+    /// wrong name fails at start-up rather than on every step. Its calls run under the EC2
+    /// cloud's timeouts and retries (`clients`).
     pub async fn new(
         sdk: &SdkConfig,
         queue_name: &str,
         handle: Handle,
     ) -> Result<SqsInterruptionQueue, AwsError> {
-        let client = aws_sdk_sqs::Client::new(sdk);
+        let config = aws_sdk_sqs::config::Builder::from(sdk)
+            .timeout_config(crate::clients::timeouts())
+            .retry_config(crate::clients::retries())
+            .build();
+        let client = aws_sdk_sqs::Client::from_conf(config);
         let out = client
             .get_queue_url()
             .queue_name(queue_name)

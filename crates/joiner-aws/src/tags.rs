@@ -5,6 +5,10 @@ use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{Filter, Tag};
 
+/// Joiner's tag on its launch templates: the hash of the EC2NodeClass spec the template was
+/// made from, so templates of a changed EC2NodeClass are known unused (`template`).
+pub(crate) const NODECLASS_HASH: &str = "joiner.dev/ec2nodeclass-hash";
+
 /// The tags as EC2 takes them on a resource.
 pub(crate) fn ec2_tags(tags: &BTreeMap<String, String>) -> Vec<Tag> {
     tags.iter()

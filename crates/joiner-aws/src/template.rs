@@ -5,6 +5,13 @@
 //! template that exists is used as it is, and a changed EC2NodeClass gives new names instead of
 //! editing templates in use. Instance tags go on the fleet request, not here, so every
 //! NodeClaim of a shape shares its template.
+//!
+//! A template carries the ownership tags of its NodePool and EC2NodeClass (the cluster tag
+//! `owned`, `eks:eks-cluster-name`, `karpenter.sh/nodepool`, `karpenter.k8s.aws/ec2nodeclass`),
+//! the EC2NodeClass's own tags and the hash of its spec ([`NODECLASS_HASH`]); its data tags the
+//! network interfaces and spot requests launched from it the same way, which is what the IAM
+//! policy's request-tag conditions ask of every resource a launch creates. Templates whose
+//! EC2NodeClass is gone or has changed are deleted by [`Clients::delete_unused_templates`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, PoisonError};
@@ -14,7 +21,8 @@ use aws_sdk_ec2::types::{
     LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
     LaunchTemplateInstanceMetadataProtocolIpv6,
-    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatesMonitoringRequest,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
+    LaunchTemplateTagSpecificationRequest, LaunchTemplatesMonitoringRequest,
     RequestLaunchTemplateData, ResourceType, TagSpecification, VolumeType,
 };
 use base64::Engine as _;
@@ -25,7 +33,7 @@ use sha2::{Digest, Sha256};
 
 use crate::clients::Clients;
 use crate::error::AwsError;
-use crate::tags::ec2_tags;
+use crate::tags::{NODECLASS_HASH, ec2_tags};
 
 /// Everything a launch template holds. Its hash names the template.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -41,7 +49,8 @@ pub(crate) struct TemplateSpec {
     pub efa_interfaces: u32,
     pub associate_public_ip: Option<bool>,
     pub detailed_monitoring: bool,
-    /// Tags on the template itself (the cluster, the EC2NodeClass).
+    /// Tags on the template, its network interfaces and spot requests: the EC2NodeClass's,
+    /// its NodePool's ownership tags and [`NODECLASS_HASH`].
     pub tags: BTreeMap<String, String>,
 }
 
@@ -168,7 +177,20 @@ pub(crate) fn launch_template_data(spec: &TemplateSpec) -> RequestLaunchTemplate
         )
         .build();
     let interfaces = network_interfaces(spec);
+    let tag_specs = [
+        ResourceType::NetworkInterface,
+        ResourceType::SpotInstancesRequest,
+    ]
+    .into_iter()
+    .map(|r| {
+        LaunchTemplateTagSpecificationRequest::builder()
+            .resource_type(r)
+            .set_tags(Some(ec2_tags(&spec.tags)))
+            .build()
+    })
+    .collect();
     let mut data = RequestLaunchTemplateData::builder()
+        .set_tag_specifications(Some(tag_specs))
         .image_id(&spec.image_id)
         .user_data(base64::engine::general_purpose::STANDARD.encode(&spec.user_data))
         .set_block_device_mappings(Some(spec.block_devices.iter().map(block_device).collect()))
@@ -209,6 +231,50 @@ impl KnownTemplates {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(name.to_string());
+    }
+
+    /// Forgets a template: deleted, or EC2 said it does not exist. The next launch that needs
+    /// it looks it up and creates it again.
+    pub(crate) fn forget(&self, name: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+    }
+}
+
+/// A launch template as Joiner's garbage collection reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ExistingTemplate {
+    pub id: String,
+    pub name: String,
+    pub tags: BTreeMap<String, String>,
+}
+
+/// The `joiner/<cluster>/` prefix of Joiner's template names in `cluster`.
+pub(crate) fn name_prefix(cluster: &str) -> String {
+    format!("joiner/{cluster}/")
+}
+
+/// Whether a template is one Joiner created for `cluster`: named so, and tagged with the
+/// cluster, `eks:eks-cluster-name` and a NodePool (the tags the IAM policy's DeleteLaunchTemplate
+/// asks for).
+pub(crate) fn is_joiners(t: &ExistingTemplate, cluster: &str) -> bool {
+    use joiner_model::wellknown::tags;
+    t.name.starts_with(&name_prefix(cluster))
+        && t.tags.get(&tags::cluster(cluster)).map(String::as_str) == Some(tags::OWNED)
+        && t.tags.get(tags::CLUSTER_NAME).map(String::as_str) == Some(cluster)
+        && t.tags.get(tags::NODEPOOL).is_some_and(|p| !p.is_empty())
+}
+
+/// Whether a template of `cluster` is still wanted: its EC2NodeClass is among `current`
+/// (name → spec hash) with the spec it was made for.
+pub(crate) fn in_use(t: &ExistingTemplate, current: &BTreeMap<String, String>) -> bool {
+    let class = t.tags.get(joiner_model::wellknown::tags::NODECLASS);
+    let hash = t.tags.get(NODECLASS_HASH);
+    match (class, hash) {
+        (Some(class), Some(hash)) => current.get(class) == Some(hash),
+        _ => false,
     }
 }
 
@@ -272,9 +338,128 @@ impl Clients {
     }
 }
 
+impl Clients {
+    /// The launch templates tagged as `cluster`'s (filtered by EC2 on the cluster tags and a
+    /// NodePool), every page.
+    async fn cluster_templates(&self, cluster: &str) -> Result<Vec<ExistingTemplate>, AwsError> {
+        use aws_sdk_ec2::types::Filter;
+        use joiner_model::wellknown::tags;
+        let filters = vec![
+            Filter::builder()
+                .name(format!("tag:{}", tags::cluster(cluster)))
+                .values(tags::OWNED)
+                .build(),
+            Filter::builder()
+                .name(format!("tag:{}", tags::CLUSTER_NAME))
+                .values(cluster)
+                .build(),
+            Filter::builder()
+                .name("tag-key")
+                .values(tags::NODEPOOL)
+                .build(),
+        ];
+        let mut pages = self
+            .ec2
+            .describe_launch_templates()
+            .set_filters(Some(filters))
+            .into_paginator()
+            .send();
+        let mut found = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| {
+                AwsError::api("DescribeLaunchTemplates", format!("cluster {cluster}"), e)
+            })?;
+            for t in page.launch_templates() {
+                let (Some(id), Some(name)) = (t.launch_template_id(), t.launch_template_name())
+                else {
+                    continue;
+                };
+                let tags = t
+                    .tags()
+                    .iter()
+                    .filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string())))
+                    .collect();
+                found.push(ExistingTemplate {
+                    id: id.to_string(),
+                    name: name.to_string(),
+                    tags,
+                });
+            }
+        }
+        Ok(found)
+    }
+
+    /// Deletes `cluster`'s Joiner templates whose EC2NodeClass is not among `current` (name →
+    /// spec hash) with that spec, and returns their names. Deleting one that is gone already
+    /// succeeds. Instances launched from a template do not need it, and a launch that needs one
+    /// again creates it again (`known` forgets it).
+    pub(crate) async fn delete_unused_templates(
+        &self,
+        cluster: &str,
+        current: &BTreeMap<String, String>,
+        known: &KnownTemplates,
+    ) -> Result<Vec<String>, AwsError> {
+        let mut deleted = Vec::new();
+        for t in self.cluster_templates(cluster).await? {
+            if !is_joiners(&t, cluster) || in_use(&t, current) {
+                continue;
+            }
+            known.forget(&t.name);
+            let out = self
+                .ec2
+                .delete_launch_template()
+                .launch_template_id(&t.id)
+                .send()
+                .await;
+            if let Err(e) = out {
+                let e = AwsError::api("DeleteLaunchTemplate", t.name.clone(), e);
+                if !matches!(
+                    e.code(),
+                    Some("InvalidLaunchTemplateId.NotFound")
+                        | Some("InvalidLaunchTemplateName.NotFoundException")
+                ) {
+                    return Err(e);
+                }
+            }
+            tracing::info!(template = %t.name, "deleted a launch template no EC2NodeClass uses");
+            deleted.push(t.name);
+        }
+        Ok(deleted)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_joiners_templates_of_changed_or_deleted_classes_are_unused() {
+        let t = |name: &str, pairs: &[(&str, &str)]| ExistingTemplate {
+            id: "lt-1".into(),
+            name: name.into(),
+            tags: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        let owned = [
+            ("kubernetes.io/cluster/lab", "owned"),
+            ("eks:eks-cluster-name", "lab"),
+            ("karpenter.sh/nodepool", "gpu"),
+            ("karpenter.k8s.aws/ec2nodeclass", "gpu"),
+            (NODECLASS_HASH, "h1"),
+        ];
+        let current = BTreeMap::from([("gpu".to_string(), "h1".to_string())]);
+        let ours = t("joiner/lab/abc", &owned);
+        assert!(is_joiners(&ours, "lab"));
+        assert!(in_use(&ours, &current));
+        let changed = BTreeMap::from([("gpu".to_string(), "h2".to_string())]);
+        assert!(!in_use(&ours, &changed));
+        assert!(!in_use(&ours, &BTreeMap::new()));
+        assert!(!is_joiners(&ours, "prod"), "another cluster's");
+        assert!(!is_joiners(&t("karpenter.k8s.aws/abc", &owned), "lab"));
+        assert!(!is_joiners(&t("joiner/lab/abc", &owned[1..]), "lab"));
+    }
 
     fn spec() -> TemplateSpec {
         TemplateSpec {

@@ -9,127 +9,19 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::{CLUSTER, DISCOVERY, DISCOVERY_KEY, Env};
+use common::requests::{offer, request, template_names, template_of};
+use common::{CLUSTER, Env};
 use joiner_aws::SqsInterruptionQueue;
 use joiner_aws::userdata::{NODECONFIG_CONTENT_TYPE, user_parts};
 use joiner_controller::clock::ManualClock;
-use joiner_controller::cloud::{CloudProvider, InstanceState, LaunchRequest, Offer, OfferingKey};
+use joiner_controller::cloud::{CloudProvider, InstanceState};
 use joiner_controller::interruption::InterruptionQueue;
 use joiner_controller::store::{ClusterStore, InMemoryCluster};
 use joiner_controller::{Config, Controller};
 use joiner_engine::catalog::CapacityType;
 use joiner_model::Manifests;
-use joiner_model::api::EC2NodeClass;
 use joiner_model::api::nodeclaim::NodeClaim;
 use joiner_model::wellknown::tags;
-use k8s_openapi::api::core::v1::Taint;
-
-const LAB_USER_DATA: &str = "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"\n\n--//\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\n\nset -ex\nsudo ctr -n=k8s.io image pull docker.io/tensorflow/tensorflow:2.12.0-gpu\n--//--\n";
-
-fn node_class() -> EC2NodeClass {
-    let yaml = format!(
-        r#"
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata:
-  name: gpu
-spec:
-  amiSelectorTerms:
-    - alias: al2023@latest
-  role: KarpenterNodeRole
-  subnetSelectorTerms:
-    - tags:
-        {DISCOVERY_KEY}: "{DISCOVERY}"
-  securityGroupSelectorTerms:
-    - tags:
-        {DISCOVERY_KEY}: "*"
-  blockDeviceMappings:
-    - deviceName: /dev/xvda
-      ebs:
-        volumeSize: 100Gi
-        volumeType: gp3
-        encrypted: true
-  tags:
-    Name: lab-gpu-node
-    team: ml
-  userData: |
-{}"#,
-        LAB_USER_DATA
-            .lines()
-            .map(|l| format!("    {l}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    serde_saphyr::from_str(&yaml).expect("EC2NodeClass")
-}
-
-fn offer(t: &str, zone: &str, capacity_type: CapacityType, usd: f64) -> Offer {
-    Offer {
-        offering: OfferingKey {
-            instance_type: t.into(),
-            zone: zone.into(),
-            capacity_type,
-        },
-        price: joiner_model::Price::from_usd(usd).expect("price"),
-    }
-}
-
-fn request(claim: &str, offers: Vec<Offer>) -> LaunchRequest {
-    let mut tags = BTreeMap::new();
-    tags.insert(tags::cluster(CLUSTER), "owned".to_string());
-    tags.insert(tags::NODECLAIM.to_string(), claim.to_string());
-    LaunchRequest {
-        node_claim: claim.into(),
-        node_class: "gpu".into(),
-        offers,
-        tags,
-        client_token: format!("token-{claim}"),
-        node_class_spec: Some(node_class()),
-        labels: BTreeMap::from([("karpenter.sh/nodepool".to_string(), "gpu".to_string())]),
-        taints: vec![Taint {
-            key: "nvidia.com/gpu".into(),
-            value: Some("true".into()),
-            effect: "NoSchedule".into(),
-            time_added: None,
-        }],
-        startup_taints: Vec::new(),
-        efa_interfaces: BTreeMap::new(),
-    }
-}
-
-/// The latest version's data of the launch template the instance was launched from.
-fn template_of(env: &Env, name: &str) -> aws_sdk_ec2::types::ResponseLaunchTemplateData {
-    let ec2 = env.ec2();
-    env.rt
-        .block_on(
-            ec2.describe_launch_template_versions()
-                .launch_template_name(name)
-                .versions("$Latest")
-                .send(),
-        )
-        .expect("DescribeLaunchTemplateVersions")
-        .launch_template_versions()
-        .first()
-        .and_then(|v| v.launch_template_data())
-        .cloned()
-        .expect("template data")
-}
-
-/// Names of the launch templates that exist.
-fn template_names(env: &Env) -> Vec<String> {
-    let ec2 = env.ec2();
-    let out = env
-        .rt
-        .block_on(ec2.describe_launch_templates().send())
-        .expect("DescribeLaunchTemplates");
-    let mut names: Vec<String> = out
-        .launch_templates()
-        .iter()
-        .filter_map(|t| t.launch_template_name().map(str::to_string))
-        .collect();
-    names.sort();
-    names
-}
 
 fn decoded_user_data(data: &aws_sdk_ec2::types::ResponseLaunchTemplateData) -> String {
     let raw = data.user_data().expect("userData");

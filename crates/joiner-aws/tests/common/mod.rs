@@ -1,12 +1,22 @@
 //! moto's EC2-compatible server on loopback, seeded like a small EKS account: a VPC, three
 //! subnets and a security group tagged the way the examples select them, and the EKS AMI SSM
 //! parameters pointing at images moto has.
+//!
+//! moto records every request it serves ([`Moto::recorded`], moto's request recorder), so
+//! tests assert on what Joiner sent (a `ClientToken`, how many reads a launch made) and not
+//! only on what moto kept.
 
 #![allow(dead_code)]
 
+pub mod requests;
+
+use std::collections::BTreeMap;
 use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use base64::Engine as _;
 
 use aws_config::BehaviorVersion;
 use aws_credential_types::Credentials;
@@ -32,13 +42,58 @@ pub const KUBERNETES: &str = "1.36";
 pub struct Moto {
     child: Child,
     pub endpoint: String,
+    /// Where moto's recorder writes the requests it serves, one JSON object a line.
+    recording: PathBuf,
 }
 
 impl Drop for Moto {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.recording);
     }
+}
+
+/// One request moto served: its action (`DescribeSubnets`; SSM's JSON target without the
+/// service, `GetParameter`) and, for EC2's query protocol, its form parameters.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub action: String,
+    pub params: BTreeMap<String, String>,
+}
+
+/// `application/x-www-form-urlencoded` text as key-value pairs.
+fn form(body: &str) -> BTreeMap<String, String> {
+    fn decode(s: &str) -> String {
+        let bytes = s.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < bytes.len() => {
+                    let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                    match u8::from_str_radix(hex, 16) {
+                        Ok(b) => {
+                            out.push(b);
+                            i += 2;
+                        }
+                        Err(_) => out.push(b'%'),
+                    }
+                }
+                b => out.push(b),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    body.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
 }
 
 fn on_path(binary: &str) -> bool {
@@ -63,8 +118,12 @@ impl Moto {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
+        let recording =
+            std::env::temp_dir().join(format!("joiner-moto-{}-{port}.jsonl", std::process::id()));
         let child = Command::new("moto_server")
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .env("MOTO_ENABLE_RECORDING", "true")
+            .env("MOTO_RECORDER_FILEPATH", &recording)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -72,6 +131,7 @@ impl Moto {
         let moto = Moto {
             child,
             endpoint: format!("http://127.0.0.1:{port}"),
+            recording,
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -82,6 +142,49 @@ impl Moto {
             std::thread::sleep(Duration::from_millis(100));
         }
         Some(moto)
+    }
+
+    /// Every request served so far, in order.
+    pub fn recorded(&self) -> Vec<Recorded> {
+        let Ok(text) = std::fs::read_to_string(&self.recording) else {
+            return Vec::new();
+        };
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .map(|entry| {
+                let raw = entry["body"].as_str().unwrap_or_default();
+                let body = if entry["body_encoded"].as_bool() == Some(true) {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(raw)
+                        .map(|b| String::from_utf8_lossy(&b).into_owned())
+                        .unwrap_or_default()
+                } else {
+                    raw.to_string()
+                };
+                let target = entry["headers"]
+                    .as_object()
+                    .and_then(|h| {
+                        h.iter()
+                            .find(|(k, _)| k.eq_ignore_ascii_case("x-amz-target"))
+                            .and_then(|(_, v)| v.as_str())
+                    })
+                    .map(|t| t.rsplit('.').next().unwrap_or(t).to_string());
+                let params = form(&body);
+                let action = target
+                    .or_else(|| params.get("Action").cloned())
+                    .unwrap_or_default();
+                Recorded { action, params }
+            })
+            .collect()
+    }
+
+    /// How many requests of `action` were served after the first `since`.
+    pub fn count_since(&self, since: usize, action: &str) -> usize {
+        self.recorded()
+            .iter()
+            .skip(since)
+            .filter(|r| r.action == action)
+            .count()
     }
 
     /// An SDK configuration for this server: dummy credentials, us-east-1.

@@ -1,0 +1,189 @@
+//! The controller IAM policy in the repository README, as the install steps write it: valid
+//! JSON once the shell has substituted its variables, granting every call the AWS edge makes,
+//! and scoping every write to the cluster's ownership tags.
+
+use serde_json::Value;
+
+const CLUSTER: &str = "lab";
+
+/// The policy document between `cat > joiner-controller-policy.json <<EOF` and `EOF`, with the
+/// shell's variables filled in.
+fn policy() -> Value {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let start = readme
+        .find("cat > joiner-controller-policy.json <<EOF\n")
+        .expect("the policy heredoc");
+    let body = &readme[start..];
+    let body = &body[body.find('\n').expect("newline") + 1..];
+    let end = body.find("\nEOF\n").expect("the heredoc's end");
+    let text = body[..end]
+        .replace("${CLUSTER_NAME}", CLUSTER)
+        .replace("${AWS_REGION}", "us-west-2")
+        .replace("${AWS_ACCOUNT_ID}", "111122223333");
+    assert!(!text.contains("${"), "an unknown variable: {text}");
+    serde_json::from_str(&text).expect("the policy is JSON")
+}
+
+fn list(v: &Value) -> Vec<&str> {
+    match v {
+        Value::String(s) => vec![s.as_str()],
+        Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn statements_with(policy: &Value, action: &str) -> Vec<Value> {
+    policy["Statement"]
+        .as_array()
+        .expect("statements")
+        .iter()
+        .filter(|s| s["Effect"] == "Allow" && list(&s["Action"]).contains(&action))
+        .cloned()
+        .collect()
+}
+
+/// Whether a statement's condition requires `key` to equal `value` (`StringEquals`, or
+/// `StringLike` with `*` for "present").
+fn requires(s: &Value, operator: &str, key: &str, value: &str) -> bool {
+    list(&s["Condition"][operator][key]).contains(&value)
+}
+
+#[test]
+fn the_policy_grants_every_call_the_aws_edge_makes() {
+    let policy = policy();
+    for action in [
+        "ec2:CreateFleet",
+        "ec2:RunInstances",
+        "ec2:CreateLaunchTemplate",
+        "ec2:CreateTags",
+        "ec2:TerminateInstances",
+        "ec2:DeleteLaunchTemplate",
+        "ec2:DescribeInstances",
+        "ec2:DescribeLaunchTemplates",
+        "ec2:DescribeSubnets",
+        "ec2:DescribeSecurityGroups",
+        "ec2:DescribeImages",
+        "ec2:DescribeInstanceTypes",
+        "ec2:DescribeInstanceTypeOfferings",
+        "ec2:DescribeSpotPriceHistory",
+        "ssm:GetParameter",
+        "iam:PassRole",
+        "sqs:GetQueueUrl",
+        "sqs:ReceiveMessage",
+        "sqs:DeleteMessage",
+    ] {
+        assert!(
+            !statements_with(&policy, action).is_empty(),
+            "{action} is not granted"
+        );
+    }
+}
+
+#[test]
+fn every_write_is_scoped_to_the_clusters_ownership_tags() {
+    let policy = policy();
+    let cluster_tag = format!("kubernetes.io/cluster/{CLUSTER}");
+    // Deletions: only what already carries the cluster tag and a NodePool.
+    for action in ["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"] {
+        for s in statements_with(&policy, action) {
+            assert!(
+                requires(
+                    &s,
+                    "StringEquals",
+                    &format!("aws:ResourceTag/{cluster_tag}"),
+                    "owned"
+                ) && requires(
+                    &s,
+                    "StringLike",
+                    "aws:ResourceTag/karpenter.sh/nodepool",
+                    "*"
+                ),
+                "{action} is not conditioned on the resource's tags: {s}"
+            );
+        }
+    }
+    // Tags only while creating, and only the cluster's.
+    for s in statements_with(&policy, "ec2:CreateTags") {
+        let actions = list(&s["Condition"]["StringEquals"]["ec2:CreateAction"]);
+        assert!(
+            !actions.is_empty()
+                && actions
+                    .iter()
+                    .all(|a| ["RunInstances", "CreateFleet", "CreateLaunchTemplate"].contains(a)),
+            "CreateTags outside creation: {s}"
+        );
+        assert!(
+            requires(
+                &s,
+                "StringEquals",
+                &format!("aws:RequestTag/{cluster_tag}"),
+                "owned"
+            ) && requires(
+                &s,
+                "StringEquals",
+                "aws:RequestTag/eks:eks-cluster-name",
+                CLUSTER
+            ) && requires(
+                &s,
+                "StringLike",
+                "aws:RequestTag/karpenter.sh/nodepool",
+                "*"
+            ),
+            "CreateTags without the ownership request tags: {s}"
+        );
+    }
+    // Creation: whatever a launch creates must be requested with the ownership tags; the
+    // only unconditioned launch resources are the ones it uses and does not create.
+    for action in [
+        "ec2:RunInstances",
+        "ec2:CreateFleet",
+        "ec2:CreateLaunchTemplate",
+    ] {
+        for s in statements_with(&policy, action) {
+            let resources = list(&s["Resource"]);
+            let creates = resources.iter().any(|r| {
+                [
+                    ":instance/",
+                    ":volume/",
+                    ":network-interface/",
+                    ":fleet/",
+                    ":spot-instances-request/",
+                ]
+                .iter()
+                .any(|kind| r.contains(kind))
+                    || *r == "*"
+            });
+            let conditioned = requires(
+                &s,
+                "StringEquals",
+                &format!("aws:RequestTag/{cluster_tag}"),
+                "owned",
+            ) && requires(
+                &s,
+                "StringEquals",
+                "aws:RequestTag/eks:eks-cluster-name",
+                CLUSTER,
+            ) && requires(
+                &s,
+                "StringLike",
+                "aws:RequestTag/karpenter.sh/nodepool",
+                "*",
+            );
+            let own_templates = resources.iter().all(|r| r.contains(":launch-template/"))
+                && requires(
+                    &s,
+                    "StringEquals",
+                    &format!("aws:ResourceTag/{cluster_tag}"),
+                    "owned",
+                );
+            assert!(
+                (!creates
+                    && (own_templates
+                        || !resources.iter().any(|r| r.contains(":launch-template/"))))
+                    || conditioned,
+                "{action} may create or use untagged resources: {s}"
+            );
+        }
+    }
+}
