@@ -589,6 +589,13 @@ impl CloudProvider for AwsCloud {
             )),
         )
     }
+
+    fn delete_unused_launch_templates(
+        &self,
+        node_classes: &[EC2NodeClass],
+    ) -> Result<Vec<String>, CloudError> {
+        AwsCloud::delete_unused_launch_templates(self, node_classes)
+    }
 }
 
 #[cfg(test)]

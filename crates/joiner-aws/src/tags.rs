@@ -7,7 +7,7 @@ use aws_sdk_ec2::types::{Filter, Tag};
 
 /// Joiner's tag on its launch templates: the hash of the EC2NodeClass spec the template was
 /// made from, so templates of a changed EC2NodeClass are known unused (`template`).
-pub(crate) const NODECLASS_HASH: &str = "joiner.dev/ec2nodeclass-hash";
+pub(crate) const NODECLASS_HASH: &str = joiner_model::wellknown::tags::NODECLASS_SPEC_HASH;
 
 /// The tags as EC2 takes them on a resource.
 pub(crate) fn ec2_tags(tags: &BTreeMap<String, String>) -> Vec<Tag> {

@@ -17,6 +17,8 @@
 //!   [`Config::instance_not_found_grace`](crate::Config::instance_not_found_grace) since the
 //!   launch: EC2 answers NotFound for a while after a launch and its listings trail it, so one
 //!   missing answer proves nothing.
+//! - **Launch templates** Joiner made for EC2NodeClasses that changed or are gone are deleted
+//!   (the cloud decides which are its own and unused from the full list of classes).
 
 use std::collections::BTreeSet;
 
@@ -25,6 +27,7 @@ use crate::cloud::{CloudProvider, Instance, InstanceState, instance_id_of};
 use crate::context::Ctx;
 use crate::error::ControllerError;
 use crate::store::{ClusterStore, StoreError};
+use joiner_model::api::EC2NodeClass;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 use joiner_model::wellknown::tags;
 
@@ -42,6 +45,15 @@ pub fn collect<S: ClusterStore, C: CloudProvider>(
     let instances = ctx.cloud.list(&ctx.config.cluster_name)?;
     terminate_orphans(ctx, &claims, &undecodable, &instances);
     delete_claims_without_instances(ctx, &claims, &instances);
+    // Launch templates of EC2NodeClasses that changed or went; only from a full listing, and
+    // never while a class fails to decode (its templates may still be in use).
+    if ctx.store.undecodable::<EC2NodeClass>()?.is_empty() {
+        let classes = ctx.store.list::<EC2NodeClass>()?;
+        match ctx.cloud.delete_unused_launch_templates(&classes) {
+            Ok(deleted) => ctx.report.launch_templates_deleted.extend(deleted),
+            Err(e) => ctx.error("deleting unused launch templates", e),
+        }
+    }
     Ok(())
 }
 

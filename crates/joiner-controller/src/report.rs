@@ -27,6 +27,8 @@ pub struct StepReport {
     /// Pods (`namespace/name`) whose eviction a PodDisruptionBudget refused this step; they are
     /// tried again on the next.
     pub eviction_refused: Vec<String>,
+    /// Launch templates garbage collection deleted, by name.
+    pub launch_templates_deleted: Vec<String>,
     /// Whether garbage collection ran in this step.
     pub collected: bool,
     /// Offerings marked unavailable after insufficient capacity.

@@ -127,6 +127,9 @@ pub mod tags {
     pub const NODEGROUP: &str = "eks:nodegroup-name";
     /// The value of [`cluster`]'s tag on instances the cluster owns.
     pub const OWNED: &str = "owned";
+    /// Joiner's own, on a launch template: the hash of the EC2NodeClass spec it was made
+    /// from, so one whose class changed or went is known to be unused.
+    pub const NODECLASS_SPEC_HASH: &str = "joiner.dev/ec2nodeclass-hash";
 
     /// `kubernetes.io/cluster/<cluster>`: every node of the cluster carries it, node groups'
     /// and self-managed ones too, so on its own it says nothing about who launched an instance.

@@ -406,6 +406,7 @@ mod tests {
             terminated: s(&["i-9", "i-8"]),
             kept: Vec::new(),
             eviction_refused: Vec::new(),
+            launch_templates_deleted: Vec::new(),
             collected: true,
             unavailable: s(&["g4dn.xlarge/us-east-1a/spot"]),
             unschedulable: vec![("lab/big".into(), "too big".into())],

@@ -405,6 +405,14 @@ impl CloudProvider for SimulatedCloud {
         }
         Ok(self.types.clone())
     }
+
+    /// The simulated cloud launches without templates.
+    fn delete_unused_launch_templates(
+        &self,
+        _node_classes: &[joiner_model::api::EC2NodeClass],
+    ) -> Result<Vec<String>, CloudError> {
+        Ok(Vec::new())
+    }
 }
 
 #[cfg(test)]

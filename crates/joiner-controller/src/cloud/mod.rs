@@ -164,6 +164,13 @@ pub trait CloudProvider {
     fn list(&self, cluster_name: &str) -> Result<Vec<Instance>, CloudError>;
     /// Instance types with their offerings and prices.
     fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError>;
+    /// Deletes the launch templates Joiner made for this cluster that no EC2NodeClass of
+    /// `node_classes` (every one the cluster has, from a listing that succeeded) uses any
+    /// more; returns their names. A cloud without launch templates has nothing to delete.
+    fn delete_unused_launch_templates(
+        &self,
+        node_classes: &[EC2NodeClass],
+    ) -> Result<Vec<String>, CloudError>;
 }
 
 /// A reference to a cloud, or a shared one, is a cloud: the controller and the test harness
@@ -185,6 +192,12 @@ macro_rules! forward_cloud {
             }
             fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
                 (**self).instance_types()
+            }
+            fn delete_unused_launch_templates(
+                &self,
+                node_classes: &[EC2NodeClass],
+            ) -> Result<Vec<String>, CloudError> {
+                (**self).delete_unused_launch_templates(node_classes)
             }
         }
     )*};

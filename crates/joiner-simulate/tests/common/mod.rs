@@ -399,6 +399,13 @@ impl CloudProvider for FusedCloud<'_> {
     fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
         self.inner.instance_types()
     }
+    fn delete_unused_launch_templates(
+        &self,
+        node_classes: &[joiner_model::api::EC2NodeClass],
+    ) -> Result<Vec<String>, CloudError> {
+        self.fuse
+            .write(|| self.inner.delete_unused_launch_templates(node_classes))
+    }
 }
 
 pub type FusedController<'a> = Controller<FusedStore<'a>, FusedCloud<'a>, &'a ManualClock>;
