@@ -283,8 +283,239 @@ fn a_settings_change_rolls_the_controller_pods() {
     );
 }
 
+/// Where a grant applies: the ClusterRole, or the Role for the Lease in the release namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    Cluster,
+    Lease,
+}
+
+/// One verb the controller uses, and the call in the code that needs it.
+struct Grant {
+    scope: Scope,
+    group: &'static str,
+    resource: &'static str,
+    verb: &'static str,
+    call: &'static str,
+}
+
+const fn grant(
+    scope: Scope,
+    group: &'static str,
+    resource: &'static str,
+    verb: &'static str,
+    call: &'static str,
+) -> Grant {
+    Grant {
+        scope,
+        group,
+        resource,
+        verb,
+        call,
+    }
+}
+
+const WATCH: &str = "joiner-kube registry.rs: one kube-rs watcher per kind (list, then watch)";
+
+/// Every verb the chart grants, with the call that needs it. The chart must grant exactly
+/// these: a verb not here is a permission nothing uses; one missing fails a call with 403.
+const RBAC: &[Grant] = &[
+    grant(Scope::Cluster, "", "pods", "list", WATCH),
+    grant(Scope::Cluster, "", "pods", "watch", WATCH),
+    grant(Scope::Cluster, "", "nodes", "list", WATCH),
+    grant(Scope::Cluster, "", "nodes", "watch", WATCH),
+    grant(Scope::Cluster, "apps", "daemonsets", "list", WATCH),
+    grant(Scope::Cluster, "apps", "daemonsets", "watch", WATCH),
+    grant(
+        Scope::Cluster,
+        "policy",
+        "poddisruptionbudgets",
+        "list",
+        WATCH,
+    ),
+    grant(
+        Scope::Cluster,
+        "policy",
+        "poddisruptionbudgets",
+        "watch",
+        WATCH,
+    ),
+    grant(Scope::Cluster, "karpenter.sh", "nodepools", "list", WATCH),
+    grant(Scope::Cluster, "karpenter.sh", "nodepools", "watch", WATCH),
+    grant(Scope::Cluster, "karpenter.sh", "nodeclaims", "list", WATCH),
+    grant(Scope::Cluster, "karpenter.sh", "nodeclaims", "watch", WATCH),
+    grant(
+        Scope::Cluster,
+        "karpenter.k8s.aws",
+        "ec2nodeclasses",
+        "list",
+        WATCH,
+    ),
+    grant(
+        Scope::Cluster,
+        "karpenter.k8s.aws",
+        "ec2nodeclasses",
+        "watch",
+        WATCH,
+    ),
+    grant(
+        Scope::Cluster,
+        "resource.k8s.io",
+        "deviceclasses",
+        "list",
+        WATCH,
+    ),
+    grant(
+        Scope::Cluster,
+        "resource.k8s.io",
+        "deviceclasses",
+        "watch",
+        WATCH,
+    ),
+    grant(
+        Scope::Cluster,
+        "resource.k8s.io",
+        "resourceclaims",
+        "list",
+        WATCH,
+    ),
+    grant(
+        Scope::Cluster,
+        "resource.k8s.io",
+        "resourceclaims",
+        "watch",
+        WATCH,
+    ),
+    grant(
+        Scope::Cluster,
+        "resource.k8s.io",
+        "resourceclaimtemplates",
+        "list",
+        WATCH,
+    ),
+    grant(
+        Scope::Cluster,
+        "resource.k8s.io",
+        "resourceclaimtemplates",
+        "watch",
+        WATCH,
+    ),
+    grant(
+        Scope::Cluster,
+        "resource.k8s.io",
+        "resourceslices",
+        "list",
+        WATCH,
+    ),
+    grant(
+        Scope::Cluster,
+        "resource.k8s.io",
+        "resourceslices",
+        "watch",
+        WATCH,
+    ),
+    grant(
+        Scope::Cluster,
+        "karpenter.sh",
+        "nodeclaims",
+        "get",
+        "KubeStore::get_uncached (GET past the cache): what a create that timed out or answered AlreadyExists left",
+    ),
+    grant(
+        Scope::Cluster,
+        "karpenter.sh",
+        "nodeclaims",
+        "create",
+        "KubeStore::create (POST): provisioning and disruption replacements",
+    ),
+    grant(
+        Scope::Cluster,
+        "karpenter.sh",
+        "nodeclaims",
+        "update",
+        "KubeStore::update (PUT): lifecycle, drift, interruption, disruption annotations and finalizers",
+    ),
+    grant(
+        Scope::Cluster,
+        "karpenter.sh",
+        "nodeclaims",
+        "delete",
+        "KubeStore::delete (DELETE): lifecycle, garbage collection, drained NodeClaims",
+    ),
+    grant(
+        Scope::Cluster,
+        "karpenter.sh",
+        "nodeclaims/status",
+        "update",
+        "KubeStore write_status (PUT .../status): NodeClaim conditions, providerID, allocatable",
+    ),
+    grant(
+        Scope::Cluster,
+        "",
+        "nodes",
+        "update",
+        "KubeStore::update (PUT): registration labels and taints, the disruption taint",
+    ),
+    grant(
+        Scope::Cluster,
+        "",
+        "nodes",
+        "delete",
+        "KubeStore::delete (DELETE): a drained NodeClaim's Node",
+    ),
+    grant(
+        Scope::Cluster,
+        "",
+        "pods/eviction",
+        "create",
+        "KubeStore::evict (POST pods/<name>/eviction): drains",
+    ),
+    grant(
+        Scope::Cluster,
+        "",
+        "pods",
+        "delete",
+        "KubeStore::delete::<Pod> (DELETE): pods left past terminationGracePeriod",
+    ),
+    grant(
+        Scope::Cluster,
+        "events.k8s.io",
+        "events",
+        "create",
+        "joiner-runtime events.rs: kube Recorder::publish, a new event",
+    ),
+    grant(
+        Scope::Cluster,
+        "events.k8s.io",
+        "events",
+        "patch",
+        "joiner-runtime events.rs: kube Recorder::publish, a repeated event's series",
+    ),
+    grant(
+        Scope::Lease,
+        "coordination.k8s.io",
+        "leases",
+        "get",
+        "joiner-runtime lease/api.rs: LeaseApi::get, every try",
+    ),
+    grant(
+        Scope::Lease,
+        "coordination.k8s.io",
+        "leases",
+        "create",
+        "joiner-runtime lease/api.rs: LeaseApi::write, when the Lease is missing",
+    ),
+    grant(
+        Scope::Lease,
+        "coordination.k8s.io",
+        "leases",
+        "update",
+        "joiner-runtime lease/api.rs: LeaseApi::write, acquire, renew and release (PUT)",
+    ),
+];
+
 #[test]
-fn rbac_grants_what_the_controller_does_and_no_wildcards() {
+fn rbac_grants_exactly_what_the_controller_calls_and_no_wildcards() {
     let docs = render(SEED);
     let rules_of = |kind: &str, name: &str| -> Vec<Value> {
         named(&docs, kind, name)["rules"]
@@ -302,85 +533,70 @@ fn rbac_grants_what_the_controller_does_and_no_wildcards() {
             }
         }
     }
-    // (group, resource) -> verbs, over the ClusterRole.
-    let mut grants: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
-    for rule in &cluster {
-        for g in rule["apiGroups"].as_array().expect("groups") {
-            for r in rule["resources"].as_array().expect("resources") {
-                let verbs = rule["verbs"]
-                    .as_array()
-                    .expect("verbs")
-                    .iter()
-                    .filter_map(|v| v.as_str().map(str::to_string));
-                grants
-                    .entry((
-                        g.as_str().unwrap_or("").to_string(),
-                        r.as_str().unwrap_or("").to_string(),
-                    ))
-                    .or_default()
-                    .extend(verbs);
+    // Exactly the verbs of the table, cluster-wide and in the release namespace.
+    let granted = |rules: &[Value]| -> BTreeSet<(String, String, String)> {
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .expect("a list")
+                .iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        };
+        let mut out = BTreeSet::new();
+        for rule in rules {
+            for g in strings(&rule["apiGroups"]) {
+                for r in strings(&rule["resources"]) {
+                    for v in strings(&rule["verbs"]) {
+                        out.insert((g.clone(), r.clone(), v));
+                    }
+                }
             }
         }
-    }
-    let has = |group: &str, resource: &str, verbs: &[&str]| {
-        let granted = grants
-            .get(&(group.to_string(), resource.to_string()))
-            .cloned()
-            .unwrap_or_default();
-        for v in verbs {
-            assert!(granted.contains(*v), "{v} {group}/{resource}: {granted:?}");
-        }
+        out
     };
-    for r in [
-        "deviceclasses",
-        "resourceclaims",
-        "resourceclaimtemplates",
-        "resourceslices",
-    ] {
-        has("resource.k8s.io", r, &["get", "list", "watch"]);
+    let wanted = |scope: Scope| -> BTreeSet<(String, String, String)> {
+        RBAC.iter()
+            .filter(|g| g.scope == scope)
+            .map(|g| {
+                (
+                    g.group.to_string(),
+                    g.resource.to_string(),
+                    g.verb.to_string(),
+                )
+            })
+            .collect()
+    };
+    for (scope, rules) in [(Scope::Cluster, &cluster), (Scope::Lease, &namespaced)] {
+        let (have, want) = (granted(rules), wanted(scope));
+        let extra: Vec<_> = have.difference(&want).collect();
+        let missing: Vec<String> = want
+            .difference(&have)
+            .map(|(g, r, v)| {
+                let call = RBAC
+                    .iter()
+                    .find(|x| x.group == g && x.resource == r && x.verb == v)
+                    .map_or("", |x| x.call);
+                format!("{v} {g}/{r} (for {call})")
+            })
+            .collect();
+        assert!(
+            extra.is_empty(),
+            "{scope:?} grants verbs no call needs: {extra:?}"
+        );
+        assert!(
+            missing.is_empty(),
+            "{scope:?} lacks verbs the code calls: {missing:?}"
+        );
     }
-    for r in ["pods", "nodes"] {
-        has("", r, &["get", "list", "watch"]);
-    }
-    has("apps", "daemonsets", &["get", "list", "watch"]);
-    has("policy", "poddisruptionbudgets", &["get", "list", "watch"]);
-    has("karpenter.sh", "nodepools", &["get", "list", "watch"]);
-    has(
-        "karpenter.k8s.aws",
-        "ec2nodeclasses",
-        &["get", "list", "watch"],
-    );
-    has(
-        "karpenter.sh",
-        "nodeclaims",
-        &[
-            "get", "list", "watch", "create", "update", "patch", "delete",
-        ],
-    );
-    has("karpenter.sh", "nodeclaims/status", &["update", "patch"]);
-    has("karpenter.sh", "nodepools/status", &["update", "patch"]);
-    has(
-        "karpenter.k8s.aws",
-        "ec2nodeclasses/status",
-        &["update", "patch"],
-    );
-    has("", "nodes", &["update", "patch", "delete"]);
-    has("", "pods", &["delete"]);
-    has("", "pods/eviction", &["create"]);
-    has("", "events", &["create", "patch"]);
-    // Read-only where the controller only reads.
-    assert_eq!(
-        grants[&("resource.k8s.io".to_string(), "resourceslices".to_string())],
-        BTreeSet::from(["get".to_string(), "list".to_string(), "watch".to_string()])
-    );
+    let grants = granted(&cluster);
     for r in ["secrets", "configmaps"] {
         assert!(
-            !grants.contains_key(&("".to_string(), r.to_string())),
+            !grants.iter().any(|(g, res, _)| g.is_empty() && res == r),
             "no {r} cluster-wide"
         );
     }
     // Leases only in the release namespace.
-    assert!(!grants.keys().any(|(_, r)| r == "leases"));
+    assert!(!grants.iter().any(|(_, r, _)| r == "leases"));
     assert_eq!(
         named(&docs, "Role", "joiner")["metadata"]["namespace"],
         NAMESPACE
@@ -389,7 +605,7 @@ fn rbac_grants_what_the_controller_does_and_no_wildcards() {
     assert_eq!(
         device_config,
         [json!({"apiGroups": [""], "resources": ["configmaps"],
-            "resourceNames": ["nvidia-device-plugin"], "verbs": ["get", "list", "watch"]})]
+            "resourceNames": ["nvidia-device-plugin"], "verbs": ["list", "watch"]})]
     );
     assert_eq!(
         named(&docs, "Role", DEVICE_CONFIG_ROLE)["metadata"]["namespace"],
@@ -398,11 +614,8 @@ fn rbac_grants_what_the_controller_does_and_no_wildcards() {
     for rule in &namespaced {
         assert_eq!(rule["resources"], json!(["leases"]));
         assert_eq!(rule["apiGroups"], json!(["coordination.k8s.io"]));
-        // Writes only to the controller's own Lease.
-        if rule["verbs"]
-            .as_array()
-            .is_some_and(|v| v.contains(&json!("update")))
-        {
+        // Reads and writes only of the controller's own Lease; a create cannot name it.
+        if rule["verbs"] != json!(["create"]) {
             assert_eq!(rule["resourceNames"], json!(["joiner-leader-election"]));
         }
     }

@@ -40,6 +40,8 @@ impl fmt::Display for Pending<'_> {
 /// The write that failed, which decides what a 409 means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verb {
+    /// A read past the cache (`get_uncached`).
+    Get,
     Create,
     Update,
     Delete,
@@ -49,9 +51,11 @@ pub(crate) enum Verb {
 /// Maps an API answer to the store's error for `key`.
 ///
 /// - 409: `AlreadyExists` on create, `Conflict` otherwise (a stale `resourceVersion`);
-/// - 404: `NotFound`;
+/// - 404: `NotFound`, unless the server says it does not serve the kind at all (a CRD not
+///   installed: see [`not_served`]), which is `Unavailable`: the object's absence is unknown;
 /// - 400 and 422: `Invalid` with the server's message (retrying the same object cannot help);
-/// - 429 on an eviction that a PodDisruptionBudget refused: `Conflict`, see [`is_budget_refusal`];
+/// - 429 on an eviction that a PodDisruptionBudget refused: `Refused` with the server's
+///   message, see [`is_budget_refusal`];
 /// - everything else (other 429s, 401/403, 5xx, transport, timeouts, undecodable answers):
 ///   `Unavailable`, which the controller retries on its next step.
 pub(crate) fn store_error(verb: Verb, key: &ObjectKey, e: kube::Error) -> StoreError {
@@ -65,11 +69,16 @@ pub(crate) fn status_error(verb: Verb, key: &ObjectKey, status: &Status) -> Stor
     match status.code {
         409 if verb == Verb::Create => StoreError::AlreadyExists(key.clone()),
         409 => StoreError::Conflict(key.clone()),
+        404 if not_served(key, status) => StoreError::Unavailable(format!(
+            "{verb:?} {key}: the API server does not serve {} (is its CRD installed?): {}",
+            key.kind,
+            server_message(status)
+        )),
         404 => StoreError::NotFound(key.clone()),
         400 | 422 => StoreError::Invalid(key.clone(), server_message(status)),
         429 if verb == Verb::Evict && is_budget_refusal(status) => {
             tracing::info!(%key, message = %status.message, "eviction refused by a PodDisruptionBudget");
-            StoreError::Conflict(key.clone())
+            StoreError::Refused(key.clone(), server_message(status))
         }
         code => StoreError::Unavailable(format!(
             "{verb:?} {key}: HTTP {code}: {}",
@@ -78,10 +87,10 @@ pub(crate) fn status_error(verb: Verb, key: &ObjectKey, status: &Status) -> Stor
     }
 }
 
-/// An eviction's 429 comes either from a PodDisruptionBudget (the budget the controller read
-/// was stale: another eviction or an unready pod spent it) or from API priority and fairness
-/// throttling. The first is a [`StoreError::Conflict`] — the caller's view of the cluster was out
-/// of date, exactly what `Conflict` tells it — the second is [`StoreError::Unavailable`]. The API
+/// An eviction's 429 comes either from a PodDisruptionBudget (it allows no more disruptions
+/// now: another eviction or an unready pod spent it) or from API priority and fairness
+/// throttling. The first is [`StoreError::Refused`] — nothing changed, the pod stays until the
+/// budget allows — the second is [`StoreError::Unavailable`], like any other overload. The API
 /// server marks the first with a cause of type `DisruptionBudget`.
 pub(crate) fn is_budget_refusal(status: &Status) -> bool {
     let by_cause = status.details.as_ref().is_some_and(|d| {
@@ -94,6 +103,21 @@ pub(crate) fn is_budget_refusal(status: &Status) -> bool {
             .message
             .to_ascii_lowercase()
             .contains("disruption budget")
+}
+
+/// A 404 about the URL, not the object: what the API server answers for a resource it does
+/// not serve ("the server could not find the requested resource", or a bare "404 page not
+/// found" that kube turns into a `Status`). An object that is not there is answered with
+/// `details.name` set to its name, and no such message.
+pub(crate) fn not_served(key: &ObjectKey, status: &Status) -> bool {
+    let names_object = status
+        .details
+        .as_ref()
+        .is_some_and(|d| !d.name.is_empty() && d.name == key.name);
+    let message = status.message.to_ascii_lowercase();
+    !names_object
+        && (message.contains("could not find the requested resource")
+            || message.contains("page not found"))
 }
 
 fn server_message(status: &Status) -> String {
@@ -126,6 +150,25 @@ mod tests {
 
     fn key() -> ObjectKey {
         ObjectKey::of::<Pod>(Some("ns"), "p")
+    }
+
+    #[test]
+    fn a_kind_not_served_is_not_an_object_not_found() {
+        let gone = status(404, "pods \"p\" not found");
+        assert_eq!(
+            status_error(Verb::Get, &key(), &gone),
+            StoreError::NotFound(key())
+        );
+        for message in [
+            "the server could not find the requested resource",
+            "404 page not found",
+        ] {
+            let unserved = status(404, message);
+            assert!(
+                matches!(status_error(Verb::Delete, &key(), &unserved), StoreError::Unavailable(m) if m.contains("does not serve Pod")),
+                "{message}"
+            );
+        }
     }
 
     #[test]
@@ -163,15 +206,21 @@ mod tests {
     }
 
     #[test]
-    fn only_a_budget_refusal_is_a_conflict() {
+    fn only_a_budget_refusal_is_refused() {
         let budget = status(
             429,
             "Cannot evict pod as it would violate the pod's disruption budget.",
         );
-        assert_eq!(
-            status_error(Verb::Evict, &key(), &budget),
-            StoreError::Conflict(key())
-        );
+        let StoreError::Refused(k, message) = status_error(Verb::Evict, &key(), &budget) else {
+            panic!("a budget's 429 is a refusal");
+        };
+        assert_eq!(k, key());
+        assert!(message.contains("disruption budget"), "{message}");
+        // The same answer to another verb is throttling, not a budget.
+        assert!(matches!(
+            status_error(Verb::Delete, &key(), &budget),
+            StoreError::Unavailable(_)
+        ));
         let throttled = status(429, "Too many requests, please try again later.");
         assert!(matches!(
             status_error(Verb::Evict, &key(), &throttled),

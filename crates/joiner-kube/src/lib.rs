@@ -13,12 +13,15 @@
 //!   the overlay of writes is superseded without ordering `resourceVersion`s.
 //! - **Writes have the API server's semantics.** Create is a POST (409 is
 //!   [`StoreError::AlreadyExists`](joiner_controller::store::StoreError::AlreadyExists)), update
-//!   a PUT with the object's `resourceVersion` (409 is `Conflict`), status goes through the
-//!   `status` subresource, and pods are evicted, not deleted, so PodDisruptionBudgets hold.
+//!   a PUT with the object's `resourceVersion` (409 is `Conflict`), a NodeClaim's status goes
+//!   through the `status` subresource, drains evict pods through the Eviction API (a
+//!   PodDisruptionBudget's refusal is `Refused`), and a pod's delete is a real DELETE.
 //! - **Watches recover and say when they cannot.** A `410 Gone` leads to a fresh list, never an
 //!   emptied cache; a failing watch keeps the last cache and makes [`KubeStore::is_ready`] false;
-//!   a kind the server does not serve (a CRD not installed) reads as empty and is named by
-//!   [`KubeStore::health`] instead of blocking the other kinds.
+//!   reads of a kind fail (`Unavailable`) until its first list, and for a required kind the
+//!   server does not serve (a CRD not installed), so an empty answer always means "none";
+//!   only the optional DRA kinds read as empty when not served. [`KubeStore::health`] names
+//!   each.
 
 mod cache;
 mod error;

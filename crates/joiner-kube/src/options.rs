@@ -17,6 +17,11 @@ pub struct StoreOptions {
     pub write_timeout: Duration,
     /// How long a write of this process may shadow the cache when the watch never shows it.
     pub overlay_ttl: Duration,
+    /// Kinds whose `status` this process writes, through the `status` subresource after the
+    /// main write (which the API server stores without it). By default only NodeClaims, the
+    /// controller's own: the controller changes a Node's labels and taints, never the status
+    /// its kubelet reports. The simulated cloud's kubelet (`--cloud simulated`) adds `Node`.
+    pub status_kinds: Vec<&'static str>,
 }
 
 impl Default for StoreOptions {
@@ -25,6 +30,7 @@ impl Default for StoreOptions {
             device_plugin_config_map: ("kube-system".into(), "nvidia-device-plugin".into()),
             write_timeout: Duration::from_secs(30),
             overlay_ttl: Duration::from_secs(120),
+            status_kinds: vec!["NodeClaim"],
         }
     }
 }

@@ -1,8 +1,8 @@
 //! A fake API server behind `kube::Client`, for the store's tests.
 //!
 //! It answers LISTs from per-path lists (empty by default), keeps WATCHes open so a test can push
-//! events into them, and answers every other request from replies the test scripts by method
-//! and path. Every request is recorded (method, path, query, JSON body) for assertions.
+//! events into them, and answers every other request (and a GET the test scripted) from replies
+//! the test scripts by method and path. Every request is recorded (method, path, query, JSON body) for assertions.
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
@@ -159,7 +159,11 @@ impl FakeApi {
             s.watches.entry(r.path.clone()).or_default().push(tx);
             return Outcome::Respond(Response::new(StreamBody::new(rx.boxed())));
         }
-        if r.method == "GET" {
+        let scripted = s
+            .replies
+            .iter()
+            .any(|(m, p, _)| *m == r.method && *p == r.path);
+        if r.method == "GET" && !scripted {
             let (code, body) = s
                 .lists
                 .get(&r.path)
@@ -249,6 +253,12 @@ impl FakeApi {
                 .is_ok()
         });
         watches.len()
+    }
+
+    /// Ends every open watch of `path`, as an API server does when its watch timeout passes:
+    /// the client watches again from the last version it saw.
+    pub(crate) fn end_watches(&self, path: &str) {
+        self.lock().watches.remove(path);
     }
 
     pub(crate) fn requests(&self) -> Vec<Recorded> {

@@ -46,12 +46,6 @@ pub enum StartError {
         #[source]
         source: joiner_aws::AwsError,
     },
-    #[error("joining the leader election (Lease {lease})")]
-    Election {
-        lease: String,
-        #[source]
-        source: kube_lease_manager::LeaseManagerError,
-    },
 }
 
 impl From<ControllerError> for StartError {

@@ -1,23 +1,25 @@
-//! Leader election over a `coordination.k8s.io/v1` Lease (kube-lease-manager), so that of
-//! several replicas exactly one steps the controller.
+//! Leader election over a `coordination.k8s.io/v1` Lease, so that of several replicas exactly
+//! one writes to the cluster and the cloud. The election is Joiner's own (`crate::lease`):
+//! kube-lease-manager judges expiry from the holder's `renewTime` against the local wall clock
+//! and offers no deadline a write can be checked against, so a skewed clock or a renewal stuck
+//! behind a slow step could leave two replicas writing.
 //!
 //! Leadership only ever moves forward: waiting, leading, lost. A replica that loses the Lease
-//! (another took it, or renewing failed) never leads again in this process: its caches (the open
-//! batch, offerings out of capacity) may be stale, so it stops stepping at once and exits
-//! non-zero, and the Deployment restarts it clean as a follower.
+//! (another took it, or it could not renew it before its renew deadline) never leads again in
+//! this process: its caches (the open batch, offerings out of capacity) may be stale, so its
+//! fence refuses every write at once, the loop stops stepping, and the process exits non-zero
+//! so the Deployment restarts it clean as a follower.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// How long a Lease is valid after its last renewal, and how long before that the holder renews
-/// it (controller-runtime's defaults: 15 s, renewing every 10 s).
-const LEASE_SECONDS: u64 = 15;
-const RENEW_BEFORE_SECONDS: u64 = 5;
-/// Pause after a failed attempt to acquire the Lease.
-const RETRY_AFTER: Duration = Duration::from_secs(2);
+use crate::lease::{Elector, Fence, LeaseApi, SystemTicker, Timings, campaign};
+
+/// The most one Lease GET or PUT may take: a renewal (both) ends within the renew deadline.
+const LEASE_CALL_TIMEOUT: Duration = Duration::from_secs(4);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Leadership {
@@ -43,72 +45,37 @@ pub struct Election {
 }
 
 impl Election {
-    /// Joins the election for Lease `namespace/name` as `identity`.
-    pub async fn start(
+    /// Joins the election for Lease `namespace/name` as `identity`, with the default timings
+    /// (15 s Lease, 10 s renew deadline, a try every 2 s). `fence` is the one the controller's
+    /// store and cloud are wrapped in: it holds only while this replica leads.
+    pub fn start(
         client: kube::Client,
         namespace: &str,
         name: &str,
         identity: &str,
-    ) -> Result<Election, kube_lease_manager::LeaseManagerError> {
-        let manager = LeaseManagerBuilder::new(client, name)
-            .with_namespace(namespace)
-            .with_identity(identity)
-            .with_duration(LEASE_SECONDS)
-            .with_grace(RENEW_BEFORE_SECONDS)
-            .build()
-            .await?;
+        fence: Fence,
+    ) -> Election {
+        let lease = LeaseApi::new(client, namespace, name, LEASE_CALL_TIMEOUT);
+        let elector = Elector::new(identity, Timings::default(), fence);
         let (tx, state) = watch::channel(Leadership::Waiting);
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(campaign(manager, tx, stop_rx));
-        Ok(Election { state, stop, task })
+        let task = tokio::spawn(campaign(
+            lease,
+            elector,
+            Arc::new(SystemTicker),
+            k8s_openapi::jiff::Timestamp::now,
+            tx,
+            stop_rx,
+        ));
+        Election { state, stop, task }
     }
 
-    /// Stops renewing and releases the Lease if this replica holds it, so another replica can
-    /// take over at once rather than after the Lease expires.
+    /// Stops renewing and releases the Lease if this replica holds it (its fence closed first),
+    /// so another replica can take over at once rather than after the Lease expires.
     pub async fn release(self) {
         let _ = self.stop.send(true);
         if let Err(e) = self.task.await {
             tracing::warn!(error = %e, "the leader election task failed");
         }
-    }
-}
-
-async fn campaign(
-    manager: LeaseManager,
-    tx: watch::Sender<Leadership>,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        let leading = *tx.borrow() == Leadership::Leading;
-        tokio::select! {
-            biased;
-            _ = stop.changed() => break,
-            changed = manager.changed() => match changed {
-                Ok(true) => {
-                    tracing::info!("acquired the leader Lease");
-                    let _ = tx.send(Leadership::Leading);
-                }
-                Ok(false) if leading => {
-                    tracing::error!("lost the leader Lease");
-                    let _ = tx.send(Leadership::Lost);
-                    break;
-                }
-                Ok(false) => {}
-                Err(e) if leading => {
-                    // Renewal failed: another replica may take the Lease once it expires, so
-                    // this one must stop now rather than risk two leaders.
-                    tracing::error!(error = %e, "could not renew the leader Lease");
-                    let _ = tx.send(Leadership::Lost);
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not acquire the leader Lease; retrying");
-                    tokio::time::sleep(RETRY_AFTER).await;
-                }
-            },
-        }
-    }
-    if let Err(e) = manager.release().await {
-        tracing::warn!(error = %e, "could not release the leader Lease");
     }
 }

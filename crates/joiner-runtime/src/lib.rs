@@ -19,6 +19,7 @@ mod error;
 mod events;
 mod http;
 mod leader;
+pub mod lease;
 mod live;
 mod metrics;
 mod run_loop;

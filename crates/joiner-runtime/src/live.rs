@@ -22,6 +22,7 @@ use crate::error::{StartError, chain};
 use crate::events::{self, events_of};
 use crate::http::{self, Health};
 use crate::leader::{self, Election, Leadership};
+use crate::lease::{Fence, FencedCloud, FencedStore, SystemTicker};
 use crate::metrics::{Metrics, record};
 use crate::run_loop::{LoopEnd, Timing, drive};
 use crate::stepper::{Step, Stepped, Stepper};
@@ -31,6 +32,13 @@ use crate::{CloudKind, LogFormat, Options};
 const REPORTING_CONTROLLER: &str = "joiner";
 /// How long to wait for the API server to answer at start-up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// Timeouts of every API call, on the client itself: opening a connection, sending a request,
+/// and waiting for each read of an answer. The read timeout must outlast a quiet watch (kube's
+/// watcher asks the server to end each watch after 290 s and gives up on one silent for 295 s);
+/// the store's writes and the Lease's calls have shorter timeouts of their own (30 s, 4 s).
+const API_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const API_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+const API_READ_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long a step still running at exit may delay the exit.
 const EXIT_GRACE: Duration = Duration::from_secs(10);
 
@@ -147,6 +155,15 @@ fn set_if_absent(values: &mut Value, path: &[&str], value: &str) -> bool {
     }
 }
 
+/// What the store watches and writes: the simulated cloud's kubelet writes Node status too.
+fn store_options(settings: &Settings, cloud: CloudKind) -> joiner_kube::StoreOptions {
+    let mut options = joiner_kube::StoreOptions::from_settings(settings);
+    if cloud == CloudKind::Simulated {
+        options.status_kinds.push("Node");
+    }
+    options
+}
+
 /// This replica's name in the Lease and in Events: the pod's name, else the hostname.
 fn identity() -> String {
     std::env::var("POD_NAME")
@@ -159,7 +176,12 @@ fn identity() -> String {
 /// A client for the cluster in the environment (in-cluster service account, else kubeconfig),
 /// checked by asking the server its version so an unreachable cluster fails at once and clearly.
 async fn connect() -> Result<(kube::Client, String), StartError> {
-    let config = kube::Config::infer().await.map_err(StartError::NoCluster)?;
+    let mut config = kube::Config::infer().await.map_err(StartError::NoCluster)?;
+    config.connect_timeout = Some(API_CONNECT_TIMEOUT);
+    config.write_timeout = Some(API_WRITE_TIMEOUT);
+    config.read_timeout = Some(API_READ_TIMEOUT);
+    // The read timeout counts from each request, not from when a pooled connection went idle.
+    config.reset_reader_on_write = true;
     let url = config.cluster_url.clone();
     let client = kube::Client::try_from(config).map_err(|source| StartError::Client {
         url: url.to_string(),
@@ -284,13 +306,21 @@ async fn run(
         client.clone(),
         Handle::current(),
         options.cache_sync_timeout,
-        joiner_kube::StoreOptions::from_settings(&settings),
+        store_options(&settings, options.cloud),
     )
     .await
     .map_err(StartError::Caches)?;
     let probe = store.clone();
     health.set_store(move || probe.is_ready());
 
+    // Every write to the cluster and the cloud asks the fence first: with an election, it holds
+    // only until the renew deadline of this replica's last renewal of the Lease.
+    let fence = if options.leader_election.is_some() {
+        Fence::new(Arc::new(SystemTicker))
+    } else {
+        Fence::always()
+    };
+    let fenced_store = FencedStore::new(store.clone(), fence.clone());
     // The Lease is joined only once the caches are synced and the cloud is up, so a replica
     // that cannot work never holds it.
     let stepper: BoxedStep = match options.cloud {
@@ -308,7 +338,8 @@ async fn run(
             )
             .await
             .map_err(StartError::Aws)?;
-            let mut stepper = Stepper::new(store.clone(), cloud, SystemClock, config);
+            let cloud = FencedCloud::new(cloud, fence.clone());
+            let mut stepper = Stepper::new(fenced_store, cloud, SystemClock, config);
             if let Some(queue) = settings.interruption_queue.as_deref() {
                 let queue = joiner_aws::SqsInterruptionQueue::new(&sdk, queue, Handle::current())
                     .await
@@ -325,7 +356,8 @@ async fn run(
         CloudKind::Simulated => {
             let catalog = Catalog::builtin(&settings.region, &settings.zones);
             let cloud = Arc::new(SimulatedCloud::new(&catalog, SystemClock));
-            let stepper = Stepper::new(store.clone(), cloud.clone(), SystemClock, config)
+            let fenced = FencedCloud::new(cloud.clone(), fence.clone());
+            let stepper = Stepper::new(fenced_store, fenced, SystemClock, config)
                 .with_kubelet(cloud, options.kwok);
             Box::new(stepper)
         }
@@ -342,12 +374,13 @@ async fn run(
                     .filter(|n| !n.is_empty())
             })
             .unwrap_or_else(|| client.default_namespace().to_string());
-        let election = Election::start(client.clone(), &namespace, &lease.name, &identity)
-            .await
-            .map_err(|source| StartError::Election {
-                lease: format!("{namespace}/{}", lease.name),
-                source,
-            })?;
+        let election = Election::start(
+            client.clone(),
+            &namespace,
+            &lease.name,
+            &identity,
+            fence.clone(),
+        );
         tracing::info!(lease = %format!("{namespace}/{}", lease.name), "waiting for the leader Lease");
         let state = election.state.clone();
         (Some(election), state, None)

@@ -226,7 +226,11 @@ impl<K: Resource> KindCache<K> {
         h.last_error = Some(error.to_string());
         if missing && !h.missing {
             h.missing = true;
-            tracing::warn!(kind = K::KIND, resource = %h.resource, "the API server does not serve this kind: it reads as empty until it does");
+            if h.required {
+                tracing::error!(kind = K::KIND, resource = %h.resource, "the API server does not serve this required kind: reads of it fail until it does");
+            } else {
+                tracing::warn!(kind = K::KIND, resource = %h.resource, "the API server does not serve this optional kind: it reads as empty until it does");
+            }
         } else {
             tracing::warn!(kind = K::KIND, failures = h.consecutive_failures, %error, "watch failed; retrying with backoff");
         }
@@ -269,13 +273,34 @@ impl<K: Resource> KindCache<K> {
         }
     }
 
-    /// The cache, once it has something to say: listed once, or known not to exist.
+    /// Keys of the objects the server has that do not decode as `K` (so [`KindCache::list`]
+    /// leaves them out), in name order. An object this process wrote or deleted since is the
+    /// overlay's, not the cache's: it is not named.
+    pub(crate) fn undecodable(&self) -> Result<Vec<ObjectKey>, StoreError> {
+        let inner = self.readable()?;
+        let mut keys: Vec<ObjectKey> = inner
+            .reader
+            .state()
+            .iter()
+            .filter(|o| o.as_valid().is_none())
+            .map(|o| key_of(&**o))
+            .filter(|key| !inner.overlay.contains_key(key))
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+
+    /// The cache, once it has something to say: listed once, or known not to exist. A
+    /// *required* kind the server does not serve (a CRD not installed, or removed) is not
+    /// readable: an empty answer would tell garbage collection that every NodeClaim is gone.
+    /// Only an optional kind (DRA) that is not served reads as empty.
     fn readable(&self) -> Result<MutexGuard<'_, Inner<K>>, StoreError> {
         let inner = self.lock();
-        if inner.health.settled() {
+        let h = &inner.health;
+        if h.settled() && !(h.missing && h.required) {
             Ok(inner)
         } else {
-            Err(StoreError::Unavailable(inner.health.to_string()))
+            Err(StoreError::Unavailable(h.to_string()))
         }
     }
 

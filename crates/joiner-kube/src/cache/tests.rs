@@ -180,3 +180,47 @@ fn a_list_answered_404_marks_the_kind_missing() {
     assert!(h.missing && h.settled() && h.ready());
     assert_eq!(cache.list().map(|l| l.len()), Ok(0));
 }
+
+#[test]
+fn a_required_kind_that_is_not_served_refuses_reads() {
+    let cache = KindCache::<ConfigMap>::new(true, TTL);
+    cache.failed(&watcher::Error::InitialListFailed(kube::Error::Api(
+        kube::core::Status::failure("not found", "NotFound")
+            .with_code(404)
+            .boxed(),
+    )));
+    let Err(StoreError::Unavailable(why)) = cache.list() else {
+        panic!("a missing required kind must not read as empty");
+    };
+    assert!(
+        why.contains("ConfigMap") && why.contains("not served"),
+        "{why}"
+    );
+    assert!(
+        cache
+            .get(&ObjectKey::of::<ConfigMap>(Some("ns"), "a"))
+            .is_err()
+    );
+    assert!(cache.undecodable().is_err());
+}
+
+#[test]
+fn objects_that_do_not_decode_are_named_not_listed() {
+    let cache = KindCache::<ConfigMap>::new(true, TTL);
+    cache.apply(Event::Init);
+    cache.apply(Event::InitApply(Typed::Valid(cm("a", "1"))));
+    cache.apply(Event::InitApply(Typed::Invalid {
+        metadata: Box::new(cm("b", "2").metadata),
+        error: "unknown variant `Gte`".into(),
+    }));
+    cache.apply(Event::InitDone);
+    assert_eq!(versions(&cache), v(&[("a", "1")]));
+    assert_eq!(
+        cache.undecodable(),
+        Ok(vec![ObjectKey::of::<ConfigMap>(Some("ns"), "b")])
+    );
+    // Once it decodes again, it is listed and no longer named.
+    cache.apply(Event::Apply(Typed::Valid(cm("b", "3"))));
+    assert_eq!(versions(&cache), v(&[("a", "1"), ("b", "3")]));
+    assert_eq!(cache.undecodable(), Ok(Vec::new()));
+}

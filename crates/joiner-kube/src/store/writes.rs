@@ -1,7 +1,7 @@
 //! The `ClusterStore` implementation: reads from the caches, and the API calls behind
-//! `create`, `update` and `delete`, with how their answers enter the overlay.
+//! `get_uncached`, `create`, `update`, `delete` and `evict`, with how their answers enter the
+//! overlay.
 
-use std::any::TypeId;
 use std::future::Future;
 
 use either::Either;
@@ -58,7 +58,7 @@ impl KubeStore {
         sent: &K,
         stored: K,
     ) -> Result<K, StoreError> {
-        let wanted = match with_status_of(sent, &stored) {
+        let wanted = match with_status_of(&self.inner.options.status_kinds, sent, &stored) {
             Ok(Some(wanted)) => wanted,
             Ok(None) => {
                 cache.wrote(ticket, &stored);
@@ -149,22 +149,17 @@ fn decoded<K: Resource>(key: &ObjectKey, answer: Typed<K>) -> Result<K, StoreErr
     })
 }
 
-/// Kinds whose `status` is a subresource: a PUT of the object ignores its status.
-const STATUS_SUBRESOURCE: &[&str] = &[
-    "NodeClaim",
-    "NodePool",
-    "EC2NodeClass",
-    "Pod",
-    "Node",
-    "DaemonSet",
-    "ResourceClaim",
-    "PodDisruptionBudget",
-];
-
-/// `stored` with `sent`'s status, if the kind's status is a subresource and `sent` asked for a
-/// status that `stored` does not have.
-fn with_status_of<K: Resource>(sent: &K, stored: &K) -> Result<Option<K>, serde_json::Error> {
-    if !STATUS_SUBRESOURCE.contains(&K::KIND) {
+/// `stored` with `sent`'s status, if this process writes the kind's status (`kinds`, from
+/// [`StoreOptions::status_kinds`](crate::StoreOptions::status_kinds)) and `sent` asked for a
+/// status that `stored` does not have. Another kind's status belongs to someone else (a Node's
+/// to its kubelet): the status `sent` carries is only what the cache had, and writing it back
+/// would undo newer heartbeats.
+fn with_status_of<K: Resource>(
+    kinds: &[&str],
+    sent: &K,
+    stored: &K,
+) -> Result<Option<K>, serde_json::Error> {
+    if !kinds.contains(&K::KIND) {
         return Ok(None);
     }
     let wanted = to_json(sent)?
@@ -208,20 +203,30 @@ impl ClusterStore for KubeStore {
         self.cache::<K>()?.get(&ObjectKey::of::<K>(namespace, name))
     }
 
-    // Placeholder until the kube edge reads past its cache (issue 12).
+    /// `GET` of the object from the API server (a quorum read), within the write timeout. The
+    /// cache is left alone: it catches up through its watch, and `resourceVersion`s cannot be
+    /// ordered to tell which of the two is newer.
     fn get_uncached<K: Resource>(
         &self,
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<K>, StoreError> {
-        self.cache::<K>()?.get(&ObjectKey::of::<K>(namespace, name))
+        let key = ObjectKey::of::<K>(namespace, name);
+        let api = self.api::<K>(&key);
+        match self.call(Verb::Get, &key, api.get(&key.name)) {
+            Ok(object) => decoded(&key, object).map(Some),
+            Err(StoreError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
-    // Placeholder until the cache reports what it skipped (issue 12).
+    /// The objects the cache holds that do not decode (their keys, in name order).
     fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
-        Ok(Vec::new())
+        self.cache::<K>()?.undecodable()
     }
 
+    /// `POST pods/<name>/eviction`, so the API server enforces PodDisruptionBudgets: a
+    /// budget's 429 is `Refused` with the server's message, any other 429 `Unavailable`.
     fn evict(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError> {
         let key = ObjectKey::of::<Pod>(Some(namespace), name);
         let cache = self.cache::<Pod>()?;
@@ -284,20 +289,16 @@ impl ClusterStore for KubeStore {
     }
 
     /// DELETE with background propagation (dependents are collected after the object goes, so
-    /// an object without finalizers is gone at once). Pods are evicted instead (POST
-    /// `pods/<name>/eviction`), so the API server enforces PodDisruptionBudgets too; a refusal
-    /// (429) is a `Conflict`: the budget the controller read was stale.
+    /// an object without finalizers is gone at once). A pod is deleted too, not evicted: no
+    /// PodDisruptionBudget stops it (the controller deletes pods only once a drain has outlived
+    /// its terminationGracePeriod; drains use [`ClusterStore::evict`]). The pod keeps its own
+    /// grace period, and the answer (the pod, terminating) is `Pending`.
     fn delete<K: Resource>(
         &self,
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Deleted, StoreError> {
         let key = ObjectKey::of::<K>(namespace, name);
-        if TypeId::of::<K>() == TypeId::of::<Pod>() {
-            let cache = self.cache::<Pod>()?;
-            let ticket = cache.ticket();
-            return self.post_eviction(&cache, &ticket, key);
-        }
         let cache = self.cache::<K>()?;
         let ticket = cache.ticket();
         let answer = self.call(

@@ -1,6 +1,7 @@
 //! The store against a fake API server: the requests it sends and how it reads the answers.
 
 mod controller;
+mod past_cache;
 mod reads;
 mod watches;
 mod writes;

@@ -2,13 +2,18 @@
 
 use std::time::Duration;
 
-use joiner_controller::store::ClusterStore;
+use joiner_controller::store::{ClusterStore, StoreError};
 use joiner_model::api::EC2NodeClass;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::ResourceSlice;
 
 use super::{EC2NODECLASSES, NODES, PODS, names, start};
-use crate::test_support::{FakeApi, blocking, eventually, list_of, pod, status};
+use crate::test_support::{FakeApi, blocking, eventually, list_of, object, pod, status};
 use crate::{KubeError, KubeStore};
+
+fn node(name: &str, rv: &str) -> serde_json::Value {
+    object("v1", "Node", None, name, rv)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_expired_event_leads_to_a_fresh_list_not_an_empty_cache() {
@@ -40,14 +45,32 @@ async fn a_watch_expired_event_leads_to_a_fresh_list_not_an_empty_cache() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_refused_with_gone_leads_to_a_fresh_list() {
     let (fake, client) = FakeApi::start();
+    fake.set_list(NODES, 200, list_of(vec![node("n1", "3")], "3"));
+    let store = start(&fake, client).await;
+    fake.watching(NODES).await;
+    // Meanwhile the server moved on and compacted version 3: resuming from it is refused.
+    fake.set_list(NODES, 200, list_of(vec![node("n2", "20")], "20"));
     fake.refuse_watches(
         NODES,
-        vec![(410, status(410, "Expired", "too old resource version"))],
+        vec![(
+            410,
+            status(410, "Expired", "too old resource version: 3 (15)"),
+        )],
     );
-    let store = start(&fake, client).await;
+    fake.end_watches(NODES);
     eventually("nodes listed again", || fake.calls("GET", NODES).len() >= 2).await;
     let s = store.clone();
-    assert!(blocking(move || s.list::<Node>()).await.is_ok());
+    eventually("the cache to hold the server's current nodes", || {
+        s.list::<Node>().is_ok_and(|n| names(&n) == ["n2"])
+    })
+    .await;
+    let resumed = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == NODES && r.param("watch").is_some())
+        .nth(1)
+        .expect("a second watch");
+    assert_eq!(resumed.param("resourceVersion").as_deref(), Some("3"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,7 +102,7 @@ async fn a_failing_watch_makes_the_store_unready_but_keeps_its_cache() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_crd_is_named_and_reads_as_empty() {
+async fn a_missing_crd_is_named_and_its_reads_fail() {
     let (fake, client) = FakeApi::start();
     let not_found = status(
         404,
@@ -103,12 +126,21 @@ async fn a_missing_crd_is_named_and_reads_as_empty() {
             .to_string()
             .contains("karpenter.k8s.aws/v1/ec2nodeclasses")
     );
+    // Empty would mean "there are none": garbage collection would act on it.
     let s = store.clone();
-    assert_eq!(
-        blocking(move || s.list::<EC2NodeClass>())
+    let read = blocking(move || s.list::<EC2NodeClass>()).await;
+    let Err(StoreError::Unavailable(why)) = read else {
+        panic!("a required kind that is not served must not read as empty: {read:?}");
+    };
+    assert!(
+        why.contains("EC2NodeClass") && why.contains("not served"),
+        "{why}"
+    );
+    let s = store.clone();
+    assert!(
+        blocking(move || s.get::<EC2NodeClass>(None, "default"))
             .await
-            .map(|l| l.len()),
-        Ok(0)
+            .is_err()
     );
     let s = store.clone();
     assert!(blocking(move || s.list::<Pod>()).await.is_ok());
@@ -136,6 +168,13 @@ async fn dra_kinds_are_optional() {
     }
     let store = start(&fake, client).await;
     assert!(store.is_ready(), "{:?}", store.health());
+    let s = store.clone();
+    let slices = blocking(move || s.list::<ResourceSlice>()).await;
+    assert_eq!(
+        slices.map(|l| l.len()),
+        Ok(0),
+        "optional kinds read as empty"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

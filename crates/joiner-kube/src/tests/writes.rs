@@ -2,15 +2,15 @@
 
 use std::time::Duration;
 
-use joiner_controller::store::{ClusterStore, Deleted, StoreError};
+use joiner_controller::store::{ClusterStore, Deleted, ObjectKey, StoreError};
 use joiner_model::api::NodePool;
 use joiner_model::api::nodeclaim::NodeClaim;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::json;
 
-use super::{NODECLAIMS, NODEPOOLS, PODS, names, rv, start, stored};
+use super::{NODECLAIMS, NODEPOOLS, NODES, PODS, names, rv, start, stored};
 use crate::test_support::{
-    FakeApi, blocking, eventually, list_of, node_claim, node_pool, pod, status,
+    FakeApi, blocking, eventually, list_of, node_claim, node_pool, object, pod, status,
 };
 use crate::{KubeStore, StoreOptions};
 
@@ -312,7 +312,7 @@ async fn removing_the_last_finalizer_of_a_deleting_object_removes_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleting_a_pod_evicts_it() {
+async fn evicting_a_pod_posts_an_eviction() {
     let (fake, client) = FakeApi::start();
     fake.set_list(
         PODS,
@@ -324,7 +324,7 @@ async fn deleting_a_pod_evicts_it() {
     fake.reply("POST", eviction, |_| (201, status(201, "", "")));
 
     let s = store.clone();
-    let evicted = blocking(move || s.delete::<Pod>(Some("a"), "p1")).await;
+    let evicted = blocking(move || s.evict("a", "p1")).await;
     assert_eq!(evicted, Ok(Deleted::Pending));
     let body = fake.calls("POST", eviction)[0].body.clone().expect("body");
     assert_eq!(body["apiVersion"], "policy/v1");
@@ -353,7 +353,7 @@ async fn deleting_a_pod_evicts_it() {
     })
     .await;
 
-    // A PodDisruptionBudget refuses: a conflict with what the controller read.
+    // A PodDisruptionBudget refuses: nothing changed, and the server's reason is kept.
     let eviction2 = "/api/v1/namespaces/a/pods/p2/eviction";
     fake.reply("POST", eviction2, |_| {
         let mut s = status(
@@ -365,11 +365,12 @@ async fn deleting_a_pod_evicts_it() {
         (429, s)
     });
     let s = store.clone();
-    let refused = blocking(move || s.delete::<Pod>(Some("a"), "p2")).await;
-    assert!(
-        matches!(refused, Err(StoreError::Conflict(_))),
-        "{refused:?}"
-    );
+    let refused = blocking(move || s.evict("a", "p2")).await;
+    let Err(StoreError::Refused(key, message)) = refused else {
+        panic!("a budget's 429 is a refusal: {refused:?}");
+    };
+    assert_eq!(key, ObjectKey::of::<Pod>(Some("a"), "p2"));
+    assert!(message.contains("needs 2 healthy pods"), "{message}");
     // Throttling is not a budget: retry later.
     fake.reply("POST", eviction2, |_| {
         (
@@ -382,7 +383,7 @@ async fn deleting_a_pod_evicts_it() {
         )
     });
     let s = store.clone();
-    let throttled = blocking(move || s.delete::<Pod>(Some("a"), "p2")).await;
+    let throttled = blocking(move || s.evict("a", "p2")).await;
     assert!(
         matches!(throttled, Err(StoreError::Unavailable(_))),
         "{throttled:?}"
@@ -391,8 +392,39 @@ async fn deleting_a_pod_evicts_it() {
     assert!(
         blocking(move || s.get::<Pod>(Some("a"), "p2"))
             .await
-            .is_ok_and(|p| p.is_some())
+            .is_ok_and(|p| p.is_some()),
+        "a refused pod stays listed"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_pod_deletes_it_past_any_budget() {
+    let (fake, client) = FakeApi::start();
+    fake.set_list(PODS, 200, list_of(vec![pod("a", "p1", "3")], "3"));
+    let store = start(&fake, client).await;
+    let path = "/api/v1/namespaces/a/pods/p1";
+    // A pod's DELETE answers the pod, terminating within its grace period.
+    fake.reply("DELETE", path, |_| {
+        let mut p = pod("a", "p1", "12");
+        p["metadata"]["deletionTimestamp"] = "2026-11-29T20:00:30Z".into();
+        p["metadata"]["deletionGracePeriodSeconds"] = 30.into();
+        (200, p)
+    });
+
+    let s = store.clone();
+    let deleted = blocking(move || s.delete::<Pod>(Some("a"), "p1")).await;
+    assert_eq!(deleted, Ok(Deleted::Pending));
+    assert_eq!(fake.calls("DELETE", path).len(), 1);
+    assert!(
+        fake.calls("POST", &format!("{path}/eviction")).is_empty(),
+        "no eviction: a forced drain must not wait for budgets"
+    );
+    let s = store.clone();
+    let read = blocking(move || s.get::<Pod>(Some("a"), "p1"))
+        .await
+        .expect("get")
+        .expect("still there while it terminates");
+    assert!(read.metadata.deletion_timestamp.is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -431,5 +463,33 @@ async fn a_lost_connection_or_no_answer_is_unavailable() {
             .await
             .map(|l| l.len()),
         Ok(0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_update_leaves_the_kubelets_status_alone() {
+    let (fake, client) = FakeApi::start();
+    let mut cached = object("v1", "Node", None, "n1", "3");
+    cached["status"] = json!({"conditions": [{"type": "Ready", "status": "True",
+        "lastHeartbeatTime": "2026-11-29T20:00:00Z"}]});
+    fake.set_list(NODES, 200, list_of(vec![cached], "3"));
+    let store = start(&fake, client).await;
+    // The kubelet reported since: the server's status is newer than the cache's.
+    fake.reply("PUT", &format!("{NODES}/n1"), |r| {
+        let mut o = stored(r, "5");
+        o["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-11-29T20:00:40Z".into();
+        (200, o)
+    });
+    let s = store.clone();
+    let mut node = blocking(move || s.get::<Node>(None, "n1"))
+        .await
+        .expect("get")
+        .expect("listed");
+    node.metadata.labels = Some([("team".to_string(), "ml".to_string())].into());
+    let s = store.clone();
+    blocking(move || s.update(&node)).await.expect("update");
+    assert!(
+        fake.calls("PUT", &format!("{NODES}/n1/status")).is_empty(),
+        "the cached status is not written back over the kubelet's"
     );
 }

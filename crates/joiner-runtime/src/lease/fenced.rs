@@ -1,0 +1,219 @@
+//! The controller's store and cloud behind the [`Fence`]: every write asks it first and is
+//! refused, unsent, once this replica no longer holds the Lease, so a lost Lease stops writes
+//! at once, in the middle of a step. Reads pass: they change nothing.
+
+use joiner_controller::cloud::{
+    CloudError, CloudInstanceType, CloudProvider, Instance, LaunchRequest, Launched,
+};
+use joiner_controller::store::{ClusterStore, Deleted, ObjectKey, Resource, StoreError};
+
+use super::fence::Fence;
+
+/// A [`ClusterStore`] whose writes (`create`, `update`, `delete`, `evict`) are sent only while
+/// the fence holds; otherwise `StoreError::Unavailable("not the leader: …")`.
+#[derive(Debug, Clone)]
+pub struct FencedStore<S> {
+    inner: S,
+    fence: Fence,
+}
+
+impl<S> FencedStore<S> {
+    pub fn new(inner: S, fence: Fence) -> Self {
+        FencedStore { inner, fence }
+    }
+
+    fn check(&self) -> Result<(), StoreError> {
+        self.fence.check().map_err(StoreError::Unavailable)
+    }
+}
+
+impl<S: ClusterStore> ClusterStore for FencedStore<S> {
+    fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
+        self.inner.list()
+    }
+    fn get<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError> {
+        self.inner.get(namespace, name)
+    }
+    fn get_uncached<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError> {
+        self.inner.get_uncached(namespace, name)
+    }
+    fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
+        self.inner.undecodable::<K>()
+    }
+    fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        self.check()?;
+        self.inner.create(object)
+    }
+    fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        self.check()?;
+        self.inner.update(object)
+    }
+    fn delete<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Deleted, StoreError> {
+        self.check()?;
+        self.inner.delete::<K>(namespace, name)
+    }
+    fn evict(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError> {
+        self.check()?;
+        self.inner.evict(namespace, name)
+    }
+}
+
+/// A [`CloudProvider`] whose `launch` and `terminate` are sent only while the fence holds;
+/// otherwise `CloudError::Other("not the leader: …")` (nothing was sent: the caller retries
+/// on a later step, when it leads).
+#[derive(Debug, Clone)]
+pub struct FencedCloud<C> {
+    inner: C,
+    fence: Fence,
+}
+
+impl<C> FencedCloud<C> {
+    pub fn new(inner: C, fence: Fence) -> Self {
+        FencedCloud { inner, fence }
+    }
+}
+
+impl<C: CloudProvider> CloudProvider for FencedCloud<C> {
+    fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
+        self.fence.check().map_err(CloudError::Other)?;
+        self.inner.launch(request)
+    }
+    fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
+        self.fence.check().map_err(CloudError::Other)?;
+        self.inner.terminate(instance_id)
+    }
+    fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
+        self.inner.get(instance_id)
+    }
+    fn list(&self, cluster_name: &str) -> Result<Vec<Instance>, CloudError> {
+        self.inner.list(cluster_name)
+    }
+    fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
+        self.inner.instance_types()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use joiner_controller::clock::ManualClock;
+    use joiner_controller::store::InMemoryCluster;
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+    use crate::lease::{Elector, LeaseRecord, ManualTicker, Ticker, Timings};
+
+    fn node(name: &str) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        }
+    }
+
+    /// A fence held from now until the default renew deadline (10 s) by the manual clock.
+    fn leading() -> (Fence, ManualTicker) {
+        let ticker = ManualTicker::default();
+        let fence = Fence::new(Arc::new(ticker.clone()));
+        let mut elector = Elector::new("a", Timings::default(), fence.clone());
+        let record = LeaseRecord {
+            holder: "a".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_time: None,
+            acquire_time: None,
+            transitions: 0,
+            resource_version: "1".into(),
+        };
+        elector.wrote(ticker.now(), &record);
+        (fence, ticker)
+    }
+
+    #[test]
+    fn the_fenced_store_refuses_writes_past_the_renew_deadline_and_sends_nothing() {
+        let cluster = InMemoryCluster::new(ManualClock::new());
+        let (fence, ticker) = leading();
+        let store = FencedStore::new(&cluster, fence);
+        store.create(&node("n1")).expect("leading: written");
+        ticker.advance(Duration::from_secs(10));
+
+        let refused = store.create(&node("n2"));
+        let Err(StoreError::Unavailable(why)) = refused else {
+            panic!("past the deadline a write is refused: {refused:?}");
+        };
+        assert!(why.starts_with("not the leader: "), "{why}");
+        let mut n1: Node = store.get(None, "n1").expect("reads pass").expect("there");
+        n1.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+        assert!(store.update(&n1).is_err());
+        assert!(store.delete::<Node>(None, "n1").is_err());
+        assert!(store.evict("default", "p").is_err());
+        // The cluster is as it was: one node, unlabelled.
+        let nodes: Vec<Node> = cluster.list().expect("list");
+        assert_eq!(nodes.len(), 1);
+        assert!(nodes[0].metadata.labels.is_none());
+    }
+
+    /// Counts the writes that reach it.
+    #[derive(Default)]
+    struct Counting {
+        writes: AtomicUsize,
+    }
+
+    impl CloudProvider for Counting {
+        fn launch(&self, _: &LaunchRequest) -> Result<Launched, CloudError> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            Err(CloudError::NoOfferings)
+        }
+        fn terminate(&self, _: &str) -> Result<(), CloudError> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        fn get(&self, _: &str) -> Result<Option<Instance>, CloudError> {
+            Ok(None)
+        }
+        fn list(&self, _: &str) -> Result<Vec<Instance>, CloudError> {
+            Ok(Vec::new())
+        }
+        fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[test]
+    fn the_fenced_cloud_refuses_launches_and_terminations_past_the_renew_deadline() {
+        let (fence, ticker) = leading();
+        let inner = Counting::default();
+        let cloud = FencedCloud::new(&inner, fence);
+        assert_eq!(cloud.terminate("i-1"), Ok(()));
+        assert_eq!(inner.writes.load(Ordering::SeqCst), 1);
+        ticker.advance(Duration::from_secs(10));
+        let refused = cloud.terminate("i-1");
+        assert!(
+            matches!(&refused, Err(CloudError::Other(m)) if m.starts_with("not the leader")),
+            "{refused:?}"
+        );
+        assert!(matches!(
+            cloud.launch(&LaunchRequest::default()),
+            Err(CloudError::Other(_))
+        ));
+        assert_eq!(inner.writes.load(Ordering::SeqCst), 1, "nothing sent");
+        assert_eq!(cloud.list("c"), Ok(Vec::new()), "reads pass");
+    }
+}

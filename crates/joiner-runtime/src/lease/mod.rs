@@ -1,0 +1,14 @@
+//! Joiner's own Lease election, in three parts: the [`Elector`], a pure state machine fed
+//! observations of the Lease with the local monotonic instant of each; the [`Fence`] it keeps,
+//! which every write asks "do I still lead right now?" ([`FencedStore`], [`FencedCloud`]); and
+//! the [`campaign`] that reads and writes the Lease on the API server.
+
+mod api;
+mod elector;
+mod fence;
+mod fenced;
+
+pub use api::{LeaseApi, campaign};
+pub use elector::{Elector, LeaseRecord, Next, Standing, Timings};
+pub use fence::{Fence, ManualTicker, Revoked, SystemTicker, Ticker};
+pub use fenced::{FencedCloud, FencedStore};
