@@ -103,6 +103,13 @@ impl<C: CloudProvider> CloudProvider for FencedCloud<C> {
     fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
         self.inner.instance_types()
     }
+    fn delete_unused_launch_templates(
+        &self,
+        node_classes: &[joiner_model::api::EC2NodeClass],
+    ) -> Result<Vec<String>, CloudError> {
+        self.fence.check().map_err(CloudError::Other)?;
+        self.inner.delete_unused_launch_templates(node_classes)
+    }
 }
 
 #[cfg(test)]
@@ -192,6 +199,13 @@ mod tests {
             Ok(Vec::new())
         }
         fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
+            Ok(Vec::new())
+        }
+        fn delete_unused_launch_templates(
+            &self,
+            _: &[joiner_model::api::EC2NodeClass],
+        ) -> Result<Vec<String>, CloudError> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
             Ok(Vec::new())
         }
     }
