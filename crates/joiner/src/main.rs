@@ -164,6 +164,15 @@ fn snapshot(input: &InputArgs) -> anyhow::Result<joiner_engine::snapshot::Cluste
     };
     let snapshot =
         joiner_engine::snapshot::ClusterSnapshot::build(&manifests, &settings, &options)?;
+    // An object that cannot be read is an error in the input file: every one is named and
+    // nothing is planned. References that lead nowhere (a claim or an EC2NodeClass not created
+    // yet) are not: they hold back only their own object, with a warning or a reason.
+    if let Some((last, before)) = snapshot.invalid().split_last() {
+        for e in before {
+            eprintln!("error: {e}");
+        }
+        return Err(last.clone().into());
+    }
     for w in snapshot.warnings() {
         eprintln!("warning: {w}");
     }

@@ -176,7 +176,8 @@ impl fmt::Display for FailureReason {
                 "needs {count} devices, more than the limit of {limit} per claim"
             ),
             FailureReason::UnknownDeviceClass { class } => {
-                write!(f, "device class {class:?} does not exist")
+                // kube-scheduler's words (PreFilter): the pod waits until the class exists.
+                write!(f, "device class {class} does not exist")
             }
             FailureReason::FeatureDisabled { gate, field } => {
                 write!(f, "{field} needs feature gate {gate}, which is disabled")

@@ -7,14 +7,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use joiner_dra::{Features, KubeVersion};
 use joiner_model::settings::Settings;
 use joiner_model::wellknown::{annotations, labels};
-use joiner_model::{InputError, Manifests, ObjectRef, Sourced};
+use joiner_model::{InputError, Manifests, Sourced};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 
 use crate::catalog::Catalog;
 use crate::catalog::devices::{TemplateOptions, default_device_classes};
 use crate::scheduling::{DraInput, ExistingNode};
+
+mod claims;
+use claims::{pending, pod_claim_keys};
 
 /// The cluster's DRA feature gates: the Kubernetes version's defaults, then the explicit ones.
 pub(super) fn features(settings: &Settings, warnings: &mut Vec<String>) -> Features {
@@ -39,6 +41,15 @@ pub(super) fn features(settings: &Settings, warnings: &mut Vec<String>) -> Featu
     features
 }
 
+/// The DRA inputs, and the pending pods (by index into `pods`) whose claims lead nowhere, with
+/// their reasons: those are left to the caller to take out of scheduling.
+pub(super) struct Built {
+    pub input: DraInput,
+    pub refused: Vec<(usize, String)>,
+    /// Pods whose claim references cannot be read (neither a claim nor a template named).
+    pub invalid: Vec<InputError>,
+}
+
 /// Builds the DRA inputs. `pods` are aligned with the scheduler's pods: the pending ones with
 /// claims are given, others are `None`. `template_options` gives, per NodePool, how its nodes
 /// publish devices.
@@ -50,7 +61,7 @@ pub(super) fn build(
     pods: &[Option<&Sourced<Pod>>],
     template_options: &BTreeMap<String, TemplateOptions>,
     warnings: &mut Vec<String>,
-) -> Result<DraInput, InputError> {
+) -> Built {
     let mut classes: Vec<_> = m.device_classes.iter().map(|c| c.object.clone()).collect();
     for default in default_device_classes() {
         let name = default.metadata.name.clone().unwrap_or_default();
@@ -130,7 +141,7 @@ pub(super) fn build(
             claim,
         );
     }
-    let templates: BTreeMap<String, _> = m
+    let templates: BTreeMap<String, &ResourceClaimTemplate> = m
         .resource_claim_templates
         .iter()
         .map(|t| {
@@ -145,80 +156,44 @@ pub(super) fn build(
         .collect();
 
     let mut pod_claims = Vec::with_capacity(pods.len());
-    for pod in pods {
-        let Some(pod) = pod else {
-            pod_claims.push(Vec::new());
-            continue;
-        };
-        let ns = pod
-            .object
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let pod_name = pod.object.metadata.name.clone().unwrap_or_default();
-        let object = ObjectRef::new("Pod", Some(&ns), &pod_name);
-        let mut keys = Vec::new();
-        let refs = pod
-            .object
-            .spec
-            .as_ref()
-            .and_then(|s| s.resource_claims.as_ref());
-        for (i, r) in refs.into_iter().flatten().enumerate() {
-            let field = format!("spec.resourceClaims[{i}]");
-            if let Some(name) = &r.resource_claim_name {
-                let k = format!("{ns}/{name}");
-                if !claims.contains_key(&k) {
-                    return Err(InputError::new(
-                        &pod.origin,
-                        &object,
-                        format!("{field}.resourceClaimName"),
-                        format!("ResourceClaim {k} is not in the input"),
-                    ));
+    let mut refused = Vec::new();
+    let mut invalid = Vec::new();
+    for (i, pod) in pods.iter().enumerate() {
+        let keys = match pod {
+            Some(pod) => match pod_claim_keys(pod, &mut claims, &templates) {
+                Ok(keys) => keys,
+                Err(missing) => {
+                    let e = missing.to_input_error(pod);
+                    if pending(pod) {
+                        refused.push((i, missing.reason()));
+                    } else {
+                        // A running pod keeps its node's resources; only its devices are
+                        // unknown.
+                        warnings.push(format!("{e}; its devices are not counted"));
+                    }
+                    if missing.is_invalid() {
+                        invalid.push(e);
+                    }
+                    Vec::new()
                 }
-                keys.push(k);
-            } else if let Some(template) = &r.resource_claim_template_name {
-                let Some(t) = templates.get(&format!("{ns}/{template}")) else {
-                    return Err(InputError::new(
-                        &pod.origin,
-                        &object,
-                        format!("{field}.resourceClaimTemplateName"),
-                        format!("ResourceClaimTemplate {ns}/{template} is not in the input"),
-                    ));
-                };
-                // Kubernetes names generated claims after the pod and the pod's claim name.
-                let name = format!("{pod_name}-{}", r.name);
-                let k = format!("{ns}/{name}");
-                claims.entry(k.clone()).or_insert_with(|| ResourceClaim {
-                    metadata: ObjectMeta {
-                        name: Some(name),
-                        namespace: Some(ns.clone()),
-                        ..ObjectMeta::default()
-                    },
-                    spec: t.spec.spec.clone(),
-                    status: None,
-                });
-                keys.push(k);
-            } else {
-                return Err(InputError::new(
-                    &pod.origin,
-                    &object,
-                    field,
-                    "names neither resourceClaimName nor resourceClaimTemplateName",
-                ));
-            }
-        }
+            },
+            None => Vec::new(),
+        };
         pod_claims.push(keys);
     }
 
-    Ok(DraInput {
-        features: features(settings, warnings),
-        classes,
-        slices,
-        claims,
-        in_use: Vec::new(),
-        pod_claims,
-    })
+    Built {
+        input: DraInput {
+            features: features(settings, warnings),
+            classes,
+            slices,
+            claims,
+            in_use: Vec::new(),
+            pod_claims,
+        },
+        refused,
+        invalid,
+    }
 }
 
 fn key(namespace: Option<&str>, name: Option<&str>) -> String {

@@ -55,15 +55,24 @@ pub(super) fn machines(
     pools: &[PoolInput],
     catalog: &Catalog,
     warnings: &mut Vec<String>,
-) -> Result<Vec<ExistingNode>, InputError> {
+    invalid: &mut Vec<InputError>,
+) -> Vec<ExistingNode> {
     let node_names: BTreeSet<&str> = nodes
         .iter()
         .filter_map(|n| n.object.metadata.name.as_deref())
         .collect();
     let mut by_name: BTreeMap<String, ExistingNode> = BTreeMap::new();
     for n in nodes {
-        let node = from_node(n, catalog)?;
-        by_name.insert(node.name.clone(), node);
+        match from_node(n, catalog) {
+            Ok(node) => {
+                by_name.insert(node.name.clone(), node);
+            }
+            // Left out, it takes no pods and is never consolidated: nothing about it is known.
+            Err(e) => {
+                warnings.push(format!("{e}; the node is left out of the plan"));
+                invalid.push(e);
+            }
+        }
     }
     for c in claims {
         let claim = &c.object;
@@ -82,15 +91,18 @@ pub(super) fn machines(
         }
         let Some((allocatable, capacity)) = expected_resources(claim, pools) else {
             warnings.push(format!(
-                "NodeClaim {}: its NodePool or instance type is unknown; its capacity is not counted",
-                claim.name()
+                "{}: NodeClaim/{}: metadata.labels: its NodePool ({}) or instance type ({}) is unknown; its capacity is not counted",
+                c.origin,
+                claim.name(),
+                labels::NODEPOOL,
+                labels::INSTANCE_TYPE,
             ));
             continue;
         };
         let machine = from_claim(claim, allocatable, capacity, catalog);
         by_name.insert(machine.name.clone(), machine);
     }
-    Ok(by_name.into_values().collect())
+    by_name.into_values().collect()
 }
 
 /// The NodeClaim's expected allocatable and capacity: recorded at launch, else what its NodePool
@@ -283,7 +295,14 @@ mod tests {
         let nodes: Vec<_> = nodes.into_iter().map(sourced).collect();
         let claims: Vec<_> = claims.into_iter().map(sourced).collect();
         let mut warnings = Vec::new();
-        let m = machines(&nodes, &claims, &[], &Catalog::empty(), &mut warnings).expect("joins");
+        let m = machines(
+            &nodes,
+            &claims,
+            &[],
+            &Catalog::empty(),
+            &mut warnings,
+            &mut Vec::new(),
+        );
         (m, warnings)
     }
 

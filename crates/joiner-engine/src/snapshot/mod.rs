@@ -4,7 +4,10 @@
 //! instance catalog (kubelet settings and root volume change allocatable), the NVIDIA
 //! device-plugin config turns GPUs into time-sliced replicas and GPU feature discovery labels,
 //! workloads become pods, Nodes and in-flight NodeClaims become one machine each
-//! ([`machines`]), and every object is validated with errors that name it.
+//! ([`machines`]), and every object is validated on its own: one that cannot be used (a
+//! reference that leads nowhere, a field Joiner cannot read) holds back only itself, with a
+//! warning or an unschedulable reason that names it (`kind/namespace/name`) and the field, as
+//! kube-scheduler and Karpenter hold back only the pod or NodePool concerned.
 //!
 //! A [`SnapshotBuilder`] takes everything that shapes the snapshot: the objects, the settings,
 //! offerings known to be unavailable and the nodes consolidation may consider. It builds once;
@@ -13,29 +16,27 @@
 
 mod dra;
 pub mod machines;
+mod pools;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use joiner_model::api::EC2NodeClass;
-use joiner_model::api::nodepool::NodePool;
 use joiner_model::settings::Settings;
 use joiner_model::workloads::{daemon_set_pod, expand_workloads};
-use joiner_model::{InputError, Manifests, ObjectRef, Quantity, Sourced};
+use joiner_model::{InputError, Manifests, ObjectRef, Sourced};
+use k8s_openapi::api::core::v1::Taint;
 
-use crate::catalog::devices::{DeviceTemplates, TemplateOptions, builtin_templates};
+use crate::catalog::devices::{DeviceTemplates, builtin_templates};
 use crate::catalog::{
-    CapacityType, Catalog, InstanceType, NodeShape, Offering, OfferingKey, user_instance_type,
+    CapacityType, Catalog, InstanceType, Offering, OfferingKey, user_instance_type,
 };
-use crate::deviceplugin::{DevicePluginConfigs, NodeGpus, node_resources};
+use crate::deviceplugin::DevicePluginConfigs;
 use crate::plan::{Plan, Unschedulable};
-use crate::requirements::{Requirement, Requirements};
-
 use crate::scheduling::{
-    Consolidation, DaemonInput, DeviceSource, ExistingNode, LaunchOffering, LaunchOption, PodInfo,
-    PoolInput, SchedulingInput, schedule,
+    DaemonInput, ExistingNode, LaunchOption, PodInfo, PoolInput, SchedulingInput, schedule,
 };
-use joiner_model::api::nodepool::ConsolidationPolicy;
+use pools::{UnreadyPool, build_pool};
 
 /// How to build a snapshot beyond what the settings say.
 #[derive(Debug, Clone)]
@@ -56,10 +57,15 @@ impl Default for Options {
 #[derive(Debug, Clone)]
 pub struct ClusterSnapshot {
     input: SchedulingInput,
-    /// Pods decided before scheduling (DRA pods while DRA is off).
+    /// Pods decided before scheduling (DRA pods while DRA is off, pods whose claims lead
+    /// nowhere, pods that cannot be read).
     decided: Vec<Unschedulable>,
-    /// Things the user should know (skipped NodePools, defaults taken).
+    /// NodePools that launch nothing, named in the reasons of pods they might have taken.
+    unready: Vec<UnreadyPool>,
+    /// Things the user should know (skipped NodePools, defaults taken, objects left out).
     warnings: Vec<String>,
+    /// Objects that cannot be read, each left out or decided on its own (also in `warnings`).
+    invalid: Vec<InputError>,
 }
 
 /// Gathers what shapes a [`ClusterSnapshot`]; see [`ClusterSnapshot::builder`].
@@ -88,6 +94,12 @@ impl<'a> SnapshotBuilder<'a> {
     }
 
     /// Validates and joins the inputs. Nothing is planned here.
+    ///
+    /// An object that cannot be used affects only itself: a pod whose claims lead nowhere or
+    /// that cannot be read is unschedulable with the reason; a NodePool whose EC2NodeClass is
+    /// missing or that cannot be read launches nothing; a Node, DaemonSet or InstanceType that
+    /// cannot be read is left out; each with a warning naming the object and the field. Only
+    /// the settings-wide device-plugin ConfigMap fails the whole build.
     pub fn build(self) -> Result<ClusterSnapshot, InputError> {
         let SnapshotBuilder {
             manifests: m,
@@ -97,7 +109,8 @@ impl<'a> SnapshotBuilder<'a> {
             candidates,
         } = self;
         let mut warnings = Vec::new();
-        let catalog = build_catalog(m, settings, options)?;
+        let mut invalid = Vec::new();
+        let catalog = build_catalog(m, settings, options, &mut warnings, &mut invalid);
         let plugin = device_plugin_configs(m, settings)?;
         let classes: BTreeMap<&str, &Sourced<EC2NodeClass>> = m
             .node_classes
@@ -111,6 +124,7 @@ impl<'a> SnapshotBuilder<'a> {
         let unavailable = unavailable.unwrap_or(&empty);
         let mut template_options = BTreeMap::new();
         let mut pools = Vec::new();
+        let mut unready = Vec::new();
         for np in &m.node_pools {
             let name = np.object.metadata.name.clone().unwrap_or_default();
             let class_name = &np.object.spec.template.spec.node_class_ref.name;
@@ -119,24 +133,43 @@ impl<'a> SnapshotBuilder<'a> {
                     "{}: NodePool/{name}: spec.template.spec.nodeClassRef: EC2NodeClass {class_name:?} not found; the NodePool launches nothing until it exists",
                     np.origin
                 ));
+                unready.push(UnreadyPool::new(
+                    np,
+                    format!(
+                        "EC2NodeClass {class_name:?} not found (spec.template.spec.nodeClassRef; NodeClassReady=False)"
+                    ),
+                ));
                 continue;
             };
             let devices = dra_on.then(|| dra::template_options(settings, class, &mut warnings));
-            if let Some(opts) = devices {
-                template_options.insert(name.clone(), opts);
+            match build_pool(np, class, &catalog, plugin.as_ref(), devices, unavailable) {
+                Ok(pool) => {
+                    if let Some(opts) = devices {
+                        template_options.insert(name, opts);
+                    }
+                    pools.push(pool);
+                }
+                Err(e) => {
+                    warnings.push(format!(
+                        "{e}; the NodePool launches nothing until it is fixed"
+                    ));
+                    unready.push(UnreadyPool::new(
+                        np,
+                        format!("{}: {}: {}", e.object, e.field, e.message),
+                    ));
+                    invalid.push(e);
+                }
             }
-            pools.push(build_pool(
-                np,
-                class,
-                &catalog,
-                plugin.as_ref(),
-                devices,
-                unavailable,
-            )?);
         }
 
-        let mut nodes =
-            machines::machines(&m.nodes, &m.node_claims, &pools, &catalog, &mut warnings)?;
+        let mut nodes = machines::machines(
+            &m.nodes,
+            &m.node_claims,
+            &pools,
+            &catalog,
+            &mut warnings,
+            &mut invalid,
+        );
         if let Some(candidates) = candidates {
             for n in &mut nodes {
                 n.consolidation_candidate &= candidates.contains(&n.name);
@@ -157,10 +190,11 @@ impl<'a> SnapshotBuilder<'a> {
                 continue;
             }
             let spec = p.object.spec.as_ref();
+            let bound_to = spec.and_then(|s| s.node_name.as_ref());
             if spec
                 .and_then(|s| s.scheduling_gates.as_ref())
                 .is_some_and(|g| !g.is_empty())
-                && spec.and_then(|s| s.node_name.as_ref()).is_none()
+                && bound_to.is_none()
             {
                 warnings.push(format!(
                     "{}: Pod/{}/{}: spec.schedulingGates: the pod waits for its scheduling gates; not planned",
@@ -170,7 +204,14 @@ impl<'a> SnapshotBuilder<'a> {
                 ));
                 continue;
             }
-            let info = PodInfo::compile(&p.object, &p.origin)?;
+            let info = match PodInfo::compile(&p.object, &p.origin) {
+                Ok(info) => info,
+                Err(e) => {
+                    unreadable_pod(&e, bound_to, &mut nodes, &mut decided, &mut warnings);
+                    invalid.push(e);
+                    continue;
+                }
+            };
             let pending_dra = info.has_resource_claims && info.node_name.is_none();
             if pending_dra && !dra_on {
                 decided.push(Unschedulable {
@@ -184,7 +225,7 @@ impl<'a> SnapshotBuilder<'a> {
             pods.push(info);
         }
         let dra = if dra_on {
-            Some(dra::build(
+            let built = dra::build(
                 m,
                 settings,
                 &catalog,
@@ -192,19 +233,55 @@ impl<'a> SnapshotBuilder<'a> {
                 &with_claims,
                 &template_options,
                 &mut warnings,
-            )?)
+            );
+            let mut input = built.input;
+            invalid.extend(built.invalid);
+            // Pods whose claims lead nowhere wait, as kube-scheduler keeps them waiting.
+            let refused: BTreeMap<usize, String> = built.refused.into_iter().collect();
+            let mut kept = Vec::with_capacity(pods.len());
+            let mut kept_claims = Vec::with_capacity(pods.len());
+            for (i, (pod, claims)) in pods.drain(..).zip(input.pod_claims.drain(..)).enumerate() {
+                match refused.get(&i) {
+                    Some(reason) => decided.push(Unschedulable {
+                        pod: pod.key(),
+                        reason: reason.clone(),
+                    }),
+                    None => {
+                        kept.push(pod);
+                        kept_claims.push(claims);
+                    }
+                }
+            }
+            pods = kept;
+            input.pod_claims = kept_claims;
+            Some(input)
         } else {
             None
         };
-        let daemon_sets = m
-            .daemon_sets
-            .iter()
-            .map(|ds| {
-                let mut pod = daemon_set_pod(&ds.object, "");
-                pod.metadata.name = ds.object.metadata.name.clone();
-                PodInfo::compile(&pod, &ds.origin).map(|pod| DaemonInput { pod })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut daemon_sets = Vec::new();
+        for ds in &m.daemon_sets {
+            let mut pod = daemon_set_pod(&ds.object, "");
+            pod.metadata.name = ds.object.metadata.name.clone();
+            match PodInfo::compile(&pod, &ds.origin) {
+                Ok(pod) => daemon_sets.push(DaemonInput { pod }),
+                Err(e) => {
+                    // The error names the pod the template makes; the object is the DaemonSet.
+                    let object = ObjectRef::new(
+                        "DaemonSet",
+                        ds.object.metadata.namespace.as_deref().or(Some("default")),
+                        ds.object.metadata.name.clone().unwrap_or_default(),
+                    );
+                    let e = InputError::new(
+                        &ds.origin,
+                        &object,
+                        format!("spec.template.{}", e.field),
+                        e.message,
+                    );
+                    warnings.push(format!("{e}; its pods are not counted on new nodes"));
+                    invalid.push(e);
+                }
+            }
+        }
 
         Ok(ClusterSnapshot {
             input: SchedulingInput {
@@ -215,9 +292,55 @@ impl<'a> SnapshotBuilder<'a> {
                 dra,
             },
             decided,
+            unready,
             warnings,
+            invalid,
         })
     }
+}
+
+/// A pod that cannot be read: pending, it is unschedulable with the reason; bound, what it
+/// uses on its node is unknown, so the node takes no more pods and is not consolidated.
+fn unreadable_pod(
+    e: &InputError,
+    bound_to: Option<&String>,
+    nodes: &mut [ExistingNode],
+    decided: &mut Vec<Unschedulable>,
+    warnings: &mut Vec<String>,
+) {
+    let Some(node) = bound_to else {
+        decided.push(Unschedulable {
+            pod: pod_key(&e.object),
+            reason: format!(
+                "{}: {}; the pod cannot be read, and nothing is launched for it",
+                e.field, e.message
+            ),
+        });
+        return;
+    };
+    warnings.push(format!(
+        "{e}; what it uses on node {node} is unknown, so the node takes no new pods and is not consolidated"
+    ));
+    if let Some(n) = nodes.iter_mut().find(|n| &n.name == node) {
+        n.consolidation_candidate = false;
+        n.taints.push(Taint {
+            key: UNKNOWN_USAGE_TAINT.into(),
+            effect: "NoSchedule".into(),
+            value: None,
+            time_added: None,
+        });
+    }
+}
+
+/// The taint the snapshot (never the cluster) gives a node running a pod it cannot read.
+const UNKNOWN_USAGE_TAINT: &str = "joiner.dev/unreadable-pod";
+
+fn pod_key(object: &ObjectRef) -> String {
+    format!(
+        "{}/{}",
+        object.namespace.as_deref().unwrap_or("default"),
+        object.name
+    )
 }
 
 impl ClusterSnapshot {
@@ -260,6 +383,14 @@ impl ClusterSnapshot {
         &self.warnings
     }
 
+    /// Objects that cannot be read (a quantity, an operator, a setting Joiner cannot parse),
+    /// each left out or decided on its own as [`SnapshotBuilder::build`] says, and reported
+    /// in [`ClusterSnapshot::warnings`] too. The live controller carries on without them;
+    /// `joiner plan` refuses such input, naming each.
+    pub fn invalid(&self) -> &[InputError] {
+        &self.invalid
+    }
+
     /// The NodePools, with their instance types resolved.
     pub fn pools(&self) -> &[PoolInput] {
         &self.input.pools
@@ -300,23 +431,51 @@ impl ClusterSnapshot {
                 instance_types: Vec::new(),
             });
         }
-        crate::scheduling::explain_pod(&self.input, pod)
+        let mut account = crate::scheduling::explain_pod(&self.input, pod)?;
+        if let Some(info) = self.input.pods.iter().find(|p| p.key() == pod) {
+            if let Some(reason) = account.outcome.strip_prefix("unschedulable: ") {
+                account.outcome = format!(
+                    "unschedulable: {}",
+                    pools::with_unready(reason, info, &self.unready)
+                );
+            }
+            account.instance_types.extend(
+                self.unready
+                    .iter()
+                    .filter(|u| u.might_take(info))
+                    .map(|u| format!("NodePool {}: launches nothing: {}", u.name, u.why)),
+            );
+        }
+        Some(account)
     }
 
     /// Plans this snapshot.
     pub fn plan(&self) -> Plan {
         let mut plan = schedule(&self.input);
+        if !self.unready.is_empty() {
+            for u in &mut plan.unschedulable {
+                if let Some(info) = self.input.pods.iter().find(|p| p.key() == u.pod) {
+                    u.reason = pools::with_unready(&u.reason, info, &self.unready);
+                }
+            }
+        }
         plan.unschedulable.extend(self.decided.iter().cloned());
         plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
         plan
     }
 }
 
+/// The built-in catalog (unless turned off) with the input's InstanceTypes added or put in
+/// place of built-in ones. An InstanceType that cannot be read is reported and its name left
+/// out of the catalog altogether: launching the built-in type it meant to correct would be
+/// launching something the user said was wrong.
 fn build_catalog(
     m: &Manifests,
     settings: &Settings,
     options: &Options,
-) -> Result<Catalog, InputError> {
+    warnings: &mut Vec<String>,
+    invalid: &mut Vec<InputError>,
+) -> Catalog {
     let mut catalog = if options.builtin_catalog {
         let ppm = (settings.vm_memory_overhead_percent * 1_000_000.0)
             .round()
@@ -326,53 +485,62 @@ fn build_catalog(
         Catalog::empty()
     };
     for it in &m.instance_types {
-        let name = it.object.metadata.name.clone().unwrap_or_default();
-        let spec = &it.object.spec;
-        let offerings = spec
-            .offerings
-            .iter()
-            .enumerate()
-            .map(|(i, o)| {
-                let capacity_type =
-                    CapacityType::parse(o.capacity_type.as_str()).ok_or_else(|| {
-                        InputError::new(
-                            &it.origin,
-                            &ObjectRef::new("InstanceType", None, &name),
-                            format!("spec.offerings[{i}].capacityType"),
-                            "unknown capacity type",
-                        )
-                    })?;
-                Ok(Offering {
-                    zone: o.zone.clone(),
-                    capacity_type,
-                    price: o.price,
-                    available: o.available,
-                })
-            })
-            .collect::<Result<Vec<_>, InputError>>()?;
-        let overhead = (!spec.overhead.is_empty()).then(|| spec.overhead.clone());
-        let mut user = user_instance_type(
-            &name,
-            spec.architecture.as_str(),
-            spec.capacity.clone(),
-            overhead,
-            spec.labels.clone(),
-            offerings,
-        );
-        // Devices as given; a type that redefines a built-in one without listing devices (to
-        // correct a price, say) keeps the built-in devices.
-        user.devices = if spec.devices.is_empty() && spec.runtime_attributes.is_empty() {
-            builtin_templates(&name)
-        } else {
-            let templates = DeviceTemplates::from_spec(&spec.devices, &spec.runtime_attributes)
-                .map_err(|e| {
-                    e.into_input_error(&it.origin, &ObjectRef::new("InstanceType", None, &name))
-                })?;
-            Some(Arc::new(templates))
-        };
-        catalog.upsert(user);
+        match user_type(it) {
+            Ok(user) => catalog.upsert(user),
+            Err(e) => {
+                warnings.push(format!("{e}; the instance type is not launched"));
+                catalog.remove(&e.object.name);
+                invalid.push(e);
+            }
+        }
     }
-    Ok(catalog)
+    catalog
+}
+
+fn user_type(it: &Sourced<joiner_model::api::InstanceType>) -> Result<InstanceType, InputError> {
+    let name = it.object.metadata.name.clone().unwrap_or_default();
+    let object = ObjectRef::new("InstanceType", None, &name);
+    let spec = &it.object.spec;
+    let offerings = spec
+        .offerings
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let capacity_type = CapacityType::parse(o.capacity_type.as_str()).ok_or_else(|| {
+                InputError::new(
+                    &it.origin,
+                    &object,
+                    format!("spec.offerings[{i}].capacityType"),
+                    "unknown capacity type",
+                )
+            })?;
+            Ok(Offering {
+                zone: o.zone.clone(),
+                capacity_type,
+                price: o.price,
+                available: o.available,
+            })
+        })
+        .collect::<Result<Vec<_>, InputError>>()?;
+    let overhead = (!spec.overhead.is_empty()).then(|| spec.overhead.clone());
+    let mut user = user_instance_type(
+        &name,
+        spec.architecture.as_str(),
+        spec.capacity.clone(),
+        overhead,
+        spec.labels.clone(),
+        offerings,
+    );
+    // Devices as given; a type that redefines a built-in one without listing devices (to
+    // correct a price, say) keeps the built-in devices.
+    user.devices = if spec.devices.is_empty() && spec.runtime_attributes.is_empty() {
+        builtin_templates(&name)
+    } else {
+        let templates = DeviceTemplates::from_spec(&spec.devices, &spec.runtime_attributes)
+            .map_err(|e| e.into_input_error(&it.origin, &object))?;
+        Some(Arc::new(templates))
+    };
+    Ok(user)
 }
 
 fn device_plugin_configs(
@@ -397,138 +565,7 @@ fn device_plugin_configs(
         .transpose()
 }
 
-/// The EC2NodeClass's root volume size: the mapping marked `rootVolume`, else the AMI's root
-/// device `/dev/xvda`.
-fn root_volume(class: &EC2NodeClass) -> Option<Quantity> {
-    let maps = &class.spec.block_device_mappings;
-    maps.iter()
-        .find(|b| b.root_volume == Some(true))
-        .or_else(|| {
-            maps.iter()
-                .find(|b| b.device_name.as_deref() == Some("/dev/xvda"))
-        })
-        .and_then(|b| b.ebs.as_ref())
-        .and_then(|e| e.volume_size)
-}
-
-fn build_pool(
-    np: &Sourced<NodePool>,
-    class: &Sourced<EC2NodeClass>,
-    catalog: &Catalog,
-    plugin: Option<&DevicePluginConfigs>,
-    devices: Option<TemplateOptions>,
-    unavailable: &BTreeSet<OfferingKey>,
-) -> Result<PoolInput, InputError> {
-    let name = np.object.metadata.name.clone().unwrap_or_default();
-    let object = ObjectRef::new("NodePool", None, &name);
-    let spec = &np.object.spec;
-    let tmpl = &spec.template;
-    let mut requirements = Requirements::new();
-    for (i, r) in tmpl.spec.requirements.iter().enumerate() {
-        let mut req = Requirement::new(r.operator.as_str(), &r.values).map_err(|e| {
-            InputError::new(
-                &np.origin,
-                &object,
-                format!("spec.template.spec.requirements[{i}]"),
-                e,
-            )
-        })?;
-        req.min_values = r.min_values.and_then(|v| usize::try_from(v).ok());
-        requirements.add(&r.key, req);
-    }
-    let labels = tmpl.metadata.labels.clone();
-    let kubelet = class
-        .object
-        .spec
-        .kubelet
-        .as_ref()
-        .or(tmpl.spec.kubelet.as_ref());
-    let shape = NodeShape {
-        kubelet,
-        root_volume: root_volume(&class.object),
-    };
-    let class_ref = ObjectRef::new(
-        "EC2NodeClass",
-        None,
-        class.object.metadata.name.clone().unwrap_or_default(),
-    );
-    let mut options = Vec::new();
-    for it in catalog.types() {
-        options.push(
-            launch_option(it, &shape, &labels, plugin, devices, unavailable).map_err(|e| {
-                InputError::new(
-                    &class.origin,
-                    &class_ref,
-                    format!("spec.kubelet.{}", e.field()),
-                    e,
-                )
-            })?,
-        );
-    }
-    Ok(PoolInput {
-        name,
-        weight: spec.weight.unwrap_or(0),
-        labels,
-        taints: tmpl.spec.taints.clone(),
-        requirements,
-        limits: spec.limits.clone(),
-        options,
-        consolidation: match spec.disruption.consolidation_policy {
-            ConsolidationPolicy::WhenEmpty => Consolidation::WhenEmpty,
-            ConsolidationPolicy::WhenEmptyOrUnderutilized => {
-                Consolidation::WhenEmptyOrUnderutilized
-            }
-        },
-    })
-}
-
-fn launch_option(
-    it: &InstanceType,
-    shape: &NodeShape,
-    template_labels: &BTreeMap<String, String>,
-    plugin: Option<&DevicePluginConfigs>,
-    devices: Option<TemplateOptions>,
-    unavailable: &BTreeSet<OfferingKey>,
-) -> Result<LaunchOption, crate::catalog::CatalogError> {
-    let mut allocatable = it.allocatable(shape)?;
-    let capacity = it.capacity_for(shape)?;
-    let mut labels = it.labels.clone();
-    let mut at_most_one = Vec::new();
-    if let Some(gpu) = &it.gpu {
-        // The device plugin picks its config by the node's labels, which come from the template.
-        let mut node_labels = labels.clone();
-        node_labels.extend(template_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let config = plugin.and_then(|p| p.select(&node_labels).config());
-        let gpus = node_resources(&NodeGpus::of(gpu, &it.name), config);
-        gpus.apply(&mut allocatable);
-        if gpus.fail_requests_greater_than_one {
-            at_most_one.extend(gpus.resources.keys().cloned());
-        }
-        labels.extend(gpus.labels);
-    }
-    Ok(LaunchOption {
-        instance_type: it.name.clone(),
-        labels,
-        allocatable,
-        capacity,
-        offerings: it
-            .offerings
-            .iter()
-            .filter(|o| o.available && !unavailable.contains(&OfferingKey::of(&it.name, o)))
-            .map(|o| LaunchOffering {
-                zone: o.zone.clone(),
-                capacity_type: o.capacity_type.as_str().to_string(),
-                price: o.price,
-            })
-            .collect(),
-        at_most_one_per_pod: at_most_one,
-        devices: devices.and_then(|options| {
-            it.devices
-                .clone()
-                .map(|templates| DeviceSource { templates, options })
-        }),
-    })
-}
-
+#[cfg(test)]
+mod isolation_tests;
 #[cfg(test)]
 mod tests;

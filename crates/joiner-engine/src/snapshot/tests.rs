@@ -7,7 +7,7 @@ use joiner_model::{Manifests, parse_documents};
 use super::{ClusterSnapshot, Options};
 use crate::plan::Plan;
 
-const POOL: &str = r#"
+pub(super) const POOL: &str = r#"
 apiVersion: karpenter.sh/v1
 kind: NodePool
 metadata: {name: gpu}
@@ -59,13 +59,13 @@ spec:
     capacity: {memory: {value: 23034Mi}}
 "#;
 
-fn pod(name: &str, claims: &str) -> String {
+pub(super) fn pod(name: &str, claims: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  resourceClaims:\n{claims}  containers:\n  - name: c\n    resources: {{requests: {{cpu: 100m}}}}\n"
     )
 }
 
-fn from_template(name: &str) -> String {
+pub(super) fn from_template(name: &str) -> String {
     pod(
         name,
         "  - {name: gpu, resourceClaimTemplateName: one-gpu}\n",

@@ -203,6 +203,13 @@ impl Dra {
         prepared
     }
 
+    /// Why the pod's claims cannot be allocated on any node, when that is so whatever the node
+    /// (a device class that does not exist, a selector that does not compile, a request the
+    /// cluster's feature gates refuse).
+    pub fn broken(&self, p: usize) -> Option<String> {
+        self.prepared(p).broken().map(ToString::to_string)
+    }
+
     fn try_on(&self, p: usize, view: &NodeView) -> Option<Vec<ClaimAllocation>> {
         let prepared = self.prepared(p);
         self.allocator

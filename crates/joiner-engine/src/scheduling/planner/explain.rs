@@ -25,6 +25,15 @@ pub(super) fn explain(pl: &Planner, p: usize) -> String {
 
 fn reasons(pl: &Planner, p: usize) -> String {
     let pod = &pl.input.pods[p];
+    // A claim no node can serve is the one reason worth giving: every node would give it.
+    if let Some(broken) = pl
+        .dra
+        .as_ref()
+        .filter(|d| d.uses_claims(p))
+        .and_then(|d| d.broken(p))
+    {
+        return format!("{broken}; no node can serve it, and nothing is launched for the pod");
+    }
     let alts = pl.alternatives(p, false);
     if alts.is_empty() {
         return "no required node-affinity term is compatible with the pod's nodeSelector".into();

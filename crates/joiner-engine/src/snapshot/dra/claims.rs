@@ -1,0 +1,172 @@
+//! A pod's `resourceClaims[]` resolved to the claims it uses. A reference that leads nowhere
+//! (a ResourceClaim or ResourceClaimTemplate not yet created) holds back that pod alone, as
+//! kube-scheduler holds it back, with the words kube-scheduler and the resource claim
+//! controller use.
+
+use std::collections::BTreeMap;
+
+use joiner_model::{InputError, ObjectRef, Sourced};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+pub(super) fn pending(pod: &Sourced<Pod>) -> bool {
+    pod.object
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_ref())
+        .is_none()
+}
+
+/// The keys of a pod's claims, claims generated from templates added to `claims`; or the first
+/// reference that leads nowhere.
+pub(super) fn pod_claim_keys(
+    pod: &Sourced<Pod>,
+    claims: &mut BTreeMap<String, ResourceClaim>,
+    templates: &BTreeMap<String, &ResourceClaimTemplate>,
+) -> Result<Vec<String>, Missing> {
+    let ns = pod
+        .object
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or("default");
+    let pod_name = pod.object.metadata.name.as_deref().unwrap_or_default();
+    let refs = pod
+        .object
+        .spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref());
+    let generated = pod
+        .object
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref());
+    let mut keys = Vec::new();
+    for (i, r) in refs.into_iter().flatten().enumerate() {
+        let field = format!("spec.resourceClaims[{i}]");
+        if let Some(name) = &r.resource_claim_name {
+            let k = format!("{ns}/{name}");
+            if !claims.contains_key(&k) {
+                return Err(Missing::Claim { field, key: k });
+            }
+            keys.push(k);
+        } else if let Some(template) = &r.resource_claim_template_name {
+            // The claim the resource claim controller created for the pod, when it recorded
+            // one; the template matters only until then.
+            let recorded = generated
+                .into_iter()
+                .flatten()
+                .find(|s| s.name == r.name)
+                .and_then(|s| s.resource_claim_name.as_ref())
+                .map(|name| format!("{ns}/{name}"))
+                .filter(|k| claims.contains_key(k));
+            if let Some(k) = recorded {
+                keys.push(k);
+                continue;
+            }
+            let Some(t) = templates.get(&format!("{ns}/{template}")) else {
+                return Err(Missing::Template {
+                    field,
+                    name: template.clone(),
+                });
+            };
+            // Until it exists, the claim is named here after the pod and the pod's claim name.
+            let name = format!("{pod_name}-{}", r.name);
+            let k = format!("{ns}/{name}");
+            claims.entry(k.clone()).or_insert_with(|| ResourceClaim {
+                metadata: ObjectMeta {
+                    name: Some(name),
+                    namespace: Some(ns.to_string()),
+                    ..ObjectMeta::default()
+                },
+                spec: t.spec.spec.clone(),
+                status: None,
+            });
+            keys.push(k);
+        } else {
+            return Err(Missing::Neither {
+                field,
+                pod: format!("{ns}/{pod_name}"),
+                claim: r.name.clone(),
+            });
+        }
+    }
+    Ok(keys)
+}
+
+/// A pod's claim reference that leads nowhere. kube-scheduler keeps such a pod pending (and
+/// only that pod) until the object appears; the reasons are worded as it and the resource
+/// claim controller word them.
+pub(super) enum Missing {
+    /// `resourceClaimName` names a ResourceClaim that does not exist.
+    Claim { field: String, key: String },
+    /// `resourceClaimTemplateName` names a template that does not exist, and no claim was
+    /// generated from it yet.
+    Template { field: String, name: String },
+    /// Neither is set: the API server refuses such a pod.
+    Neither {
+        field: String,
+        pod: String,
+        claim: String,
+    },
+}
+
+impl Missing {
+    /// Whether the pod itself is malformed (the API server refuses it), rather than waiting
+    /// for an object that may yet appear.
+    pub(super) fn is_invalid(&self) -> bool {
+        matches!(self, Missing::Neither { .. })
+    }
+
+    fn field(&self) -> String {
+        match self {
+            Missing::Claim { field, .. } => format!("{field}.resourceClaimName"),
+            Missing::Template { field, .. } => format!("{field}.resourceClaimTemplateName"),
+            Missing::Neither { field, .. } => field.clone(),
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Missing::Claim { key, .. } => format!("could not find ResourceClaim {key:?}"),
+            Missing::Template { name, .. } => format!(
+                "resource claim template {name:?}: resourceclaimtemplate.resource.k8s.io {name:?} not found"
+            ),
+            Missing::Neither { pod, claim, .. } => format!(
+                "pod {pod:?}, spec.resourceClaim {claim:?}: none of the supported fields are set"
+            ),
+        }
+    }
+
+    /// The pending pod's unschedulable reason.
+    pub(super) fn reason(&self) -> String {
+        let wait = match self {
+            Missing::Claim { .. } => "the pod waits until the claim exists",
+            Missing::Template { .. } => {
+                "its ResourceClaim is not created until the template exists"
+            }
+            Missing::Neither { .. } => "the pod's claim cannot be resolved",
+        };
+        format!(
+            "{} ({}); {wait}, and nothing is launched for it",
+            self.message(),
+            self.field()
+        )
+    }
+
+    pub(super) fn to_input_error(&self, pod: &Sourced<Pod>) -> InputError {
+        let object = ObjectRef::new(
+            "Pod",
+            Some(
+                pod.object
+                    .metadata
+                    .namespace
+                    .as_deref()
+                    .unwrap_or("default"),
+            ),
+            pod.object.metadata.name.as_deref().unwrap_or_default(),
+        );
+        InputError::new(&pod.origin, &object, self.field(), self.message())
+    }
+}

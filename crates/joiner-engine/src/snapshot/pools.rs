@@ -1,0 +1,228 @@
+//! NodePools joined with their EC2NodeClass and the catalog: every instance type as the pool
+//! would launch it. A NodePool that cannot be joined (its EC2NodeClass is missing, a
+//! requirement or kubelet setting cannot be read) launches nothing and is kept as an
+//! [`UnreadyPool`], so that pods only it could take say why.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use joiner_model::api::EC2NodeClass;
+use joiner_model::api::nodepool::{ConsolidationPolicy, NodePool};
+use joiner_model::{InputError, ObjectRef, Quantity, Sourced};
+use k8s_openapi::api::core::v1::Taint;
+
+use crate::catalog::devices::TemplateOptions;
+use crate::catalog::{Catalog, InstanceType, NodeShape, OfferingKey};
+use crate::deviceplugin::{DevicePluginConfigs, NodeGpus, node_resources};
+use crate::requirements::{Requirement, Requirements};
+use crate::scheduling::taints::first_untolerated;
+use crate::scheduling::{
+    Consolidation, DeviceSource, LaunchOffering, LaunchOption, PodInfo, PoolInput,
+};
+
+/// A NodePool that launches nothing, and why (Karpenter marks such a pool not ready).
+#[derive(Debug, Clone)]
+pub(super) struct UnreadyPool {
+    pub name: String,
+    /// Why, e.g. `EC2NodeClass "gpu" not found (spec.template.spec.nodeClassRef)`.
+    pub why: String,
+    taints: Vec<Taint>,
+    /// The template's requirements and labels; `None` when they cannot be read, in which case
+    /// every pod that tolerates the pool's taints is taken to be one it could have served.
+    requirements: Option<Requirements>,
+}
+
+impl UnreadyPool {
+    pub(super) fn new(np: &Sourced<NodePool>, why: String) -> UnreadyPool {
+        let tmpl = &np.object.spec.template;
+        let requirements = requirements(np).ok().map(|mut r| {
+            for (k, v) in &tmpl.metadata.labels {
+                r.add(k, Requirement::equals(v));
+            }
+            r
+        });
+        UnreadyPool {
+            name: np.object.metadata.name.clone().unwrap_or_default(),
+            why,
+            taints: tmpl.spec.taints.clone(),
+            requirements,
+        }
+    }
+
+    /// Whether the pool, were it ready, might have launched a node for `pod`: the pod tolerates
+    /// its taints and some term of the pod's node requirements is compatible with its own.
+    pub(super) fn might_take(&self, pod: &PodInfo) -> bool {
+        if first_untolerated(&self.taints, &pod.tolerations).is_some() {
+            return false;
+        }
+        match &self.requirements {
+            None => true,
+            Some(pool) => pod
+                .node_requirements
+                .iter()
+                .any(|alt| pool.intersect(alt).is_ok()),
+        }
+    }
+}
+
+/// The reason of an unschedulable pod, with every unready NodePool that might have taken it
+/// named: in place of "no NodePool to launch nodes from" when it was the only kind there was.
+pub(super) fn with_unready(reason: &str, pod: &PodInfo, unready: &[UnreadyPool]) -> String {
+    let named: Vec<String> = unready
+        .iter()
+        .filter(|u| u.might_take(pod))
+        .map(|u| format!("NodePool {} launches nothing: {}", u.name, u.why))
+        .collect();
+    if named.is_empty() {
+        return reason.to_string();
+    }
+    let named = named.join("; ");
+    const NONE: &str = "no NodePool to launch nodes from";
+    if reason.contains(NONE) {
+        reason.replace(NONE, &named)
+    } else {
+        format!("{reason}; {named}")
+    }
+}
+
+/// The NodePool template's requirements, with errors naming the requirement.
+fn requirements(np: &Sourced<NodePool>) -> Result<Requirements, InputError> {
+    let object = ObjectRef::new(
+        "NodePool",
+        None,
+        np.object.metadata.name.clone().unwrap_or_default(),
+    );
+    let mut requirements = Requirements::new();
+    for (i, r) in np.object.spec.template.spec.requirements.iter().enumerate() {
+        let mut req = Requirement::new(r.operator.as_str(), &r.values).map_err(|e| {
+            InputError::new(
+                &np.origin,
+                &object,
+                format!("spec.template.spec.requirements[{i}]"),
+                e,
+            )
+        })?;
+        req.min_values = r.min_values.and_then(|v| usize::try_from(v).ok());
+        requirements.add(&r.key, req);
+    }
+    Ok(requirements)
+}
+
+/// The EC2NodeClass's root volume size: the mapping marked `rootVolume`, else the AMI's root
+/// device `/dev/xvda`.
+fn root_volume(class: &EC2NodeClass) -> Option<Quantity> {
+    let maps = &class.spec.block_device_mappings;
+    maps.iter()
+        .find(|b| b.root_volume == Some(true))
+        .or_else(|| {
+            maps.iter()
+                .find(|b| b.device_name.as_deref() == Some("/dev/xvda"))
+        })
+        .and_then(|b| b.ebs.as_ref())
+        .and_then(|e| e.volume_size)
+}
+
+pub(super) fn build_pool(
+    np: &Sourced<NodePool>,
+    class: &Sourced<EC2NodeClass>,
+    catalog: &Catalog,
+    plugin: Option<&DevicePluginConfigs>,
+    devices: Option<TemplateOptions>,
+    unavailable: &BTreeSet<OfferingKey>,
+) -> Result<PoolInput, InputError> {
+    let name = np.object.metadata.name.clone().unwrap_or_default();
+    let spec = &np.object.spec;
+    let tmpl = &spec.template;
+    let requirements = requirements(np)?;
+    let labels = tmpl.metadata.labels.clone();
+    let kubelet = class
+        .object
+        .spec
+        .kubelet
+        .as_ref()
+        .or(tmpl.spec.kubelet.as_ref());
+    let shape = NodeShape {
+        kubelet,
+        root_volume: root_volume(&class.object),
+    };
+    let class_ref = ObjectRef::new(
+        "EC2NodeClass",
+        None,
+        class.object.metadata.name.clone().unwrap_or_default(),
+    );
+    let mut options = Vec::new();
+    for it in catalog.types() {
+        options.push(
+            launch_option(it, &shape, &labels, plugin, devices, unavailable).map_err(|e| {
+                InputError::new(
+                    &class.origin,
+                    &class_ref,
+                    format!("spec.kubelet.{}", e.field()),
+                    e,
+                )
+            })?,
+        );
+    }
+    Ok(PoolInput {
+        name,
+        weight: spec.weight.unwrap_or(0),
+        labels,
+        taints: tmpl.spec.taints.clone(),
+        requirements,
+        limits: spec.limits.clone(),
+        options,
+        consolidation: match spec.disruption.consolidation_policy {
+            ConsolidationPolicy::WhenEmpty => Consolidation::WhenEmpty,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized => {
+                Consolidation::WhenEmptyOrUnderutilized
+            }
+        },
+    })
+}
+
+fn launch_option(
+    it: &InstanceType,
+    shape: &NodeShape,
+    template_labels: &BTreeMap<String, String>,
+    plugin: Option<&DevicePluginConfigs>,
+    devices: Option<TemplateOptions>,
+    unavailable: &BTreeSet<OfferingKey>,
+) -> Result<LaunchOption, crate::catalog::CatalogError> {
+    let mut allocatable = it.allocatable(shape)?;
+    let capacity = it.capacity_for(shape)?;
+    let mut labels = it.labels.clone();
+    let mut at_most_one = Vec::new();
+    if let Some(gpu) = &it.gpu {
+        // The device plugin picks its config by the node's labels, which come from the template.
+        let mut node_labels = labels.clone();
+        node_labels.extend(template_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let config = plugin.and_then(|p| p.select(&node_labels).config());
+        let gpus = node_resources(&NodeGpus::of(gpu, &it.name), config);
+        gpus.apply(&mut allocatable);
+        if gpus.fail_requests_greater_than_one {
+            at_most_one.extend(gpus.resources.keys().cloned());
+        }
+        labels.extend(gpus.labels);
+    }
+    Ok(LaunchOption {
+        instance_type: it.name.clone(),
+        labels,
+        allocatable,
+        capacity,
+        offerings: it
+            .offerings
+            .iter()
+            .filter(|o| o.available && !unavailable.contains(&OfferingKey::of(&it.name, o)))
+            .map(|o| LaunchOffering {
+                zone: o.zone.clone(),
+                capacity_type: o.capacity_type.as_str().to_string(),
+                price: o.price,
+            })
+            .collect(),
+        at_most_one_per_pod: at_most_one,
+        devices: devices.and_then(|options| {
+            it.devices
+                .clone()
+                .map(|templates| DeviceSource { templates, options })
+        }),
+    })
+}
