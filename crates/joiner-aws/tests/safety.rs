@@ -279,10 +279,13 @@ fn a_launch_without_the_ownership_tags_is_refused_before_any_write() {
 
 /// `node_class()` with another subnet selector: a changed spec.
 fn changed_node_class() -> EC2NodeClass {
+    // A new instance tag: the selectors still match the same subnets and groups, but the
+    // class's spec, and so its cache key, changed.
     let mut class = node_class();
-    class.spec.subnet_selector_terms[0]
+    class
+        .spec
         .tags
-        .insert("team".to_string(), "*".to_string());
+        .insert("cost-center".to_string(), "gpu-lab".to_string());
     class
 }
 

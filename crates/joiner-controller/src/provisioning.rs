@@ -101,7 +101,7 @@ const NAME_ATTEMPTS: usize = 16;
 enum Taken {
     /// The same need, not yet initialized: a create that committed and then answered an error,
     /// another leader's, or one from before a crash. It serves the need; launch it if needed.
-    Adopt(NodeClaim),
+    Adopt(Box<NodeClaim>),
     /// The same need, deleting: its name frees up once its instance is gone.
     Wait,
     /// A settled node (initialized) for the same pods that did not take them, or another
@@ -123,7 +123,7 @@ fn taken(existing: NodeClaim, wanted: &NodeClaim) -> Taken {
     } else if existing.is_true(conditions::INITIALIZED) {
         Taken::Next
     } else {
-        Taken::Adopt(existing)
+        Taken::Adopt(Box::new(existing))
     }
 }
 
@@ -162,7 +162,7 @@ fn create_claim<S: ClusterStore, C: CloudProvider>(
                 Taken::Adopt(existing) => {
                     tracing::info!(nodeclaim = %name, "adopting the NodeClaim already created for this need");
                     let unlaunched = existing.status.provider_id.is_none();
-                    return Ok(unlaunched.then_some((existing, true)));
+                    return Ok(unlaunched.then_some((*existing, true)));
                 }
                 Taken::Wait => return Ok(None),
                 Taken::Next => continue,

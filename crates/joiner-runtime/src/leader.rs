@@ -16,20 +16,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use crate::lease::Leadership;
 use crate::lease::{Elector, Fence, LeaseApi, SystemTicker, Timings, campaign};
 
 /// The most one Lease GET or PUT may take: a renewal (both) ends within the renew deadline.
 const LEASE_CALL_TIMEOUT: Duration = Duration::from_secs(4);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Leadership {
-    /// Another replica holds the Lease (or nobody yet): do not step.
-    Waiting,
-    /// This replica holds the Lease: step.
-    Leading,
-    /// This replica held the Lease and lost it: stop, and exit.
-    Lost,
-}
 
 /// A replica that leads without an election (`--leader-elect=false`). Keep the sender alive as
 /// long as the receiver is used.

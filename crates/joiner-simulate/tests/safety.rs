@@ -116,7 +116,7 @@ fn instances_other_tools_launched_are_never_touched() {
         .collect();
     assert_eq!(
         listed,
-        [orphan.id.clone()],
+        std::slice::from_ref(&orphan.id),
         "only instances with every ownership tag"
     );
 

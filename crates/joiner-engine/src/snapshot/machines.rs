@@ -357,7 +357,7 @@ mod tests {
             vec![claim("gpu-a", Some("ip-1"), false, false)],
         );
         assert_eq!(w.len(), 1, "{w:?}");
-        assert!(w[0].contains("NodeClaim gpu-a"), "{w:?}");
+        assert!(w[0].contains("NodeClaim/gpu-a"), "{w:?}");
         // The Node still counts for what it shows.
         assert_eq!(m.len(), 1);
         assert!(!m[0].in_flight);

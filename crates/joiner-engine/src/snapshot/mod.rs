@@ -309,6 +309,9 @@ fn unreadable_pod(
     warnings: &mut Vec<String>,
 ) {
     let Some(node) = bound_to else {
+        warnings.push(format!(
+            "{e}; the pod waits, and nothing is launched for it"
+        ));
         decided.push(Unschedulable {
             pod: pod_key(&e.object),
             reason: format!(

@@ -13,9 +13,9 @@ use kube::Api;
 use kube::api::PostParams;
 use tokio::sync::watch;
 
+use super::Leadership;
 use super::elector::{Elector, LeaseRecord, Next, Standing};
 use super::fence::Ticker;
-use crate::leader::Leadership;
 
 /// Why a write of the Lease did not take.
 #[derive(Debug)]

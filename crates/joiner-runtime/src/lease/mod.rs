@@ -12,3 +12,15 @@ pub use api::{LeaseApi, campaign};
 pub use elector::{Elector, LeaseRecord, Next, Standing, Timings};
 pub use fence::{Fence, ManualTicker, Revoked, SystemTicker, Ticker};
 pub use fenced::{FencedCloud, FencedStore};
+
+/// Where this replica stands in the election, as the loop sees it. It only ever moves
+/// forward: waiting, leading, lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leadership {
+    /// Another replica holds the Lease (or nobody yet): do not step.
+    Waiting,
+    /// This replica holds the Lease: step.
+    Leading,
+    /// This replica held the Lease and lost it: stop, and exit.
+    Lost,
+}
