@@ -389,12 +389,20 @@ impl CloudProvider for SimulatedCloud {
         if Self::throttled(&mut s) {
             return Err(CloudError::Throttled);
         }
+        // The listing shows the cloud as it was `list_lag` ago: not what launched since, and
+        // what terminated since as still running.
+        let seen_since = self.seen_since(&s);
         Ok(s.instances
             .values()
-            .filter(|i| {
-                i.state != InstanceState::Terminated && tags::is_owned(&i.tags, cluster_name)
+            .filter(|i| i.launch_time <= seen_since && tags::is_owned(&i.tags, cluster_name))
+            .filter_map(|i| match s.terminated_at.get(&i.id) {
+                Some(at) if *at <= seen_since => None,
+                Some(_) => Some(Instance {
+                    state: InstanceState::Running,
+                    ..i.clone()
+                }),
+                None => (i.state != InstanceState::Terminated).then(|| i.clone()),
             })
-            .cloned()
             .collect())
     }
 
