@@ -76,9 +76,37 @@ impl Clients {
     }
 
     /// Runs an SDK future to completion on the runtime: from a thread that is not driving it
-    /// (see `AwsCloud`).
-    pub(crate) fn block<F: Future>(&self, f: F) -> F::Output {
+    /// (see `AwsCloud`). Within the deadline of a write in progress (a leader's fence: see
+    /// `joiner_controller::deadline`), the call is given up when the deadline comes, whatever
+    /// the SDK's own timeouts would allow.
+    pub(crate) fn block<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        F: Future<Output = Result<T, E>>,
+        E: From<crate::error::AwsError>,
+    {
+        within_deadline(&self.handle, f)
+    }
+
+    /// Runs a future that cannot fail (a read that falls back to what it knows) to completion.
+    pub(crate) fn block_read<F: Future>(&self, f: F) -> F::Output {
         self.handle.block_on(f)
+    }
+}
+
+/// Runs `f` on `handle`, given up at what is left of the deadline in force (see
+/// [`Clients::block`]).
+pub(crate) fn within_deadline<T, E, F>(handle: &Handle, f: F) -> Result<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<crate::error::AwsError>,
+{
+    let Some(left) = joiner_controller::deadline::left() else {
+        return handle.block_on(f);
+    };
+    // The timer is made inside `block_on`, where the runtime is entered.
+    match handle.block_on(async move { tokio::time::timeout(left, f).await }) {
+        Ok(answer) => answer,
+        Err(_) => Err(crate::error::AwsError::Deadline(left).into()),
     }
 }
 

@@ -581,13 +581,11 @@ impl CloudProvider for AwsCloud {
 
     fn instance_types(&self) -> Result<Vec<CloudInstanceType>, CloudError> {
         let c = &self.clients;
-        Ok(
-            c.block(c.cloud_instance_types(
-                &self.catalog,
-                &self.zones,
-                &self.caches.instance_types,
-            )),
-        )
+        Ok(c.block_read(c.cloud_instance_types(
+            &self.catalog,
+            &self.zones,
+            &self.caches.instance_types,
+        )))
     }
 
     fn delete_unused_launch_templates(

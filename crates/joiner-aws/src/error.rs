@@ -114,6 +114,10 @@ pub enum AwsError {
     /// Asked to terminate an instance that lacks the cluster's ownership tags: refused.
     #[error("instance {instance} lacks the ownership tags of cluster {cluster}: not terminated")]
     NotOwned { instance: String, cluster: String },
+    /// The call was given up at the deadline of the write in progress (the leader's fence):
+    /// it may or may not have reached AWS.
+    #[error("gave up after {0:?}, at the deadline of this write (the leader Lease)")]
+    Deadline(std::time::Duration),
 }
 
 impl AwsError {
@@ -158,6 +162,7 @@ impl AwsError {
             AwsError::NodeClass { .. } | AwsError::Settings(_) | AwsError::NotOwned { .. } => {
                 ErrorKind::Rejected
             }
+            AwsError::Deadline(_) => ErrorKind::Other,
         }
     }
 

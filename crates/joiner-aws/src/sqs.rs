@@ -1,6 +1,8 @@
 //! The interruption queue on SQS: EventBridge's spot interruption warnings, rebalance
 //! recommendations, scheduled changes and state changes, as raw message bodies for the core.
 
+use std::time::Duration;
+
 use aws_types::SdkConfig;
 use joiner_controller::cloud::CloudError;
 use joiner_controller::interruption::{InterruptionQueue, QueueMessage};
@@ -10,6 +12,8 @@ use crate::error::AwsError;
 
 /// SQS returns at most this many messages per call.
 const SQS_MAX_MESSAGES: usize = 10;
+/// The longest long poll SQS allows.
+const SQS_MAX_WAIT: Duration = Duration::from_secs(20);
 
 /// An SQS queue of interruption messages.
 ///
@@ -20,6 +24,8 @@ pub struct SqsInterruptionQueue {
     client: aws_sdk_sqs::Client,
     url: String,
     handle: Handle,
+    /// How long a receive waits for a message to arrive (SQS `WaitTimeSeconds`).
+    wait: Duration,
 }
 
 impl SqsInterruptionQueue {
@@ -50,7 +56,17 @@ impl SqsInterruptionQueue {
             client,
             url,
             handle,
+            wait: Duration::ZERO,
         })
+    }
+
+    /// Each receive waits up to `wait` (at most SQS's 20 s) for a message to arrive, and
+    /// answers as soon as one does: a loop of its own polls with this, so a warning is handled
+    /// at once without asking SQS every instant. Without it a receive answers at once, as a
+    /// step that must not stall needs.
+    pub fn with_long_poll(mut self, wait: Duration) -> Self {
+        self.wait = wait.min(SQS_MAX_WAIT);
+        self
     }
 
     /// The queue's URL.
@@ -60,8 +76,8 @@ impl SqsInterruptionQueue {
 }
 
 impl InterruptionQueue for SqsInterruptionQueue {
-    /// Messages waiting now (no long poll: the controller's step must not stall), at most
-    /// `max` and at most SQS's 10 per call.
+    /// Messages waiting now, or within the long poll (see
+    /// [`SqsInterruptionQueue::with_long_poll`]), at most `max` and at most SQS's 10 per call.
     fn receive(&self, max: usize) -> Result<Vec<QueueMessage>, CloudError> {
         if max == 0 {
             return Ok(Vec::new());
@@ -74,7 +90,7 @@ impl InterruptionQueue for SqsInterruptionQueue {
                     .receive_message()
                     .queue_url(&self.url)
                     .max_number_of_messages(count)
-                    .wait_time_seconds(0)
+                    .wait_time_seconds(i32::try_from(self.wait.as_secs()).unwrap_or(0))
                     .send(),
             )
             .map_err(|e| AwsError::api("sqs:ReceiveMessage", self.url.clone(), e))?;
@@ -90,16 +106,18 @@ impl InterruptionQueue for SqsInterruptionQueue {
             .collect())
     }
 
+    /// Within the deadline of a write in progress, like every EC2 call (see `clients`).
     fn delete(&self, receipt: &str) -> Result<(), CloudError> {
-        self.handle
-            .block_on(
-                self.client
-                    .delete_message()
-                    .queue_url(&self.url)
-                    .receipt_handle(receipt)
-                    .send(),
-            )
-            .map_err(|e| AwsError::api("sqs:DeleteMessage", self.url.clone(), e))?;
+        let sent = async {
+            self.client
+                .delete_message()
+                .queue_url(&self.url)
+                .receipt_handle(receipt)
+                .send()
+                .await
+                .map_err(|e| AwsError::api("sqs:DeleteMessage", self.url.clone(), e))
+        };
+        crate::clients::within_deadline(&self.handle, sent)?;
         Ok(())
     }
 }

@@ -116,10 +116,7 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
 
     /// Records a failure to retry on a later step.
     pub fn error(&mut self, what: &str, e: impl Into<ControllerError>) {
-        let e = e.into();
-        tracing::warn!(error = %e, "{what}");
-        self.report.errors.push(e);
-        self.report.errors_during.push(what.to_string());
+        self.report.error(what, e);
     }
 }
 
@@ -136,6 +133,25 @@ impl<S, C> Ctx<'_, S, C> {
         self.report.unavailable.push(offering.to_string());
         self.unavailable
             .mark(offering, self.now, self.config.unavailable_ttl);
+        self.stale = true;
+    }
+
+    /// Marks `offering` unavailable for `unavailable_ttl` from `since` (when its capacity was
+    /// found short, recorded elsewhere), unless it is already marked at least that long or the
+    /// time is over: idempotent, so it can be called in every step.
+    pub fn mark_unavailable_since(&mut self, offering: OfferingKey, since: Timestamp) {
+        let until = crate::clock::add(since, self.config.unavailable_ttl);
+        if self.now >= until
+            || self
+                .unavailable
+                .until(&offering)
+                .is_some_and(|u| u >= until)
+        {
+            return;
+        }
+        tracing::warn!(offering = %offering, "offering unavailable for a while");
+        self.report.unavailable.push(offering.to_string());
+        self.unavailable.mark_until(offering, until);
         self.stale = true;
     }
 }

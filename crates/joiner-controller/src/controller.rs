@@ -55,8 +55,9 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         }
     }
 
-    /// Polls `queue` for interruption messages on every step from now on (the SQS queue named
-    /// by `settings.interruptionQueue`, or a simulated one). Replaces any queue set before.
+    /// Polls `queue` for interruption messages first in every step from now on (a simulated
+    /// queue; the live controller polls the SQS queue named by `settings.interruptionQueue` in
+    /// a loop of its own, see [`crate::interruption`]). Replaces any queue set before.
     pub fn set_interruption_queue(&mut self, queue: Box<dyn InterruptionQueue + Send>) {
         self.interruption = Some(queue);
     }
@@ -85,8 +86,11 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         // They mark NodeClaims that the disruption step, later in this step, replaces and
         // drains.
         if let Some(queue) = self.interruption.as_deref()
-            && let Err(e) = crate::interruption::poll(&mut ctx, queue)
+            && let Err(e) = crate::interruption::poll(ctx.store, queue, now, ctx.report)
         {
+            ctx.error("interruption queue", e);
+        }
+        if let Err(e) = crate::interruption::avoid_reclaimed_offerings(&mut ctx) {
             ctx.error("interruption queue", e);
         }
         if let Err(e) = lifecycle::reconcile(&mut ctx) {

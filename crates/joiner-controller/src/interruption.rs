@@ -6,15 +6,21 @@
 //! [`InterruptionQueue`]; what they mean and what the controller does about them (replacement
 //! launched before the node drains) is decided in the pure core.
 //!
-//! [`poll`] runs first in every [`crate::Controller::step`], before any planning: each message is read
-//! ([`messages::parse`]); for an instance that is going away its NodeClaim is marked (annotation
-//! [`annotations::INTERRUPTED`] and condition `Interrupted`, and for a spot interruption the offering is
-//! marked unavailable for a while), and the message is deleted. Unknown and malformed messages
-//! are logged and deleted too, so they never block the queue; a message whose NodeClaim could not
-//! be written is kept and handled again. Marking is the only write, so handling a message twice
-//! (a duplicate, or a restart before the delete) changes nothing. The disruption step, in the
-//! same controller step, launches the replacements and drains the node (see
-//! [`crate::disruption`]).
+//! [`poll`] needs only the store and the queue, so it runs on its own: the live controller
+//! polls in a loop of its own, beside the step loop, so a two-minute spot warning never waits
+//! for a plan; `joiner simulate` and the tests give the queue to
+//! [`crate::Controller::set_interruption_queue`], which polls first in every step. Each message
+//! is read ([`messages::parse`]); for an instance that is going away its NodeClaim is marked
+//! (annotation [`annotations::INTERRUPTED`] and condition `Interrupted`, whose reason names the
+//! notice and whose transition time is when it came), and the message is deleted. Unknown and
+//! malformed messages are logged and deleted too, so they never block the queue; a message whose
+//! NodeClaim could not be written is kept and handled again. Marking is the only write, so
+//! handling a message twice (a duplicate, or a restart before the delete) changes nothing.
+//!
+//! Everything else follows from the mark, in the controller's next step: the disruption step
+//! launches the replacements and drains the node (see [`crate::disruption`]), and
+//! [`avoid_reclaimed_offerings`] keeps planning off a spot offering that was just reclaimed.
+//! Because the mark is in the NodeClaim, a restarted controller does the same.
 
 pub mod messages;
 
@@ -22,10 +28,10 @@ use joiner_model::wellknown::{annotations, labels};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::clock::k8s_time;
-use crate::cloud::{CloudError, CloudProvider, OfferingKey, instance_id_of};
+use crate::cloud::{CloudError, OfferingKey, instance_id_of};
 use crate::context::Ctx;
 use crate::error::ControllerError;
-use crate::report::DisruptionEvent;
+use crate::report::{DisruptionEvent, StepReport};
 use crate::store::{ClusterStore, StoreError};
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 use joiner_model::wellknown::DisruptionAction;
@@ -72,21 +78,24 @@ macro_rules! forward_queue {
 forward_queue!(&Q, std::sync::Arc<Q>);
 
 /// Receives up to [`BATCH`] messages, acts on each and deletes those handled (see the module
-/// docs). Returns how many were received.
-pub fn poll<S: ClusterStore, C: CloudProvider>(
-    ctx: &mut Ctx<'_, S, C>,
+/// docs); what was done goes to `report` (disruption events, errors). Returns how many were
+/// received.
+pub fn poll<S: ClusterStore>(
+    store: &S,
     queue: &dyn InterruptionQueue,
+    now: Timestamp,
+    report: &mut StepReport,
 ) -> Result<usize, ControllerError> {
     let received = queue.receive(BATCH)?;
     if received.is_empty() {
         return Ok(0);
     }
-    let claims = ctx.store.list::<NodeClaim>()?;
+    let claims = store.list::<NodeClaim>()?;
     // Marked by an earlier message of this batch (a duplicate may follow).
     let mut marked = std::collections::BTreeSet::new();
     for m in &received {
         let handled = match messages::parse(&m.body) {
-            Ok(event) => act(ctx, &claims, &event, &mut marked),
+            Ok(event) => act(store, now, report, &claims, &event, &mut marked),
             Err(e) => {
                 tracing::warn!(error = %e, "interruption message ignored");
                 Ok(())
@@ -95,13 +104,39 @@ pub fn poll<S: ClusterStore, C: CloudProvider>(
         match handled {
             Ok(()) => {
                 if let Err(e) = queue.delete(&m.receipt) {
-                    ctx.error("deleting an interruption message", e);
+                    report.error("deleting an interruption message", e);
                 }
             }
-            Err(e) => ctx.error("handling an interruption message (kept for later)", e),
+            Err(e) => report.error("handling an interruption message (kept for later)", e),
         }
     }
     Ok(received.len())
+}
+
+/// Keeps planning off the spot offerings of NodeClaims marked [`Notice::SpotInterruption`]
+/// for `unavailable_ttl` after the notice: an offering just reclaimed is likely short of
+/// capacity. Runs in every step, so it does not matter which loop marked the NodeClaim, and a
+/// restarted controller, whose memory of unavailable offerings is empty, learns them again
+/// from the NodeClaims (for what is left of the time, never longer).
+pub fn avoid_reclaimed_offerings<S: ClusterStore, C>(
+    ctx: &mut Ctx<'_, S, C>,
+) -> Result<(), ControllerError> {
+    let claims = ctx.store.list::<NodeClaim>()?;
+    for claim in &claims {
+        if claim.annotation(annotations::INTERRUPTED) != Some(Notice::SpotInterruption.reason()) {
+            continue;
+        }
+        let Some(since) = claim
+            .condition(conditions::INTERRUPTED)
+            .map(|c| c.last_transition_time.0)
+        else {
+            continue;
+        };
+        if let Some(key) = spot_offering(claim) {
+            ctx.mark_unavailable_since(key, since);
+        }
+    }
+    Ok(())
 }
 
 /// The NodeClaim whose recorded instance is `instance_id`.
@@ -111,8 +146,10 @@ fn claim_of<'a>(claims: &'a [NodeClaim], instance_id: &str) -> Option<&'a NodeCl
         .find(|c| c.status.provider_id.as_deref().and_then(instance_id_of) == Some(instance_id))
 }
 
-fn act<S: ClusterStore, C: CloudProvider>(
-    ctx: &mut Ctx<'_, S, C>,
+fn act<S: ClusterStore>(
+    store: &S,
+    now: Timestamp,
+    report: &mut StepReport,
     claims: &[NodeClaim],
     event: &Interruption,
     marked: &mut std::collections::BTreeSet<String>,
@@ -125,7 +162,7 @@ fn act<S: ClusterStore, C: CloudProvider>(
         let reason = event.notice.reason();
         if !event.notice.is_interruption() {
             tracing::info!(nodeclaim = claim.name(), instance = %id, "{reason}");
-            ctx.report.disruption.push(DisruptionEvent {
+            report.disruption.push(DisruptionEvent {
                 action: DisruptionAction::Recommended,
                 reason: reason.into(),
                 node_claims: vec![claim.name().to_string()],
@@ -133,16 +170,19 @@ fn act<S: ClusterStore, C: CloudProvider>(
             });
             continue;
         }
-        if event.notice == Notice::SpotInterruption {
-            mark_unavailable(ctx, claim);
-        }
         if claim.is_deleting() || is_interrupted(claim) || marked.contains(claim.name()) {
             continue;
         }
-        mark(ctx, claim, reason, &format!("{} (event {})", id, event.id))?;
+        mark(
+            store,
+            now,
+            claim,
+            reason,
+            &format!("{} (event {})", id, event.id),
+        )?;
         marked.insert(claim.name().to_string());
         tracing::warn!(nodeclaim = claim.name(), instance = %id, "{reason}: replacing and draining now");
-        ctx.report.disruption.push(DisruptionEvent {
+        report.disruption.push(DisruptionEvent {
             action: DisruptionAction::Interrupted,
             reason: reason.into(),
             node_claims: vec![claim.name().to_string()],
@@ -161,30 +201,29 @@ pub fn is_interrupted(claim: &NodeClaim) -> bool {
         .is_some_and(|a| a.contains_key(annotations::INTERRUPTED))
 }
 
-/// A spot offering that was just reclaimed is likely short of capacity: keep off it a while.
-fn mark_unavailable<S, C>(ctx: &mut Ctx<'_, S, C>, claim: &NodeClaim) {
+/// The spot offering the NodeClaim runs on, from its labels.
+fn spot_offering(claim: &NodeClaim) -> Option<OfferingKey> {
     let (Some(instance_type), Some(zone)) = (
         claim.label(labels::INSTANCE_TYPE),
         claim.label(labels::ZONE),
     ) else {
-        return;
+        return None;
     };
-    let key = OfferingKey {
+    Some(OfferingKey {
         instance_type: instance_type.to_string(),
         zone: zone.to_string(),
         capacity_type: joiner_engine::catalog::CapacityType::Spot,
-    };
-    ctx.mark_unavailable(key);
+    })
 }
 
-fn mark<S: ClusterStore, C>(
-    ctx: &mut Ctx<'_, S, C>,
+fn mark<S: ClusterStore>(
+    store: &S,
+    now: Timestamp,
     claim: &NodeClaim,
     reason: &str,
     message: &str,
 ) -> Result<(), ControllerError> {
-    let now: Timestamp = ctx.now;
-    let mut c = match ctx.store.get::<NodeClaim>(None, claim.name())? {
+    let mut c = match store.get::<NodeClaim>(None, claim.name())? {
         Some(c) => c,
         None => return Ok(()),
     };
@@ -199,7 +238,7 @@ fn mark<S: ClusterStore, C>(
         message,
         k8s_time(now),
     );
-    match ctx.store.update(&c) {
+    match store.update(&c) {
         Ok(_) | Err(StoreError::NotFound(_)) => Ok(()),
         Err(e) => Err(e.into()),
     }

@@ -22,6 +22,7 @@ pub mod cloud;
 pub mod config;
 mod context;
 mod controller;
+pub mod deadline;
 pub mod disruption;
 mod error;
 pub mod gc;

@@ -635,19 +635,7 @@ mod tests {
     fn initialization_waits_for_complete_dra_pools() {
         let mut claim = NodeClaim::new(
             ObjectMeta::default(),
-            NodeClaimSpec {
-                node_class_ref: NodeClassReference {
-                    group: "karpenter.k8s.aws".into(),
-                    kind: "EC2NodeClass".into(),
-                    name: "default".into(),
-                },
-                requirements: Vec::new(),
-                resources: Default::default(),
-                taints: Vec::new(),
-                startup_taints: Vec::new(),
-                expire_after: None,
-                termination_grace_period: None,
-            },
+            NodeClaimSpec::new(NodeClassReference::ec2("default")),
         );
         assert!(dra_drivers_published(&claim, "n", &[]), "nothing requested");
         claim.metadata.annotations = Some(

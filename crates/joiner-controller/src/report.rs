@@ -49,6 +49,16 @@ pub struct StepReport {
     pub errors_during: Vec<String>,
 }
 
+impl StepReport {
+    /// Records a failure that a later step retries: logged, counted by what was being done.
+    pub fn error(&mut self, what: &str, e: impl Into<ControllerError>) {
+        let e = e.into();
+        tracing::warn!(error = %e, "{what}");
+        self.errors.push(e);
+        self.errors_during.push(what.to_string());
+    }
+}
+
 /// One thing the disruption step did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

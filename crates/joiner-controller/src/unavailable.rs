@@ -20,6 +20,17 @@ impl UnavailableOfferings {
         self.until.insert(offering, add(now, ttl));
     }
 
+    /// Marks `offering` unavailable until `until`, or later if it already is.
+    pub fn mark_until(&mut self, offering: OfferingKey, until: Timestamp) {
+        let at = self.until.entry(offering).or_insert(until);
+        *at = (*at).max(until);
+    }
+
+    /// Until when `offering` is marked unavailable (possibly a time already past).
+    pub fn until(&self, offering: &OfferingKey) -> Option<Timestamp> {
+        self.until.get(offering).copied()
+    }
+
     pub fn is_unavailable(&self, offering: &OfferingKey, now: Timestamp) -> bool {
         self.until.get(offering).is_some_and(|&until| now < until)
     }

@@ -18,6 +18,7 @@ use std::time::Duration;
 mod error;
 mod events;
 mod http;
+mod interruptions;
 mod leader;
 pub mod lease;
 mod live;

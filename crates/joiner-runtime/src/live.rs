@@ -2,6 +2,7 @@
 //! election, the step loop, Events and the HTTP endpoints together, and turns how it ended into
 //! an exit status.
 
+use std::collections::BTreeMap;
 use std::error::Error as StdError;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -21,9 +22,10 @@ use tracing_subscriber::EnvFilter;
 use crate::error::{StartError, chain};
 use crate::events::{self, events_of};
 use crate::http::{self, Health};
+use crate::interruptions::{self, Polled, Poller};
 use crate::leader::{self, Election, Leadership};
-use crate::lease::{Fence, FencedCloud, FencedStore, SystemTicker};
-use crate::metrics::{Metrics, record};
+use crate::lease::{Fence, FencedCloud, FencedQueue, FencedStore, SystemTicker};
+use crate::metrics::{Metrics, record, record_outcomes};
 use crate::run_loop::{LoopEnd, Timing, drive};
 use crate::stepper::{Step, Stepped, Stepper};
 use crate::{CloudKind, LogFormat, Options};
@@ -39,6 +41,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 const API_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const API_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 const API_READ_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long each receive of the SQS interruption queue waits for a message (its own loop
+/// polls again at once after).
+const INTERRUPTION_LONG_POLL: Duration = Duration::from_secs(10);
 /// How long a step still running at exit may delay the exit.
 const EXIT_GRACE: Duration = Duration::from_secs(10);
 
@@ -323,6 +328,7 @@ async fn run(
     let fenced_store = FencedStore::new(store.clone(), fence.clone());
     // The Lease is joined only once the caches are synced and the cloud is up, so a replica
     // that cannot work never holds it.
+    let mut poller = None;
     let stepper: BoxedStep = match options.cloud {
         CloudKind::Aws => {
             let sdk = sdk
@@ -339,19 +345,22 @@ async fn run(
             .await
             .map_err(StartError::Aws)?;
             let cloud = FencedCloud::new(cloud, fence.clone());
-            let mut stepper = Stepper::new(fenced_store, cloud, SystemClock, config);
             if let Some(queue) = settings.interruption_queue.as_deref() {
                 let queue = joiner_aws::SqsInterruptionQueue::new(&sdk, queue, Handle::current())
                     .await
                     .map_err(|source| StartError::Queue {
                         queue: queue.to_string(),
                         source,
-                    })?;
-                stepper
-                    .controller_mut()
-                    .set_interruption_queue(Box::new(queue));
+                    })?
+                    .with_long_poll(INTERRUPTION_LONG_POLL);
+                let queue = FencedQueue::new(queue, fence.clone());
+                poller = Some(Poller::new(
+                    fenced_store.clone(),
+                    Box::new(queue),
+                    SystemClock,
+                ));
             }
-            Box::new(stepper)
+            Box::new(Stepper::new(fenced_store, cloud, SystemClock, config))
         }
         CloudKind::Simulated => {
             let catalog = Catalog::builtin(&settings.region, &settings.zones);
@@ -396,6 +405,32 @@ async fn run(
         instance: Some(identity),
     };
     let publisher = tokio::spawn(events::publish(Recorder::new(client, reporter), events_rx));
+    // Interruption messages are handled in a loop of their own, never behind a step.
+    let interruptions = poller.map(|poller| {
+        let metrics = metrics.clone();
+        let events_tx = events_tx.clone();
+        tokio::spawn(interruptions::drive(
+            poller,
+            leadership.clone(),
+            shutdown.clone(),
+            move |out: Polled| {
+                record_outcomes(&out.report, &BTreeMap::new(), &metrics);
+                if out.received > 0 {
+                    tracing::info!(
+                        received = out.received,
+                        interrupted = out.report.disruption.len(),
+                        errors = out.report.errors.len(),
+                        took_ms = u64::try_from(out.took.as_millis()).unwrap_or(u64::MAX),
+                        "interruption messages"
+                    );
+                }
+                let batch = events_of(&out.report, &BTreeMap::new());
+                if !batch.is_empty() && events_tx.try_send(batch).is_err() {
+                    tracing::debug!("event publisher busy: dropped interruption events");
+                }
+            },
+        ))
+    });
     let observe = move |out: Stepped| {
         record(&out.report, &out.pools, out.took, &metrics);
         log_step(&out);
@@ -415,6 +450,11 @@ async fn run(
         observe,
     )
     .await;
+    if let Some(task) = interruptions {
+        // It ends with the step loop (shutdown or a lost Lease); a long poll in progress is
+        // not waited for: an undeleted message is delivered again.
+        task.abort();
+    }
     if let Some(election) = election {
         election.release().await;
     }

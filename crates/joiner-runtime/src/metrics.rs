@@ -226,6 +226,12 @@ pub fn record(
     metrics: &Metrics,
 ) {
     metrics.step_duration.observe(took.as_secs_f64());
+    record_outcomes(report, pools, metrics);
+}
+
+/// Counts what a report says was done, whichever loop did it (a step, or a poll of the
+/// interruption queue): NodeClaims created, launched, disrupted, errors by reconciler.
+pub fn record_outcomes(report: &StepReport, pools: &BTreeMap<String, String>, metrics: &Metrics) {
     let replacements: Vec<&String> = report
         .disruption
         .iter()

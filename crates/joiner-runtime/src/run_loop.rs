@@ -43,9 +43,34 @@ pub enum LoopEnd {
 }
 
 /// Waits for the next change of `rx`; never resolves once its sender is gone.
-async fn next_change<T>(rx: &mut watch::Receiver<T>) {
+pub(crate) async fn next_change<T>(rx: &mut watch::Receiver<T>) {
     if rx.changed().await.is_err() {
         std::future::pending::<()>().await;
+    }
+}
+
+/// Waits until this replica leads; `Some(end)` when the loop should end instead (shutdown
+/// asked, or leadership lost). Every loop that writes (steps, interruption polls) passes
+/// through it before each round.
+pub(crate) async fn until_leading(
+    shutdown: &mut watch::Receiver<bool>,
+    leadership: &mut watch::Receiver<Leadership>,
+) -> Option<LoopEnd> {
+    loop {
+        if *shutdown.borrow_and_update() {
+            return Some(LoopEnd::Shutdown);
+        }
+        let state = *leadership.borrow_and_update();
+        match state {
+            Leadership::Lost => return Some(LoopEnd::LostLeadership),
+            Leadership::Leading => return None,
+            Leadership::Waiting => {
+                tokio::select! {
+                    _ = next_change(shutdown) => {}
+                    _ = next_change(leadership) => {}
+                }
+            }
+        }
     }
 }
 
@@ -65,20 +90,8 @@ where
     Fut: Future<Output = ()>,
 {
     loop {
-        if *shutdown.borrow_and_update() {
-            return LoopEnd::Shutdown;
-        }
-        let state = *leadership.borrow_and_update();
-        match state {
-            Leadership::Lost => return LoopEnd::LostLeadership,
-            Leadership::Waiting => {
-                tokio::select! {
-                    _ = next_change(&mut shutdown) => {}
-                    _ = next_change(&mut leadership) => {}
-                }
-                continue;
-            }
-            Leadership::Leading => {}
+        if let Some(end) = until_leading(&mut shutdown, &mut leadership).await {
+            return end;
         }
         // Listen before stepping, so a change that lands during the step wakes the next one
         // instead of waiting for the timer.

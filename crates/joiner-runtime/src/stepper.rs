@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use joiner_controller::clock::Clock;
 use joiner_controller::cloud::CloudProvider;
-use joiner_controller::store::{ClusterStore, Deleted, ObjectKey, Resource, StoreError};
+use joiner_controller::store::{
+    ClusterStore, Deleted, ObjectKey, Preconditions, Resource, StoreError,
+};
 use joiner_controller::{Config, Controller, StepReport};
 use joiner_model::api::NodeClaim;
 use joiner_simulate::{SimulatedCloud, SimulatedKubelet};
@@ -81,10 +83,6 @@ where
             kwok,
         });
         self
-    }
-
-    pub fn controller_mut(&mut self) -> &mut Controller<S, C, K> {
-        &mut self.controller
     }
 
     fn node_pools(&self) -> BTreeMap<String, String> {
@@ -182,8 +180,13 @@ impl<S: ClusterStore> ClusterStore for KwokNodes<'_, S> {
     fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
         self.0.undecodable::<K>()
     }
-    fn evict(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError> {
-        self.0.evict(namespace, name)
+    fn evict(
+        &self,
+        namespace: &str,
+        name: &str,
+        only: Preconditions<'_>,
+    ) -> Result<Deleted, StoreError> {
+        self.0.evict(namespace, name, only)
     }
     fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
         if K::KIND != "Node" {
@@ -199,12 +202,13 @@ impl<S: ClusterStore> ClusterStore for KwokNodes<'_, S> {
     fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
         self.0.update(object)
     }
-    fn delete<K: Resource>(
+    fn delete_if<K: Resource>(
         &self,
         namespace: Option<&str>,
         name: &str,
+        only: Preconditions<'_>,
     ) -> Result<Deleted, StoreError> {
-        self.0.delete::<K>(namespace, name)
+        self.0.delete_if::<K>(namespace, name, only)
     }
 }
 

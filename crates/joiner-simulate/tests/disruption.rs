@@ -677,6 +677,13 @@ mod interruption {
         );
         // The spot offering is avoided for a while.
         assert!(!r.unavailable.is_empty());
+        // A restart forgets unavailable offerings; the new controller learns the reclaimed one
+        // again from the NodeClaim, once, and does not launch the replacement twice.
+        let mut c = world.controller();
+        c.set_interruption_queue(Box::new(queue.clone()));
+        let again = world.run(&mut c, 2);
+        assert_eq!(again[0].unavailable, r.unavailable);
+        assert!(again[1].unavailable.is_empty());
         world.run(&mut c, 240);
         settled(&world, 2);
         assert_eq!(

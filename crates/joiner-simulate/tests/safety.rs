@@ -12,7 +12,8 @@ use std::time::Duration;
 use common::{CLUSTER, World};
 use joiner_controller::cloud::{CloudProvider, Instance, OfferingKey};
 use joiner_controller::store::{
-    CachedClient, ClusterStore, Deleted, InMemoryCluster, ObjectKey, Resource, StoreError,
+    CachedClient, ClusterStore, Deleted, InMemoryCluster, ObjectKey, Preconditions, Resource,
+    StoreError,
 };
 use joiner_controller::{Config, Controller, StepReport};
 use joiner_engine::catalog::CapacityType;
@@ -196,11 +197,16 @@ impl ClusterStore for NodeClaimsUnreadable<'_> {
     fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
         self.0.update(object)
     }
-    fn delete<K: Resource>(&self, ns: Option<&str>, name: &str) -> Result<Deleted, StoreError> {
-        self.0.delete::<K>(ns, name)
+    fn delete_if<K: Resource>(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        only: Preconditions<'_>,
+    ) -> Result<Deleted, StoreError> {
+        self.0.delete_if::<K>(ns, name, only)
     }
-    fn evict(&self, ns: &str, name: &str) -> Result<Deleted, StoreError> {
-        self.0.evict(ns, name)
+    fn evict(&self, ns: &str, name: &str, only: Preconditions<'_>) -> Result<Deleted, StoreError> {
+        self.0.evict(ns, name, only)
     }
 }
 

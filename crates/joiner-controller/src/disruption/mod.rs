@@ -73,7 +73,7 @@ use crate::nodeclaim::node_claim_for;
 use crate::nodeclaim::stamp::{restamp, stamp};
 use crate::pods::{bound_to, is_daemon_pod, is_do_not_disrupt, is_pending, pod_key};
 use crate::report::DisruptionEvent;
-use crate::store::{ClusterStore, Deleted, StoreError};
+use crate::store::{ClusterStore, Deleted, Preconditions, StoreError};
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 
 /// What the disruption step remembers between steps (a cache; see the module docs).
@@ -831,13 +831,21 @@ fn drain<S: ClusterStore, C: CloudProvider>(
             remaining += 1;
             continue;
         }
+        // Only the pod as read: one that took its name since is not this drain's.
+        let only = Preconditions::of(&pod.metadata);
         let answer = if forced {
-            ctx.store.delete::<Pod>(Some(namespace), name)
+            ctx.store.delete_if::<Pod>(Some(namespace), name, only)
         } else {
-            ctx.store.evict(namespace, name)
+            ctx.store.evict(namespace, name, only)
         };
         match answer {
             Ok(Deleted::Gone) | Err(StoreError::NotFound(_)) => evicted.push(key),
+            Err(StoreError::Conflict(_)) => {
+                // Replaced under the same name (a StatefulSet's pod): the one read is gone. Its
+                // successor, if it is on this node, is seen on the next step.
+                tracing::debug!(nodeclaim = claim.name(), pod = %key, "pod replaced since it was read");
+                remaining += 1;
+            }
             Ok(Deleted::Pending) => {
                 evicted.push(key);
                 remaining += 1;

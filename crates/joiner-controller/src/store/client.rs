@@ -17,7 +17,9 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
 use super::memory::Stored;
-use super::{ClusterStore, Deleted, InMemoryCluster, ObjectKey, Resource, StoreError};
+use super::{
+    ClusterStore, Deleted, InMemoryCluster, ObjectKey, Preconditions, Resource, StoreError,
+};
 use crate::clock::elapsed;
 
 /// What the cache holds: every object as of `taken`, with this client's writes since.
@@ -136,18 +138,24 @@ impl ClusterStore for CachedClient<'_> {
         Ok(updated)
     }
 
-    fn delete<K: Resource>(
+    fn delete_if<K: Resource>(
         &self,
         namespace: Option<&str>,
         name: &str,
+        only: Preconditions<'_>,
     ) -> Result<Deleted, StoreError> {
-        let deleted = self.server.delete::<K>(namespace, name)?;
+        let deleted = self.server.delete_if::<K>(namespace, name, only)?;
         self.learn(ObjectKey::of::<K>(namespace, name));
         Ok(deleted)
     }
 
-    fn evict(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError> {
-        let evicted = self.server.evict(namespace, name)?;
+    fn evict(
+        &self,
+        namespace: &str,
+        name: &str,
+        only: Preconditions<'_>,
+    ) -> Result<Deleted, StoreError> {
+        let evicted = self.server.evict(namespace, name, only)?;
         self.learn(ObjectKey::of::<Pod>(Some(namespace), name));
         Ok(evicted)
     }

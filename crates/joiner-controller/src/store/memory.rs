@@ -12,7 +12,7 @@ use joiner_model::{Manifests, Source, Sourced};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
-use super::{ClusterStore, Deleted, ObjectKey, Resource, StoreError, pdb};
+use super::{ClusterStore, Deleted, ObjectKey, Preconditions, Resource, StoreError, pdb};
 use crate::clock::{Clock, k8s_time};
 
 /// Objects kept typed (no serialization round trip, so nothing the serde types skip is lost).
@@ -271,11 +271,19 @@ impl ClusterStore for InMemoryCluster {
             .collect())
     }
 
-    fn evict(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError> {
+    fn evict(
+        &self,
+        namespace: &str,
+        name: &str,
+        only: Preconditions<'_>,
+    ) -> Result<Deleted, StoreError> {
         let key = ObjectKey::of::<Pod>(Some(namespace), name);
         let Some(pod) = self.get::<Pod>(Some(namespace), name)? else {
             return Err(StoreError::NotFound(key));
         };
+        if !only.met_by(&pod.metadata) {
+            return Err(StoreError::Conflict(key));
+        }
         let pdbs = self.list::<PodDisruptionBudget>()?;
         let mut pods = self.list::<Pod>()?;
         let now = self.clock.now();
@@ -293,7 +301,7 @@ impl ClusterStore for InMemoryCluster {
                 "Cannot evict pod as it would violate the pod's disruption budget.".into(),
             ));
         }
-        let deleted = self.delete::<Pod>(Some(namespace), name)?;
+        let deleted = self.delete_if::<Pod>(Some(namespace), name, only)?;
         let mut gone = pod;
         if let Some(spec) = gone.spec.as_mut() {
             spec.node_name = None;
@@ -357,10 +365,11 @@ impl ClusterStore for InMemoryCluster {
         Ok(stored)
     }
 
-    fn delete<K: Resource>(
+    fn delete_if<K: Resource>(
         &self,
         namespace: Option<&str>,
         name: &str,
+        only: Preconditions<'_>,
     ) -> Result<Deleted, StoreError> {
         let key = ObjectKey::of::<K>(namespace, name);
         let now = k8s_time(self.clock.now());
@@ -368,6 +377,9 @@ impl ClusterStore for InMemoryCluster {
         let Some(current) = inner.objects.get(&key).and_then(|v| v.downcast_ref::<K>()) else {
             return Err(StoreError::NotFound(key));
         };
+        if !only.met_by(current.meta()) {
+            return Err(StoreError::Conflict(key));
+        }
         if current.meta().finalizers.as_ref().is_none_or(Vec::is_empty) {
             inner.objects.remove(&key);
             return Ok(Deleted::Gone);
@@ -470,17 +482,49 @@ mod tests {
                 status: None,
             })
             .expect("pdb");
-        assert_eq!(store.evict("default", "a"), Ok(Deleted::Gone));
+        let any = Preconditions::NONE;
+        assert_eq!(store.evict("default", "a", any), Ok(Deleted::Gone));
         assert!(matches!(
-            store.evict("default", "b"),
+            store.evict("default", "b", any),
             Err(StoreError::Refused(..))
         ));
         assert!(store.get::<Pod>(None, "b").expect("get").is_some());
         assert_eq!(store.delete::<Pod>(None, "b"), Ok(Deleted::Gone));
         assert!(matches!(
-            store.evict("default", "b"),
+            store.evict("default", "b", any),
             Err(StoreError::NotFound(_))
         ));
+    }
+
+    #[test]
+    fn deletes_and_evictions_with_a_uid_spare_an_object_that_took_the_name() {
+        let store = InMemoryCluster::new(ManualClock::new());
+        let pod = |name: &str| Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        };
+        let old = store.create(&pod("web-0")).expect("pod");
+        store.delete::<Pod>(None, "web-0").expect("delete");
+        // A StatefulSet recreates it under the same name.
+        let new = store.create(&pod("web-0")).expect("pod");
+        assert_ne!(old.metadata.uid, new.metadata.uid);
+        let stale = Preconditions::of(&old.metadata);
+        assert!(matches!(
+            store.evict("default", "web-0", stale),
+            Err(StoreError::Conflict(_))
+        ));
+        assert!(matches!(
+            store.delete_if::<Pod>(None, "web-0", stale),
+            Err(StoreError::Conflict(_))
+        ));
+        assert!(store.get::<Pod>(None, "web-0").expect("get").is_some());
+        assert_eq!(
+            store.evict("default", "web-0", Preconditions::of(&new.metadata)),
+            Ok(Deleted::Gone)
+        );
     }
 
     #[test]

@@ -40,6 +40,38 @@ pub enum StoreError {
     Unavailable(String),
 }
 
+/// What must still hold of an object for a delete or an eviction to go ahead: the API
+/// server's `DeleteOptions.preconditions`, answered [`StoreError::Conflict`] when it does not.
+///
+/// The controller reads pods from a cache and acts on them by name; with the uid it read, a
+/// pod that has since been replaced by another of the same name (a StatefulSet's, recreated on
+/// another node) is never the one removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Preconditions<'a> {
+    /// The object must have this uid.
+    pub uid: Option<&'a str>,
+}
+
+impl<'a> Preconditions<'a> {
+    /// No precondition: whatever object has the name.
+    pub const NONE: Preconditions<'static> = Preconditions { uid: None };
+
+    /// Only the object as it was read: the one with this metadata's uid.
+    pub fn of(meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
+        Preconditions {
+            uid: meta.uid.as_deref(),
+        }
+    }
+
+    /// Whether `meta` (the object stored now) meets them.
+    pub fn met_by(
+        &self,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> bool {
+        self.uid.is_none_or(|uid| meta.uid.as_deref() == Some(uid))
+    }
+}
+
 /// What a delete did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deleted {
@@ -90,10 +122,26 @@ pub trait ClusterStore {
         &self,
         namespace: Option<&str>,
         name: &str,
+    ) -> Result<Deleted, StoreError> {
+        self.delete_if::<K>(namespace, name, Preconditions::NONE)
+    }
+    /// [`ClusterStore::delete`], only while the object meets `only` (else
+    /// [`StoreError::Conflict`], nothing deleted).
+    fn delete_if<K: Resource>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        only: Preconditions<'_>,
     ) -> Result<Deleted, StoreError>;
-    /// Evicts a pod through the Eviction API: refused with [`StoreError::Refused`] while a
+    /// Evicts a pod through the Eviction API, only while it meets `only` (else
+    /// [`StoreError::Conflict`]): refused with [`StoreError::Refused`] while a
     /// PodDisruptionBudget covering it allows no more disruptions.
-    fn evict(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError>;
+    fn evict(
+        &self,
+        namespace: &str,
+        name: &str,
+        only: Preconditions<'_>,
+    ) -> Result<Deleted, StoreError>;
 }
 
 /// A reference to a store, or a shared one, is a store: the controller and the test harness
@@ -113,8 +161,8 @@ macro_rules! forward_store {
             fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
                 (**self).undecodable::<K>()
             }
-            fn evict(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError> {
-                (**self).evict(namespace, name)
+            fn evict(&self, namespace: &str, name: &str, only: Preconditions<'_>) -> Result<Deleted, StoreError> {
+                (**self).evict(namespace, name, only)
             }
             fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
                 (**self).create(object)
@@ -122,8 +170,8 @@ macro_rules! forward_store {
             fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
                 (**self).update(object)
             }
-            fn delete<K: Resource>(&self, namespace: Option<&str>, name: &str) -> Result<Deleted, StoreError> {
-                (**self).delete::<K>(namespace, name)
+            fn delete_if<K: Resource>(&self, namespace: Option<&str>, name: &str, only: Preconditions<'_>) -> Result<Deleted, StoreError> {
+                (**self).delete_if::<K>(namespace, name, only)
             }
         }
     )*};

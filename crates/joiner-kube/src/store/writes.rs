@@ -5,7 +5,9 @@
 use std::future::Future;
 
 use either::Either;
-use joiner_controller::store::{ClusterStore, Deleted, ObjectKey, Resource, StoreError};
+use joiner_controller::store::{
+    ClusterStore, Deleted, ObjectKey, Preconditions, Resource, StoreError,
+};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -26,14 +28,17 @@ impl KubeStore {
         }
     }
 
-    /// Runs one API call to completion on the store's runtime, within the write timeout.
+    /// Runs one API call to completion on the store's runtime, within the write timeout, cut
+    /// to the deadline of the write in progress when there is one (a leader's fence sets it:
+    /// see `joiner_controller::deadline`). A call that gives up may still have reached the
+    /// server: the answer is `Unavailable`, which callers re-read after.
     fn call<T>(
         &self,
         verb: Verb,
         key: &ObjectKey,
         request: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, StoreError> {
-        let limit = self.inner.options.write_timeout;
+        let limit = joiner_controller::deadline::bound(self.inner.options.write_timeout);
         // The timer is made inside `block_on`, where the runtime is entered.
         let answer = self
             .inner
@@ -98,6 +103,7 @@ impl KubeStore {
         cache: &KindCache<Pod>,
         ticket: &Ticket<'_, Pod>,
         key: ObjectKey,
+        only: Preconditions<'_>,
     ) -> Result<Deleted, StoreError> {
         let ns = key.namespace.as_deref().unwrap_or("default");
         let eviction = Eviction {
@@ -106,7 +112,7 @@ impl KubeStore {
                 namespace: Some(ns.to_string()),
                 ..ObjectMeta::default()
             },
-            delete_options: None,
+            delete_options: delete_options(only),
         };
         let url = format!(
             "{}/{}/eviction",
@@ -138,6 +144,24 @@ impl KubeStore {
             Err(e) => Err(e),
         }
     }
+}
+
+/// The Eviction's `deleteOptions`: the preconditions, when there are any.
+fn delete_options(
+    only: Preconditions<'_>,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions> {
+    let uid = only.uid?;
+    Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions {
+            preconditions: Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Preconditions {
+                    uid: Some(uid.to_string()),
+                    resource_version: None,
+                },
+            ),
+            ..Default::default()
+        },
+    )
 }
 
 /// An answer the controller can use, or `Unavailable` naming why it did not decode.
@@ -227,11 +251,18 @@ impl ClusterStore for KubeStore {
 
     /// `POST pods/<name>/eviction`, so the API server enforces PodDisruptionBudgets: a
     /// budget's 429 is `Refused` with the server's message, any other 429 `Unavailable`.
-    fn evict(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError> {
+    /// With a uid in `only`, the eviction's `deleteOptions.preconditions.uid` carries it: a pod
+    /// replaced under the same name answers 409, `Conflict`.
+    fn evict(
+        &self,
+        namespace: &str,
+        name: &str,
+        only: Preconditions<'_>,
+    ) -> Result<Deleted, StoreError> {
         let key = ObjectKey::of::<Pod>(Some(namespace), name);
         let cache = self.cache::<Pod>()?;
         let ticket = cache.ticket();
-        self.post_eviction(&cache, &ticket, key)
+        self.post_eviction(&cache, &ticket, key, only)
     }
 
     /// POST; then PUT `/status` if the object carries a status (the main resource drops it).
@@ -292,20 +323,26 @@ impl ClusterStore for KubeStore {
     /// an object without finalizers is gone at once). A pod is deleted too, not evicted: no
     /// PodDisruptionBudget stops it (the controller deletes pods only once a drain has outlived
     /// its terminationGracePeriod; drains use [`ClusterStore::evict`]). The pod keeps its own
-    /// grace period, and the answer (the pod, terminating) is `Pending`.
-    fn delete<K: Resource>(
+    /// grace period, and the answer (the pod, terminating) is `Pending`. A uid in `only` is
+    /// sent as `preconditions.uid` (a 409 when another object has the name now: `Conflict`).
+    fn delete_if<K: Resource>(
         &self,
         namespace: Option<&str>,
         name: &str,
+        only: Preconditions<'_>,
     ) -> Result<Deleted, StoreError> {
         let key = ObjectKey::of::<K>(namespace, name);
         let cache = self.cache::<K>()?;
         let ticket = cache.ticket();
+        let mut params = DeleteParams::background();
+        params.preconditions = only.uid.map(|uid| kube::api::Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        });
         let answer = self.call(
             Verb::Delete,
             &key,
-            self.api::<K>(&key)
-                .delete(&key.name, &DeleteParams::background()),
+            self.api::<K>(&key).delete(&key.name, &params),
         );
         match answer {
             Ok(Either::Right(_status)) => {

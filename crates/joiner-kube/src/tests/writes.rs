@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use joiner_controller::store::{ClusterStore, Deleted, ObjectKey, StoreError};
+use joiner_controller::store::{ClusterStore, Deleted, ObjectKey, Preconditions, StoreError};
 use joiner_model::api::NodePool;
 use joiner_model::api::nodeclaim::NodeClaim;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -324,13 +324,24 @@ async fn evicting_a_pod_posts_an_eviction() {
     fake.reply("POST", eviction, |_| (201, status(201, "", "")));
 
     let s = store.clone();
-    let evicted = blocking(move || s.evict("a", "p1")).await;
+    let evicted = blocking(move || {
+        s.evict(
+            "a",
+            "p1",
+            Preconditions {
+                uid: Some("uid-p1"),
+            },
+        )
+    })
+    .await;
     assert_eq!(evicted, Ok(Deleted::Pending));
     let body = fake.calls("POST", eviction)[0].body.clone().expect("body");
     assert_eq!(body["apiVersion"], "policy/v1");
     assert_eq!(body["kind"], "Eviction");
     assert_eq!(body["metadata"]["name"], "p1");
     assert_eq!(body["metadata"]["namespace"], "a");
+    // Only the pod that was read: a pod recreated under the name is not evicted.
+    assert_eq!(body["deleteOptions"]["preconditions"]["uid"], "uid-p1");
     assert!(
         fake.calls("DELETE", "/api/v1/namespaces/a/pods/p1")
             .is_empty()
@@ -365,7 +376,7 @@ async fn evicting_a_pod_posts_an_eviction() {
         (429, s)
     });
     let s = store.clone();
-    let refused = blocking(move || s.evict("a", "p2")).await;
+    let refused = blocking(move || s.evict("a", "p2", Preconditions::NONE)).await;
     let Err(StoreError::Refused(key, message)) = refused else {
         panic!("a budget's 429 is a refusal: {refused:?}");
     };
@@ -383,7 +394,7 @@ async fn evicting_a_pod_posts_an_eviction() {
         )
     });
     let s = store.clone();
-    let throttled = blocking(move || s.evict("a", "p2")).await;
+    let throttled = blocking(move || s.evict("a", "p2", Preconditions::NONE)).await;
     assert!(
         matches!(throttled, Err(StoreError::Unavailable(_))),
         "{throttled:?}"
@@ -412,9 +423,16 @@ async fn deleting_a_pod_deletes_it_past_any_budget() {
     });
 
     let s = store.clone();
-    let deleted = blocking(move || s.delete::<Pod>(Some("a"), "p1")).await;
+    let only = Preconditions {
+        uid: Some("uid-p1"),
+    };
+    let deleted = blocking(move || s.delete_if::<Pod>(Some("a"), "p1", only)).await;
     assert_eq!(deleted, Ok(Deleted::Pending));
-    assert_eq!(fake.calls("DELETE", path).len(), 1);
+    let calls = fake.calls("DELETE", path);
+    assert_eq!(calls.len(), 1);
+    let body = calls[0].body.clone().expect("DeleteOptions");
+    assert_eq!(body["preconditions"]["uid"], "uid-p1", "{body}");
+    assert_eq!(body["propagationPolicy"], "Background");
     assert!(
         fake.calls("POST", &format!("{path}/eviction")).is_empty(),
         "no eviction: a forced drain must not wait for budgets"
@@ -463,6 +481,28 @@ async fn a_lost_connection_or_no_answer_is_unavailable() {
             .await
             .map(|l| l.len()),
         Ok(0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_within_a_deadline_gives_up_at_the_deadline_not_the_timeout() {
+    let (fake, client) = FakeApi::start();
+    // The store's own timeout is long; the leader's deadline is what must hold.
+    let store = start(&fake, client).await;
+    let claim: NodeClaim = serde_json::from_value(node_claim("nc-1", "")).expect("claim");
+    fake.hang("POST", NODECLAIMS);
+    let s = store.clone();
+    let started = std::time::Instant::now();
+    let cut = blocking(move || {
+        let until = std::time::Instant::now() + Duration::from_millis(300);
+        joiner_controller::deadline::within(until, || s.create(&claim))
+    })
+    .await;
+    assert!(matches!(cut, Err(StoreError::Unavailable(_))), "{cut:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "gave up at the deadline: {:?}",
+        started.elapsed()
     );
 }
 

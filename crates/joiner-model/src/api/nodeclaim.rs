@@ -63,6 +63,21 @@ pub struct NodeClaimSpec {
     pub termination_grace_period: Option<String>,
 }
 
+impl NodeClaimSpec {
+    /// A spec for a node of `node_class`, with no requirements, resources or taints yet.
+    pub fn new(node_class_ref: NodeClassReference) -> NodeClaimSpec {
+        NodeClaimSpec {
+            node_class_ref,
+            requirements: Vec::new(),
+            resources: ResourceRequirements::default(),
+            taints: Vec::new(),
+            startup_taints: Vec::new(),
+            expire_after: None,
+            termination_grace_period: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ResourceRequirements {
     /// The sum of the requests of the pods (and DaemonSet pods) planned onto this node.

@@ -141,6 +141,17 @@ pub struct NodeClassReference {
     pub name: String,
 }
 
+impl NodeClassReference {
+    /// A reference to the EC2NodeClass `name` (group `karpenter.k8s.aws`).
+    pub fn ec2(name: impl Into<String>) -> NodeClassReference {
+        NodeClassReference {
+            group: "karpenter.k8s.aws".into(),
+            kind: "EC2NodeClass".into(),
+            name: name.into(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Disruption {

@@ -220,8 +220,22 @@ async fn a_partitioned_leader_stops_before_the_follower_takes_over() {
     );
     assert_eq!(holder(&stored).as_deref(), Some("b"));
     assert!(a.fence.check().is_err());
-    assert_eq!(*a.state.borrow(), Leadership::Lost);
-    assert!(a.task.is_finished());
+    // A's campaign says so on its next try (its fence closed before B could lead, above).
+    let noticed = Instant::now();
+    while *a.state.borrow() != Leadership::Lost {
+        assert!(
+            noticed.elapsed() < Duration::from_secs(5),
+            "A never noticed it lost the Lease"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    while !a.task.is_finished() {
+        assert!(
+            noticed.elapsed() < Duration::from_secs(5),
+            "A's campaign goes on"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let _ = b.stop.send(true);
 }
 

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::fence::{Fence, Revoked};
+use super::fence::{Fence, IN_FLIGHT_MARGIN, Revoked};
 
 /// How long a Lease lasts, how long a leader goes on without renewing it, and how often
 /// replicas try (client-go's and controller-runtime's defaults: 15 s, 10 s, 2 s).
@@ -47,9 +47,10 @@ impl Timings {
     /// Lease (the gap is the margin for a write in flight at the deadline), and leave room for
     /// a few tries.
     pub fn check(&self) -> Result<(), String> {
-        if self.renew_deadline >= self.lease_duration {
+        if self.renew_deadline + IN_FLIGHT_MARGIN >= self.lease_duration {
             return Err(format!(
-                "the renew deadline ({:?}) must be shorter than the Lease ({:?})",
+                "the renew deadline ({:?}) must be shorter than the Lease ({:?}) by more than \
+                 {IN_FLIGHT_MARGIN:?}, the time left to a write in flight at the deadline",
                 self.renew_deadline, self.lease_duration
             ));
         }
@@ -212,14 +213,19 @@ impl Elector {
 
     /// A create or replace written with this replica as holder succeeded; `sent_at` is the
     /// local instant taken before the request was sent. Leads until `sent_at + renew
-    /// deadline`.
+    /// deadline`; writes started by then must end by `sent_at + Lease duration` less
+    /// [`IN_FLIGHT_MARGIN`] (see [`Fence::check`]).
     pub fn wrote(&mut self, sent_at: Instant, stored: &LeaseRecord) {
         if self.standing(sent_at) == Standing::Lost {
             return;
         }
         self.led = true;
         self.seen = Some((Seen::of(stored), sent_at));
-        self.fence.extend_to(sent_at + self.timings.renew_deadline);
+        let writes_until = (sent_at + stored.lease_duration.min(self.timings.lease_duration))
+            .checked_sub(IN_FLIGHT_MARGIN)
+            .unwrap_or(sent_at);
+        self.fence
+            .extend_to(sent_at + self.timings.renew_deadline, writes_until);
     }
 
     /// Stepping down on purpose (shutdown): the fence closes before the Lease is released.

@@ -48,6 +48,11 @@ impl Ticker for ManualTicker {
     }
 }
 
+/// How long before another replica could hold the Lease every write must have ended: a
+/// request the API server or AWS had already received when the client gave up may still be
+/// applied a moment later.
+pub const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(1);
+
 /// Why the fence no longer holds, for good.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Revoked {
@@ -61,8 +66,11 @@ pub enum Revoked {
 
 #[derive(Debug)]
 struct State {
-    /// Leads until then (monotonic), unless revoked.
+    /// Leads until then (monotonic), unless revoked: no write starts after it.
     until: Option<Instant>,
+    /// No write may still be in flight after then: the earliest another replica could take
+    /// the Lease over, less a margin (see [`Fence::check`]).
+    writes_until: Option<Instant>,
     revoked: Option<Revoked>,
 }
 
@@ -88,6 +96,7 @@ impl Fence {
         Fence {
             state: Arc::new(Mutex::new(State {
                 until: None,
+                writes_until: None,
                 revoked: None,
             })),
             ticker,
@@ -97,7 +106,8 @@ impl Fence {
     /// A fence that always holds: a single replica without an election.
     pub fn always() -> Fence {
         let fence = Fence::new(Arc::new(SystemTicker));
-        fence.lock().until = Some(Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600));
+        let forever = Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600);
+        fence.extend_to(forever, forever);
         fence
     }
 
@@ -111,8 +121,16 @@ impl Fence {
         s.revoked.is_none() && s.until.is_some_and(|u| now < u)
     }
 
-    /// `Ok` while this replica holds the Lease now; else why not, as "not the leader: …".
-    pub fn check(&self) -> Result<(), String> {
+    /// While this replica holds the Lease now, the instant by which a write starting now must
+    /// have ended (run it `joiner_controller::deadline::within` that instant, so the call gives
+    /// up then); else why not, as "not the leader: …".
+    ///
+    /// A write may start up to the renew deadline and must end before another replica could
+    /// hold the Lease: that is `lease duration` after this replica sent its last successful
+    /// renewal (a follower counts from when it saw that renewal stored), less
+    /// [`IN_FLIGHT_MARGIN`] for a request the API server is still applying when the client
+    /// gives up. With client-go's timings that leaves every write at least 4 s.
+    pub fn check(&self) -> Result<Instant, String> {
         let now = self.ticker.now();
         let s = self.lock();
         let why = match (s.revoked, s.until) {
@@ -120,7 +138,7 @@ impl Fence {
             (Some(Revoked::Resigned), _) => "stepped down".to_string(),
             (Some(Revoked::Expired), _) => "the Lease was not renewed in time".to_string(),
             (None, None) => "the Lease is not held yet".to_string(),
-            (None, Some(u)) if now < u => return Ok(()),
+            (None, Some(u)) if now < u => return Ok(s.writes_until.unwrap_or(u)),
             (None, Some(u)) => format!(
                 "the Lease was not renewed in time (renew deadline passed {:?} ago)",
                 now.saturating_duration_since(u)
@@ -134,11 +152,18 @@ impl Fence {
         self.ticker.now()
     }
 
-    /// Leads until `until`, unless revoked. Never moves the deadline back.
-    pub(crate) fn extend_to(&self, until: Instant) {
+    /// Leads until `until`, with writes in flight until `writes_until`, unless revoked. Never
+    /// moves either back.
+    pub(crate) fn extend_to(&self, until: Instant, writes_until: Instant) {
         let mut s = self.lock();
-        if s.revoked.is_none() && s.until.is_none_or(|u| u < until) {
+        if s.revoked.is_some() {
+            return;
+        }
+        if s.until.is_none_or(|u| u < until) {
             s.until = Some(until);
+        }
+        if s.writes_until.is_none_or(|u| u < writes_until) {
+            s.writes_until = Some(writes_until.max(until));
         }
     }
 

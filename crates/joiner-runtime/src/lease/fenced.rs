@@ -1,16 +1,24 @@
-//! The controller's store and cloud behind the [`Fence`]: every write asks it first and is
-//! refused, unsent, once this replica no longer holds the Lease, so a lost Lease stops writes
-//! at once, in the middle of a step. Reads pass: they change nothing.
+//! The controller's store, cloud and interruption queue behind the [`Fence`]: every write
+//! asks it first and is refused, unsent, once this replica no longer holds the Lease, so a lost
+//! Lease stops writes at once, in the middle of a step. A write that is let through runs within
+//! the deadline the fence gives (`joiner_controller::deadline`): the kube-rs and AWS edges cut
+//! its timeout to it, so it cannot land after another replica could have taken over. Reads
+//! pass: they change nothing.
 
 use joiner_controller::cloud::{
     CloudError, CloudInstanceType, CloudProvider, Instance, LaunchRequest, Launched,
 };
-use joiner_controller::store::{ClusterStore, Deleted, ObjectKey, Resource, StoreError};
+use joiner_controller::deadline;
+use joiner_controller::interruption::{InterruptionQueue, QueueMessage};
+use joiner_controller::store::{
+    ClusterStore, Deleted, ObjectKey, Preconditions, Resource, StoreError,
+};
 
 use super::fence::Fence;
 
 /// A [`ClusterStore`] whose writes (`create`, `update`, `delete`, `evict`) are sent only while
-/// the fence holds; otherwise `StoreError::Unavailable("not the leader: …")`.
+/// the fence holds, and within its deadline; otherwise `StoreError::Unavailable("not the
+/// leader: …")`.
 #[derive(Debug, Clone)]
 pub struct FencedStore<S> {
     inner: S,
@@ -22,8 +30,10 @@ impl<S> FencedStore<S> {
         FencedStore { inner, fence }
     }
 
-    fn check(&self) -> Result<(), StoreError> {
-        self.fence.check().map_err(StoreError::Unavailable)
+    /// Runs the write `call` within the fence's deadline, or refuses it unsent.
+    fn write<R>(&self, call: impl FnOnce() -> Result<R, StoreError>) -> Result<R, StoreError> {
+        let until = self.fence.check().map_err(StoreError::Unavailable)?;
+        deadline::within(until, call)
     }
 }
 
@@ -49,30 +59,32 @@ impl<S: ClusterStore> ClusterStore for FencedStore<S> {
         self.inner.undecodable::<K>()
     }
     fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
-        self.check()?;
-        self.inner.create(object)
+        self.write(|| self.inner.create(object))
     }
     fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
-        self.check()?;
-        self.inner.update(object)
+        self.write(|| self.inner.update(object))
     }
-    fn delete<K: Resource>(
+    fn delete_if<K: Resource>(
         &self,
         namespace: Option<&str>,
         name: &str,
+        only: Preconditions<'_>,
     ) -> Result<Deleted, StoreError> {
-        self.check()?;
-        self.inner.delete::<K>(namespace, name)
+        self.write(|| self.inner.delete_if::<K>(namespace, name, only))
     }
-    fn evict(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError> {
-        self.check()?;
-        self.inner.evict(namespace, name)
+    fn evict(
+        &self,
+        namespace: &str,
+        name: &str,
+        only: Preconditions<'_>,
+    ) -> Result<Deleted, StoreError> {
+        self.write(|| self.inner.evict(namespace, name, only))
     }
 }
 
-/// A [`CloudProvider`] whose `launch` and `terminate` are sent only while the fence holds;
-/// otherwise `CloudError::Other("not the leader: …")` (nothing was sent: the caller retries
-/// on a later step, when it leads).
+/// A [`CloudProvider`] whose `launch`, `terminate` and launch-template deletion are sent only
+/// while the fence holds, and within its deadline; otherwise `CloudError::Other("not the
+/// leader: …")` (nothing was sent: the caller retries on a later step, when it leads).
 #[derive(Debug, Clone)]
 pub struct FencedCloud<C> {
     inner: C,
@@ -85,14 +97,21 @@ impl<C> FencedCloud<C> {
     }
 }
 
+/// Runs the cloud write `call` within `fence`'s deadline, or refuses it unsent.
+fn cloud_write<R>(
+    fence: &Fence,
+    call: impl FnOnce() -> Result<R, CloudError>,
+) -> Result<R, CloudError> {
+    let until = fence.check().map_err(CloudError::Other)?;
+    deadline::within(until, call)
+}
+
 impl<C: CloudProvider> CloudProvider for FencedCloud<C> {
     fn launch(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
-        self.fence.check().map_err(CloudError::Other)?;
-        self.inner.launch(request)
+        cloud_write(&self.fence, || self.inner.launch(request))
     }
     fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
-        self.fence.check().map_err(CloudError::Other)?;
-        self.inner.terminate(instance_id)
+        cloud_write(&self.fence, || self.inner.terminate(instance_id))
     }
     fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
         self.inner.get(instance_id)
@@ -107,8 +126,32 @@ impl<C: CloudProvider> CloudProvider for FencedCloud<C> {
         &self,
         node_classes: &[joiner_model::api::EC2NodeClass],
     ) -> Result<Vec<String>, CloudError> {
-        self.fence.check().map_err(CloudError::Other)?;
-        self.inner.delete_unused_launch_templates(node_classes)
+        cloud_write(&self.fence, || {
+            self.inner.delete_unused_launch_templates(node_classes)
+        })
+    }
+}
+
+/// An [`InterruptionQueue`] whose deletes are sent only while the fence holds, and within its
+/// deadline: a replica that lost the Lease must not delete a message the new leader has not
+/// handled. Receiving passes (an undeleted message comes back after its visibility timeout).
+pub struct FencedQueue<Q> {
+    inner: Q,
+    fence: Fence,
+}
+
+impl<Q> FencedQueue<Q> {
+    pub fn new(inner: Q, fence: Fence) -> Self {
+        FencedQueue { inner, fence }
+    }
+}
+
+impl<Q: InterruptionQueue> InterruptionQueue for FencedQueue<Q> {
+    fn receive(&self, max: usize) -> Result<Vec<QueueMessage>, CloudError> {
+        self.inner.receive(max)
+    }
+    fn delete(&self, receipt: &str) -> Result<(), CloudError> {
+        cloud_write(&self.fence, || self.inner.delete(receipt))
     }
 }
 
@@ -136,10 +179,10 @@ mod tests {
         }
     }
 
-    /// A fence held from now until the default renew deadline (10 s) by the manual clock.
-    fn leading() -> (Fence, ManualTicker) {
-        let ticker = ManualTicker::default();
-        let fence = Fence::new(Arc::new(ticker.clone()));
+    /// `ticker`'s fence, held from now as a 15 s Lease just renewed holds it.
+    fn held_by(ticker: Arc<dyn Ticker>) -> Fence {
+        let now = ticker.now();
+        let fence = Fence::new(ticker);
         let mut elector = Elector::new("a", Timings::default(), fence.clone());
         let record = LeaseRecord {
             holder: "a".into(),
@@ -149,7 +192,14 @@ mod tests {
             transitions: 0,
             resource_version: "1".into(),
         };
-        elector.wrote(ticker.now(), &record);
+        elector.wrote(now, &record);
+        fence
+    }
+
+    /// A fence held from now until the default renew deadline (10 s) by the manual clock.
+    fn leading() -> (Fence, ManualTicker) {
+        let ticker = ManualTicker::default();
+        let fence = held_by(Arc::new(ticker.clone()));
         (fence, ticker)
     }
 
@@ -170,7 +220,7 @@ mod tests {
         n1.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
         assert!(store.update(&n1).is_err());
         assert!(store.delete::<Node>(None, "n1").is_err());
-        assert!(store.evict("default", "p").is_err());
+        assert!(store.evict("default", "p", Preconditions::NONE).is_err());
         // The cluster is as it was: one node, unlabelled.
         let nodes: Vec<Node> = cluster.list().expect("list");
         assert_eq!(nodes.len(), 1);
@@ -229,5 +279,60 @@ mod tests {
         ));
         assert_eq!(inner.writes.load(Ordering::SeqCst), 1, "nothing sent");
         assert_eq!(cloud.list("c"), Ok(Vec::new()), "reads pass");
+    }
+
+    /// Records the deadline each write was sent within.
+    #[derive(Default)]
+    struct Timed {
+        left: std::sync::Mutex<Vec<Option<Duration>>>,
+    }
+
+    impl Timed {
+        fn sent(&self) {
+            self.left.lock().unwrap().push(deadline::left());
+        }
+    }
+
+    impl InterruptionQueue for Timed {
+        fn receive(&self, _: usize) -> Result<Vec<QueueMessage>, CloudError> {
+            Ok(Vec::new())
+        }
+        fn delete(&self, _: &str) -> Result<(), CloudError> {
+            self.sent();
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_write_let_through_must_end_before_another_replica_could_lead() {
+        // The system clock, which the edges measure deadlines by.
+        let fence = held_by(Arc::new(crate::lease::SystemTicker));
+        let inner = Timed::default();
+        let queue = FencedQueue::new(&inner, fence.clone());
+        queue.delete("receipt-1").expect("leading: sent");
+        // Unfenced, a call keeps its own timeout.
+        inner.delete("receipt-2").unwrap();
+        let left = inner.left.lock().unwrap().clone();
+        let fenced = left[0].expect("sent within a deadline");
+        assert!(
+            fenced <= Duration::from_secs(14) && fenced > Duration::from_secs(13),
+            "a Lease of 15 s, renewed just now, less the in-flight margin: {fenced:?}"
+        );
+        assert_eq!(left[1], None);
+    }
+
+    #[test]
+    fn the_fenced_queue_deletes_nothing_past_the_renew_deadline() {
+        let (fence, ticker) = leading();
+        let inner = Timed::default();
+        let queue = FencedQueue::new(&inner, fence);
+        ticker.advance(Duration::from_secs(10));
+        let refused = queue.delete("receipt-1");
+        assert!(
+            matches!(&refused, Err(CloudError::Other(m)) if m.starts_with("not the leader")),
+            "{refused:?}"
+        );
+        assert!(inner.left.lock().unwrap().is_empty(), "nothing sent");
+        assert_eq!(queue.receive(10), Ok(Vec::new()), "receiving passes");
     }
 }

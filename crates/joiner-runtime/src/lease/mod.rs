@@ -1,6 +1,7 @@
 //! Joiner's own Lease election, in three parts: the [`Elector`], a pure state machine fed
 //! observations of the Lease with the local monotonic instant of each; the [`Fence`] it keeps,
-//! which every write asks "do I still lead right now?" ([`FencedStore`], [`FencedCloud`]); and
+//! which every write asks "do I still lead right now, and until when may this write take?"
+//! ([`FencedStore`], [`FencedCloud`], [`FencedQueue`]); and
 //! the [`campaign`] that reads and writes the Lease on the API server.
 
 mod api;
@@ -10,8 +11,8 @@ mod fenced;
 
 pub use api::{LeaseApi, campaign};
 pub use elector::{Elector, LeaseRecord, Next, Standing, Timings};
-pub use fence::{Fence, ManualTicker, Revoked, SystemTicker, Ticker};
-pub use fenced::{FencedCloud, FencedStore};
+pub use fence::{Fence, IN_FLIGHT_MARGIN, ManualTicker, Revoked, SystemTicker, Ticker};
+pub use fenced::{FencedCloud, FencedQueue, FencedStore};
 
 /// Where this replica stands in the election, as the loop sees it. It only ever moves
 /// forward: waiting, leading, lost.

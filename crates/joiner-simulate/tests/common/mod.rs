@@ -15,7 +15,8 @@ use joiner_controller::cloud::{
 };
 use joiner_controller::pods::{is_pending, pod_key};
 use joiner_controller::store::{
-    CachedClient, ClusterStore, Deleted, InMemoryCluster, ObjectKey, Resource, StoreError,
+    CachedClient, ClusterStore, Deleted, InMemoryCluster, ObjectKey, Preconditions, Resource,
+    StoreError,
 };
 use joiner_controller::{Config, Controller, StepReport};
 use joiner_engine::catalog::Catalog;
@@ -360,8 +361,13 @@ impl ClusterStore for FusedStore<'_> {
     fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
         self.inner.undecodable::<K>()
     }
-    fn evict(&self, namespace: &str, name: &str) -> Result<Deleted, StoreError> {
-        self.fuse.write(|| self.inner.evict(namespace, name))
+    fn evict(
+        &self,
+        namespace: &str,
+        name: &str,
+        only: Preconditions<'_>,
+    ) -> Result<Deleted, StoreError> {
+        self.fuse.write(|| self.inner.evict(namespace, name, only))
     }
     fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
         self.fuse.write(|| self.inner.create(object))
@@ -369,12 +375,14 @@ impl ClusterStore for FusedStore<'_> {
     fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
         self.fuse.write(|| self.inner.update(object))
     }
-    fn delete<K: Resource>(
+    fn delete_if<K: Resource>(
         &self,
         namespace: Option<&str>,
         name: &str,
+        only: Preconditions<'_>,
     ) -> Result<Deleted, StoreError> {
-        self.fuse.write(|| self.inner.delete::<K>(namespace, name))
+        self.fuse
+            .write(|| self.inner.delete_if::<K>(namespace, name, only))
     }
 }
 
