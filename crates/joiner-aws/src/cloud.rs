@@ -60,6 +60,7 @@ pub struct AwsCloud {
     cluster_endpoint: Option<String>,
     cluster_ca_bundle: Option<String>,
     service_cidr: Option<String>,
+    cluster_dns: Option<String>,
     /// The built-in catalog: on-demand prices (moto and many partitions have no Pricing API),
     /// the types Joiner knows, and the fallback when EC2's listing fails.
     catalog: Catalog,
@@ -143,8 +144,9 @@ impl AwsCloud {
                 kubernetes_version,
             },
             cluster_endpoint: settings.cluster_endpoint.clone(),
-            cluster_ca_bundle: None,
-            service_cidr: None,
+            cluster_ca_bundle: settings.cluster_ca_bundle.clone(),
+            service_cidr: settings.cluster_cidr.clone(),
+            cluster_dns: None,
             catalog: Catalog::builtin(&settings.region, &settings.zones),
             templates: KnownTemplates::default(),
             caches: Caches::new(Ttls::default()),
@@ -178,6 +180,16 @@ impl AwsCloud {
             .collect();
         let c = &self.clients;
         Ok(c.block(c.delete_unused_templates(&self.cluster_name, &current, &self.templates))?)
+    }
+
+    /// Everything the nodes' bootstrap needs of the cluster, as [`crate::cluster::discover`]
+    /// resolved it at start-up.
+    pub fn with_cluster_access(mut self, access: crate::ClusterAccess) -> Self {
+        self.cluster_endpoint = Some(access.endpoint);
+        self.cluster_ca_bundle = Some(access.ca_bundle);
+        self.service_cidr = Some(access.service_cidr);
+        self.cluster_dns = access.dns_ip;
+        self
     }
 
     /// The cluster CA (base64 PEM) for the node's bootstrap; without it `nodeadm` must look the
@@ -224,6 +236,7 @@ impl AwsCloud {
             endpoint: self.cluster_endpoint.clone(),
             ca_bundle: self.cluster_ca_bundle.clone(),
             service_cidr: self.service_cidr.clone(),
+            cluster_dns: self.cluster_dns.clone(),
             labels: kubelet_labels(&request.labels),
             taints: request
                 .taints

@@ -31,6 +31,9 @@ pub struct NodeBootstrap {
     pub ca_bundle: Option<String>,
     /// The service CIDR (`nodeadm` derives the cluster DNS address from it).
     pub service_cidr: Option<String>,
+    /// The cluster DNS Service's address (`kube-dns`), used unless the EC2NodeClass's kubelet
+    /// block sets `clusterDNS`.
+    pub cluster_dns: Option<String>,
     /// Labels the kubelet registers the Node with (already filtered to what a kubelet may set).
     pub labels: BTreeMap<String, String>,
     /// Taints the kubelet registers the Node with (taints and startup taints).
@@ -290,7 +293,12 @@ pub fn node_config(b: &NodeBootstrap) -> String {
         cluster.insert("cidr".into(), Value::from(cidr.clone()));
     }
     let mut kubelet = Map::new();
-    let config = b.kubelet.as_ref().map(kubelet_config).unwrap_or_default();
+    let mut config = b.kubelet.as_ref().map(kubelet_config).unwrap_or_default();
+    if let Some(dns) = &b.cluster_dns
+        && !config.contains_key("clusterDNS")
+    {
+        config.insert("clusterDNS".into(), json!([dns]));
+    }
     if !config.is_empty() {
         kubelet.insert("config".into(), Value::Object(config));
     }
@@ -334,6 +342,7 @@ pub fn bootstrap_script(b: &NodeBootstrap) -> String {
         .as_ref()
         .and_then(|k| k.cluster_dns.as_ref())
         .and_then(|d| d.first())
+        .or(b.cluster_dns.as_ref())
     {
         cmd.push_str(&format!(" --dns-cluster-ip {}", shell_quote(dns)));
     }
@@ -362,6 +371,7 @@ mod tests {
             endpoint: Some("https://api.lab.example".into()),
             ca_bundle: Some("Q0E=".into()),
             service_cidr: Some("10.100.0.0/16".into()),
+            cluster_dns: Some("10.100.0.99".into()),
             labels: BTreeMap::from([("karpenter.sh/nodepool".into(), "gpu".into())]),
             taints: vec![
                 Taint {
@@ -383,6 +393,31 @@ mod tests {
                 ..Default::default()
             }),
         }
+    }
+
+    /// What nodeadm's NodeConfig validation requires (`spec.cluster`: name, apiServerEndpoint,
+    /// certificateAuthority, cidr), and the cluster DNS the controller found.
+    #[test]
+    fn the_node_config_carries_every_field_nodeadm_requires() {
+        let mut b = bootstrap();
+        b.kubelet = None;
+        let config: Value = serde_saphyr::from_str(&node_config(&b)).expect("YAML");
+        assert_eq!(config["apiVersion"], "node.eks.aws/v1alpha1");
+        let cluster = &config["spec"]["cluster"];
+        for field in ["name", "apiServerEndpoint", "certificateAuthority", "cidr"] {
+            assert!(
+                cluster[field].as_str().is_some_and(|v| !v.is_empty()),
+                "spec.cluster.{field} missing: {config}"
+            );
+        }
+        assert_eq!(cluster["cidr"], "10.100.0.0/16");
+        assert_eq!(
+            config["spec"]["kubelet"]["config"]["clusterDNS"],
+            json!(["10.100.0.99"]),
+            "the kube-dns address found at start-up"
+        );
+        // AL2's bootstrap gets the same address.
+        assert!(bootstrap_script(&b).contains("--dns-cluster-ip '10.100.0.99'"));
     }
 
     const LAB_USER_DATA: &str = "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"\n\n--//\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\n\nset -ex\nsudo ctr -n=k8s.io image pull docker.io/tensorflow/tensorflow:2.12.0-gpu\n--//--\n";

@@ -61,6 +61,7 @@ fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 
 /// The Role (and binding) reading the NVIDIA device plugin's ConfigMap.
 const DEVICE_CONFIG_ROLE: &str = "joiner-device-plugin-config";
+const CLUSTER_DNS_ROLE: &str = "joiner-cluster-dns";
 
 fn container(docs: &[Value]) -> &Value {
     &one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
@@ -84,12 +85,13 @@ fn the_seed_install_renders_each_object_once_in_the_release_namespace() {
             "ServiceAccount",
         ])
     );
-    // One of each, but for the device-plugin ConfigMap's Role and RoleBinding.
-    assert_eq!(docs.len(), kinds.len() + 2);
+    // One of each, but for the Roles and RoleBindings of the device-plugin ConfigMap and the
+    // cluster DNS Service.
+    assert_eq!(docs.len(), kinds.len() + 4);
     for d in &docs {
         let name = d["metadata"]["name"].as_str().unwrap_or_default();
         assert!(
-            name == "joiner" || name == DEVICE_CONFIG_ROLE,
+            name == "joiner" || name == DEVICE_CONFIG_ROLE || name == CLUSTER_DNS_ROLE,
             "{} {name}",
             d["kind"]
         );
@@ -526,7 +528,13 @@ fn rbac_grants_exactly_what_the_controller_calls_and_no_wildcards() {
     let cluster = rules_of("ClusterRole", "joiner");
     let namespaced = rules_of("Role", "joiner");
     let device_config = rules_of("Role", DEVICE_CONFIG_ROLE);
-    for rule in cluster.iter().chain(&namespaced).chain(&device_config) {
+    let cluster_dns = rules_of("Role", CLUSTER_DNS_ROLE);
+    for rule in cluster
+        .iter()
+        .chain(&namespaced)
+        .chain(&device_config)
+        .chain(&cluster_dns)
+    {
         for field in ["apiGroups", "resources", "verbs"] {
             for entry in rule[field].as_array().expect("a list") {
                 assert_ne!(entry, "*", "wildcard in {rule}");
@@ -611,6 +619,16 @@ fn rbac_grants_exactly_what_the_controller_calls_and_no_wildcards() {
         named(&docs, "Role", DEVICE_CONFIG_ROLE)["metadata"]["namespace"],
         "kube-system"
     );
+    // The cluster DNS Service, read once by name at start-up (`live::cluster_dns`).
+    assert_eq!(
+        rules_of("Role", CLUSTER_DNS_ROLE),
+        [json!({"apiGroups": [""], "resources": ["services"],
+            "resourceNames": ["kube-dns"], "verbs": ["get"]})]
+    );
+    assert_eq!(
+        named(&docs, "Role", CLUSTER_DNS_ROLE)["metadata"]["namespace"],
+        "kube-system"
+    );
     for rule in &namespaced {
         assert_eq!(rule["resources"], json!(["leases"]));
         assert_eq!(rule["apiGroups"], json!(["coordination.k8s.io"]));
@@ -623,6 +641,7 @@ fn rbac_grants_exactly_what_the_controller_calls_and_no_wildcards() {
         ("ClusterRoleBinding", "joiner"),
         ("RoleBinding", "joiner"),
         ("RoleBinding", DEVICE_CONFIG_ROLE),
+        ("RoleBinding", CLUSTER_DNS_ROLE),
     ] {
         let binding = named(&docs, binding, name);
         assert_eq!(binding["roleRef"]["name"], name);

@@ -206,7 +206,6 @@ fn set_path(target: &mut Value, path: &[Segment], value: Value) -> Result<(), St
 
 /// Karpenter chart settings Joiner accepts without using: no warning for them.
 const UNUSED_KARPENTER_SETTINGS: &[&str] = &[
-    "clusterCABundle",
     "eksControlPlane",
     "isolatedVPC",
     "minValuesPolicy",
@@ -234,6 +233,11 @@ pub struct Settings {
     pub zones: Vec<String>,
     pub cluster_name: Option<String>,
     pub cluster_endpoint: Option<String>,
+    /// The cluster's CA bundle (base64 PEM), for the nodes' bootstrap; from EKS when unset.
+    pub cluster_ca_bundle: Option<String>,
+    /// The cluster's Service CIDR (Joiner's `settings.clusterCIDR`), for the nodes' bootstrap;
+    /// from EKS when unset.
+    pub cluster_cidr: Option<String>,
     pub interruption_queue: Option<String>,
     pub nvidia_device_plugin: NvidiaDevicePlugin,
     /// How long the batcher waits for another pending pod before planning.
@@ -279,6 +283,8 @@ impl Default for Settings {
             region,
             cluster_name: None,
             cluster_endpoint: None,
+            cluster_ca_bundle: None,
+            cluster_cidr: None,
             interruption_queue: None,
             nvidia_device_plugin: NvidiaDevicePlugin {
                 config_map_namespace: "kube-system".to_string(),
@@ -452,6 +458,8 @@ impl Settings {
         let non_empty = |v: Option<String>| v.filter(|s| !s.is_empty());
         out.cluster_name = non_empty(s.string("clusterName")?);
         out.cluster_endpoint = non_empty(s.string("clusterEndpoint")?);
+        out.cluster_ca_bundle = non_empty(s.string("clusterCABundle")?);
+        out.cluster_cidr = non_empty(s.string("clusterCIDR")?);
         out.interruption_queue = non_empty(s.string("interruptionQueue")?);
         out.batch_idle_duration = s.duration("batchIdleDuration", out.batch_idle_duration)?;
         out.batch_max_duration = s.duration("batchMaxDuration", out.batch_max_duration)?;

@@ -210,6 +210,34 @@ async fn connect() -> Result<(kube::Client, String), StartError> {
     }
 }
 
+/// The cluster DNS address nodes use: the `kube-system/kube-dns` Service's cluster IP, as
+/// Karpenter finds it. Without it (no such Service, no access, a headless one) `nodeadm`
+/// derives the address from the service CIDR, so a failure is only logged.
+async fn cluster_dns(client: &kube::Client) -> Option<String> {
+    let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(client.clone(), "kube-system");
+    match tokio::time::timeout(CONNECT_TIMEOUT, services.get_opt("kube-dns")).await {
+        Ok(Ok(Some(service))) => service
+            .spec
+            .and_then(|s| s.cluster_ip)
+            .filter(|ip| !ip.is_empty() && ip != "None"),
+        Ok(Ok(None)) => {
+            tracing::warn!("no kube-system/kube-dns Service: nodeadm derives the DNS address");
+            None
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot read kube-system/kube-dns: nodeadm derives the DNS address");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(
+                "no answer reading kube-system/kube-dns: nodeadm derives the DNS address"
+            );
+            None
+        }
+    }
+}
+
 /// Turns `shutdown` true on SIGTERM (what the kubelet sends) or Ctrl-C.
 async fn signals(shutdown: watch::Sender<bool>) {
     let terminate = async {
@@ -336,6 +364,14 @@ async fn run(
                 .into_builder()
                 .region(aws_config::Region::new(settings.region.clone()))
                 .build();
+            // Nodes cannot join without the endpoint, CA and service CIDR: refuse to start
+            // rather than launch them.
+            let mut access = joiner_aws::cluster::discover(&sdk, &settings, &config.cluster_name)
+                .await
+                .map_err(StartError::Aws)?;
+            access.dns_ip = cluster_dns(&client).await;
+            tracing::info!(endpoint = %access.endpoint, service_cidr = %access.service_cidr,
+                dns = access.dns_ip.as_deref().unwrap_or("derived by nodeadm"), "cluster access");
             let cloud = joiner_aws::AwsCloud::from_sdk_config(
                 &sdk,
                 &settings,
@@ -343,7 +379,8 @@ async fn run(
                 Handle::current(),
             )
             .await
-            .map_err(StartError::Aws)?;
+            .map_err(StartError::Aws)?
+            .with_cluster_access(access);
             let cloud = FencedCloud::new(cloud, fence.clone());
             if let Some(queue) = settings.interruption_queue.as_deref() {
                 let queue = joiner_aws::SqsInterruptionQueue::new(&sdk, queue, Handle::current())
