@@ -3,6 +3,7 @@
 //! The binary is argument parsing, loading, output and dispatch only. It parses the command
 //! line, reads manifests and Helm values from files and standard input ([`load`]), and hands
 //! them on: `plan` and `explain` to the pure planner in `joiner-engine` (printed by [`output`]),
+//! `catalog` to its listing of what each NodePool may launch (printed by [`catalog`]),
 //! `bench` to the engine's benchmark inputs ([`bench`]), `simulate` to `joiner-simulate`, and
 //! `controller` to the live controller's runtime in `joiner-runtime`, which is compiled in only
 //! with the `controller` cargo feature ([`controller`] parses its flags in every build and says
@@ -15,6 +16,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod catalog;
 mod controller;
 mod load;
 mod output;
@@ -39,6 +41,28 @@ enum Command {
         input: InputArgs,
         #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
         output: output::Format,
+    },
+    /// List the instance types each NodePool allows, as it would launch them: allocatable
+    /// (cpu, memory, pods, GPUs), GPUs and EFA, DRA devices, offerings and prices, after
+    /// InstanceType objects are applied. Without `-f`, the whole built-in catalog.
+    Catalog {
+        /// Manifest files or directories (recursive: *.yaml, *.yml, *.json); `-` reads stdin.
+        #[arg(short = 'f', long = "filename")]
+        files: Vec<PathBuf>,
+        /// The region whose zones, offerings and prices to show (`settings.region`).
+        #[arg(long)]
+        region: Option<String>,
+        /// Helm values files, as given to the chart (repeatable; later ones win).
+        #[arg(long = "values")]
+        values: Vec<PathBuf>,
+        /// Set a value, Helm style: `settings.zones={us-west-2a}` (repeatable).
+        #[arg(long = "set")]
+        set: Vec<String>,
+        /// Use only InstanceType objects from the input, not the built-in AWS catalog.
+        #[arg(long)]
+        no_builtin_catalog: bool,
+        #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+        output: catalog::Format,
     },
     /// Explain one pod: where the plan puts it, and what every instance type of every NodePool
     /// makes of it.
@@ -123,6 +147,26 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Plan { input, output } => plan(&input, output),
+        Command::Catalog {
+            files,
+            region,
+            values,
+            mut set,
+            no_builtin_catalog,
+            output,
+        } => {
+            // `--region` is `settings.region`; it goes first so `--set` can still name zones.
+            if let Some(region) = region {
+                set.insert(0, format!("settings.region={region}"));
+            }
+            let input = InputArgs {
+                files,
+                values,
+                set,
+                no_builtin_catalog,
+            };
+            catalog_cmd(&input, output)
+        }
         Command::Explain {
             what: Explain::Pod { pod, input },
         } => explain_pod(&input, &pod),
@@ -220,6 +264,13 @@ fn simulate_cmd(
 fn plan(input: &InputArgs, format: output::Format) -> anyhow::Result<()> {
     let plan = snapshot(input)?.plan();
     let text = output::render(&plan, format)?;
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(())
+}
+
+fn catalog_cmd(input: &InputArgs, format: catalog::Format) -> anyhow::Result<()> {
+    let listing = snapshot(input)?.listing();
+    let text = catalog::render(&listing, format)?;
     std::io::stdout().write_all(text.as_bytes())?;
     Ok(())
 }
