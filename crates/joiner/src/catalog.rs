@@ -85,7 +85,7 @@ fn row(pool: &str, t: &ListedType, wide: bool) -> Vec<String> {
                 .iter()
                 .find_map(|r| t.allocatable.get(*r).map(|q| format!(" {r}={q}")))
                 .unwrap_or_default();
-            format!("{}x{} ({served}){advertised}", g.count, g.name)
+            format!("{} x {} ({served}){advertised}", g.count, g.name)
         },
     );
     let dra = if t.dra_devices.is_empty() {
@@ -103,11 +103,15 @@ fn row(pool: &str, t: &ListedType, wide: bool) -> Vec<String> {
         .iter()
         .map(|o| o.capacity_type.as_str())
         .collect();
-    let offerings = format!(
-        "{} zone(s) x {}",
-        zones.len(),
-        capacity_types.into_iter().collect::<Vec<_>>().join(",")
-    );
+    let offerings = if zones.is_empty() {
+        "none in these zones".to_string()
+    } else {
+        format!(
+            "{} zone(s) x {}",
+            zones.len(),
+            capacity_types.into_iter().collect::<Vec<_>>().join(",")
+        )
+    };
     let price = match (&t.price_per_hour, &t.price_note) {
         (Some(p), None) => p.to_string(),
         (Some(p), Some(_)) => format!("{p}*"),

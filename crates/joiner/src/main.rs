@@ -52,15 +52,8 @@ enum Command {
         /// The region whose zones, offerings and prices to show (`settings.region`).
         #[arg(long)]
         region: Option<String>,
-        /// Helm values files, as given to the chart (repeatable; later ones win).
-        #[arg(long = "values")]
-        values: Vec<PathBuf>,
-        /// Set a value, Helm style: `settings.zones={us-west-2a}` (repeatable).
-        #[arg(long = "set")]
-        set: Vec<String>,
-        /// Use only InstanceType objects from the input, not the built-in AWS catalog.
-        #[arg(long)]
-        no_builtin_catalog: bool,
+        #[command(flatten)]
+        settings: SettingsArgs,
         #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
         output: catalog::Format,
     },
@@ -119,6 +112,13 @@ struct InputArgs {
     /// Manifest files or directories (recursive: *.yaml, *.yml, *.json); `-` reads stdin.
     #[arg(short = 'f', long = "filename", required = true)]
     files: Vec<PathBuf>,
+    #[command(flatten)]
+    settings: SettingsArgs,
+}
+
+/// The settings and the catalog, for every command that reads manifests.
+#[derive(clap::Args)]
+struct SettingsArgs {
     /// Helm values files, as given to the chart (repeatable; later ones win).
     #[arg(long = "values")]
     values: Vec<PathBuf>,
@@ -150,22 +150,14 @@ fn main() -> ExitCode {
         Command::Catalog {
             files,
             region,
-            values,
-            mut set,
-            no_builtin_catalog,
+            mut settings,
             output,
         } => {
             // `--region` is `settings.region`; it goes first so `--set` can still name zones.
             if let Some(region) = region {
-                set.insert(0, format!("settings.region={region}"));
+                settings.set.insert(0, format!("settings.region={region}"));
             }
-            let input = InputArgs {
-                files,
-                values,
-                set,
-                no_builtin_catalog,
-            };
-            catalog_cmd(&input, output)
+            catalog_cmd(&InputArgs { files, settings }, output)
         }
         Command::Explain {
             what: Explain::Pod { pod, input },
@@ -193,7 +185,7 @@ fn main() -> ExitCode {
 /// Reads the input and builds the snapshot, printing warnings on stderr.
 fn snapshot(input: &InputArgs) -> anyhow::Result<joiner_engine::snapshot::ClusterSnapshot> {
     let manifests = load::load_manifests(&input.files)?;
-    let values = load::load_values(&input.values, &input.set)?;
+    let values = load::load_values(&input.settings.values, &input.settings.set)?;
     let (settings, setting_warnings) = joiner_model::settings::Settings::from_values(&values)?;
     for w in manifests
         .warnings
@@ -204,7 +196,7 @@ fn snapshot(input: &InputArgs) -> anyhow::Result<joiner_engine::snapshot::Cluste
         eprintln!("warning: {w}");
     }
     let options = joiner_engine::snapshot::Options {
-        builtin_catalog: !input.no_builtin_catalog,
+        builtin_catalog: !input.settings.no_builtin_catalog,
     };
     let snapshot =
         joiner_engine::snapshot::ClusterSnapshot::build(&manifests, &settings, &options)?;
@@ -229,13 +221,13 @@ fn simulate_cmd(
     report: Option<PathBuf>,
     output: SimulateFormat,
 ) -> anyhow::Result<()> {
-    if input.no_builtin_catalog {
+    if input.settings.no_builtin_catalog {
         anyhow::bail!(
             "simulate: the simulated cloud sells the built-in catalog; --no-builtin-catalog is not supported yet"
         );
     }
     let manifests = load::load_manifests(&input.files)?;
-    let values = load::load_values(&input.values, &input.set)?;
+    let values = load::load_values(&input.settings.values, &input.settings.set)?;
     let (settings, setting_warnings) = joiner_model::settings::Settings::from_values(&values)?;
     // The scenario may sit beside the manifests; it is not one of them.
     let scenario_name = scenario.display().to_string();

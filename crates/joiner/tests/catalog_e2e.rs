@@ -1,26 +1,13 @@
 //! End-to-end: `joiner catalog` on files, as a user runs it.
 
-use std::process::{Command, Output};
+use joiner_test_support::{Scratch, example_dir, run, run_json};
 
-use joiner_test_support::{Scratch, example_dir};
-
-fn joiner(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_joiner"))
-        .args(args)
-        .output()
-        .expect("the joiner binary runs")
-}
+const JOINER: &str = env!("CARGO_BIN_EXE_joiner");
 
 fn listing(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["catalog", "-o", "json"];
     all.extend_from_slice(args);
-    let out = joiner(&all);
-    assert!(
-        out.status.success(),
-        "joiner {all:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("catalog output is JSON")
+    run_json(JOINER, &all)
 }
 
 fn names(pool: &serde_json::Value) -> Vec<String> {
@@ -61,7 +48,7 @@ fn learning_lab_lists_what_its_node_pool_may_launch() {
         }
     }
 
-    let table = joiner(&["catalog", "-f", &dir]);
+    let table = run(JOINER, &["catalog", "-f", &dir]);
     assert!(table.status.success());
     let text = String::from_utf8(table.stdout).unwrap();
     let line = text
