@@ -5,6 +5,7 @@
 //! pod-ENI branch interfaces, spot prices, what the NVIDIA driver reports).
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use joiner_model::{Format, Price, Quantity, ResourceList};
 
@@ -38,6 +39,35 @@ pub(super) fn instance_types(region: &str, zones: &[String], vm_ppm: u32) -> Vec
             Some(instance_type(t, arch, extra, ec2, region, zones, vm_ppm))
         })
         .collect()
+}
+
+/// Built catalogs kept for reuse: a process uses one or two settings, a fuzzer many, so a few
+/// are kept and the oldest goes first.
+const CACHED_CATALOGS: usize = 4;
+
+type CacheEntry = ((String, Vec<String>, u32), Arc<Vec<InstanceType>>);
+
+/// The built-in types for these settings, built by `build` the first time they are asked for.
+pub(super) fn cached(
+    region: &str,
+    zones: &[String],
+    vm_ppm: u32,
+    build: impl FnOnce() -> Arc<Vec<InstanceType>>,
+) -> Arc<Vec<InstanceType>> {
+    static CACHE: Mutex<Vec<CacheEntry>> = Mutex::new(Vec::new());
+    let key = (region.to_string(), zones.to_vec(), vm_ppm);
+    // A poisoned lock only means another thread panicked while holding it: the entries are
+    // whole values, still good.
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, types)) = cache.iter().find(|(k, _)| *k == key) {
+        return types.clone();
+    }
+    let types = build();
+    if cache.len() >= CACHED_CATALOGS {
+        cache.remove(0);
+    }
+    cache.push((key, types.clone()));
+    types
 }
 
 /// How many types the EC2 data describes, listed or not (for tests and `joiner catalog`).

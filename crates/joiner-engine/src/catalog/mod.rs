@@ -283,9 +283,19 @@ fn pods_quantity(pods: i128) -> Quantity {
 }
 
 /// The instance types Joiner may launch, sorted by name, each name once.
+///
+/// The types are shared: a catalog is copied with every snapshot and the built-in one holds
+/// over a thousand types, so copies share them until one is changed ([`Catalog::upsert`],
+/// [`Catalog::remove`] copy on write).
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
-    types: Vec<InstanceType>,
+    types: Arc<Vec<InstanceType>>,
+}
+
+impl From<Arc<Vec<InstanceType>>> for Catalog {
+    fn from(types: Arc<Vec<InstanceType>>) -> Catalog {
+        Catalog { types }
+    }
 }
 
 impl Catalog {
@@ -307,11 +317,17 @@ impl Catalog {
 
     /// As [`Catalog::builtin`], with Karpenter's `vmMemoryOverheadPercent` setting given in
     /// parts per million (75_000 for the default 0.075).
+    ///
+    /// Built once per region, zones and overhead in a process (the controller builds a
+    /// snapshot, and so a catalog, every step) and shared after.
     pub fn builtin_with(region: &str, zones: &[String], vm_memory_overhead_ppm: u32) -> Catalog {
-        let mut types = builtin::instance_types(region, zones, vm_memory_overhead_ppm);
-        types.sort_by(|a, b| a.name.cmp(&b.name));
-        types.dedup_by(|a, b| a.name == b.name);
-        Catalog { types }
+        builtin::cached(region, zones, vm_memory_overhead_ppm, || {
+            let mut types = builtin::instance_types(region, zones, vm_memory_overhead_ppm);
+            types.sort_by(|a, b| a.name.cmp(&b.name));
+            types.dedup_by(|a, b| a.name == b.name);
+            Arc::new(types)
+        })
+        .into()
     }
 
     /// Adds a type, or replaces the one of the same name (user-defined types win over
@@ -322,11 +338,11 @@ impl Catalog {
             .binary_search_by(|t| t.name.as_str().cmp(it.name.as_str()))
         {
             Ok(i) => {
-                if let Some(slot) = self.types.get_mut(i) {
+                if let Some(slot) = Arc::make_mut(&mut self.types).get_mut(i) {
                     *slot = it;
                 }
             }
-            Err(i) => self.types.insert(i, it),
+            Err(i) => Arc::make_mut(&mut self.types).insert(i, it),
         }
     }
 
@@ -336,7 +352,7 @@ impl Catalog {
             .types
             .binary_search_by(|t| t.name.as_str().cmp(name))
             .ok()?;
-        Some(self.types.remove(i))
+        Some(Arc::make_mut(&mut self.types).remove(i))
     }
 
     /// All types, sorted by name.

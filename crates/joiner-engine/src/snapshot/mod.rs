@@ -148,17 +148,7 @@ impl<'a> SnapshotBuilder<'a> {
             let devices = dra_on.then(|| dra::template_options(settings, class, &mut warnings));
             // Types the pool's NodeClaims already have stay known to the pool whatever its
             // requirements say now, so that launched and in-flight nodes keep their resources.
-            let claimed: BTreeSet<&str> = m
-                .node_claims
-                .iter()
-                .filter(|c| {
-                    c.object.label(joiner_model::wellknown::labels::NODEPOOL) == Some(&name)
-                })
-                .filter_map(|c| {
-                    c.object
-                        .label(joiner_model::wellknown::labels::INSTANCE_TYPE)
-                })
-                .collect();
+            let claimed = pools::claimed_types(&m.node_claims, &name);
             let pool_catalog = PoolCatalog {
                 catalog: &catalog,
                 claimed: &claimed,

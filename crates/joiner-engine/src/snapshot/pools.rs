@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use joiner_model::api::EC2NodeClass;
 use joiner_model::api::ec2nodeclass::InstanceStorePolicy;
+use joiner_model::api::NodeClaim;
 use joiner_model::api::nodepool::{ConsolidationPolicy, NodePool};
+use joiner_model::wellknown::labels;
 use joiner_model::{InputError, ObjectRef, Quantity, Sourced};
 use k8s_openapi::api::core::v1::Taint;
 
@@ -127,6 +129,15 @@ fn root_volume(class: &EC2NodeClass) -> Option<Quantity> {
 pub(super) struct PoolCatalog<'a> {
     pub catalog: &'a Catalog,
     pub claimed: &'a BTreeSet<&'a str>,
+}
+
+/// The instance types of the NodePool's NodeClaims (`pool` by name).
+pub(super) fn claimed_types<'a>(claims: &'a [Sourced<NodeClaim>], pool: &str) -> BTreeSet<&'a str> {
+    claims
+        .iter()
+        .filter(|c| c.object.label(labels::NODEPOOL) == Some(pool))
+        .filter_map(|c| c.object.label(labels::INSTANCE_TYPE))
+        .collect()
 }
 
 /// The NodePool joined with its class: every catalog type its requirements allow (by the
