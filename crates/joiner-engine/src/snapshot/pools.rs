@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use joiner_model::api::EC2NodeClass;
-use joiner_model::api::ec2nodeclass::InstanceStorePolicy;
 use joiner_model::api::NodeClaim;
+use joiner_model::api::ec2nodeclass::InstanceStorePolicy;
 use joiner_model::api::nodepool::{ConsolidationPolicy, NodePool};
 use joiner_model::wellknown::labels;
 use joiner_model::{InputError, ObjectRef, Quantity, Sourced};
