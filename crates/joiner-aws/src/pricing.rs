@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use aws_sdk_ec2::primitives::DateTime;
 use aws_sdk_ec2::types::{Filter, InstanceType as Ec2InstanceType, LocationType};
 use joiner_controller::cloud::{CloudInstanceType, CloudOffering};
-use joiner_engine::catalog::{CapacityType, Catalog};
+use joiner_engine::catalog::{CapacityType, Catalog, Offering, PriceBasis};
 use joiner_model::Price;
 
 use crate::cache::TtlCache;
@@ -74,9 +74,17 @@ pub(crate) fn join_offerings(
             .filter(|(name, _)| name == &t.name)
             .map(|(_, zone)| zone);
         for zone in zones {
+            // A built-in offering with no price known offline carries none to use.
+            let priced = |o: &&Offering| o.price_basis != PriceBasis::Unknown;
             let catalog_price = |c: CapacityType| {
                 t.offering(zone, c)
-                    .or_else(|| t.offerings.iter().find(|o| o.capacity_type == c))
+                    .filter(priced)
+                    .or_else(|| {
+                        t.offerings
+                            .iter()
+                            .filter(priced)
+                            .find(|o| o.capacity_type == c)
+                    })
                     .map(|o| o.price)
             };
             if let Some(price) = catalog_price(CapacityType::OnDemand) {

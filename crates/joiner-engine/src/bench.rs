@@ -51,12 +51,14 @@ fn instance_types() -> Vec<LaunchOption> {
                     zone: z.to_string(),
                     capacity_type: "on-demand".into(),
                     price: Price::from_usd(on_demand).unwrap_or(Price::MAX),
+                    price_basis: Default::default(),
                 })
                 .collect();
             offerings.extend(ZONES[..2].iter().map(|z| LaunchOffering {
                 zone: z.to_string(),
                 capacity_type: "spot".into(),
                 price: Price::from_usd(on_demand * 0.4).unwrap_or(Price::MAX),
+                price_basis: Default::default(),
             }));
             LaunchOption {
                 instance_type: format!("fake-it-{i}"),

@@ -11,11 +11,13 @@
 //!   before the node exists.
 //! - [`scheduling`]: the scheduling simulation that places pods on existing, planned and new
 //!   nodes.
+//! - [`listing`]: what each NodePool may launch (`joiner catalog`).
 
 pub mod bench;
 pub mod catalog;
 pub mod deviceplugin;
 pub mod disruption;
+pub mod listing;
 pub mod plan;
 pub mod requirements;
 pub mod scheduling;

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use joiner_model::{Price, ResourceList};
 use serde::Serialize;
 
+use crate::catalog::PriceBasis;
+
 /// A decision over one cluster snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -57,6 +59,10 @@ pub struct PlannedNodeClaim {
     pub capacity_type: String,
     pub zone: String,
     pub price_per_hour: Price,
+    /// What the price is when it is not a listed one (an estimate, a stand-in for a spot price
+    /// not known offline); absent for a listed price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub price_note: Option<String>,
     /// `<namespace>/<pod>` of every pending pod placed here.
     pub pods: Vec<String>,
     pub resources: ClaimResources,
@@ -77,6 +83,10 @@ pub struct PlannedOffering {
     pub zone: String,
     pub capacity_type: String,
     pub price_per_hour: Price,
+    /// How the price is known, when it is not listed (`spot-snapshot`, `other-region`,
+    /// `on-demand-bound`).
+    #[serde(skip_serializing_if = "PriceBasis::is_listed")]
+    pub price_basis: PriceBasis,
 }
 
 /// What a planned node's pods (and DaemonSet pods) request against what it offers.

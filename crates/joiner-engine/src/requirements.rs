@@ -268,6 +268,27 @@ impl fmt::Display for Requirement {
     }
 }
 
+/// Whether `req` on `key` holds for an instance type whose label for `key` is `value`, as
+/// Karpenter decides it. A present label is checked as it is. An absent one is checked as
+/// absent (`DoesNotExist`) when the key is one instance types define themselves (a type
+/// without GPUs has no `instance-gpu-count`, so `Gt 0` fails); otherwise, when the NodePool
+/// defines the key (its own requirements or template labels name it), the node takes its value
+/// from the NodePool and the requirement holds.
+pub fn holds_for_type(
+    key: &str,
+    req: &Requirement,
+    value: Option<&str>,
+    pool_defines: bool,
+) -> bool {
+    match value {
+        Some(v) => req.matches(Some(v)),
+        None => {
+            (pool_defines && !joiner_model::wellknown::labels::defined_by_instance_type(key))
+                || req.matches(None)
+        }
+    }
+}
+
 /// Requirements on several keys, all of which must hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Requirements(BTreeMap<String, Requirement>);
@@ -495,6 +516,30 @@ mod tests {
         c.add("zone", req("NotIn", &["z1"]));
         let both = a.intersect(&c).unwrap();
         assert_eq!(both.get("zone").unwrap().any_value(), Some("z2"));
+    }
+
+    #[test]
+    fn labels_instance_types_define_are_absent_when_a_type_lacks_them() {
+        const GPUS: &str = "karpenter.k8s.aws/instance-gpu-count";
+        // Karpenter: a type without GPUs has `instance-gpu-count DoesNotExist`.
+        assert!(!holds_for_type(GPUS, &req("Gt", &["0"]), None, true));
+        assert!(!holds_for_type(GPUS, &req("Exists", &[]), None, true));
+        assert!(holds_for_type(GPUS, &req("DoesNotExist", &[]), None, true));
+        assert!(holds_for_type(GPUS, &req("NotIn", &["1"]), None, true));
+        assert!(holds_for_type(GPUS, &req("Gt", &["0"]), Some("8"), true));
+        // A key the NodePool defines itself takes its value from the NodePool.
+        assert!(holds_for_type(
+            "example.com/team",
+            &req("In", &["ml"]),
+            None,
+            true
+        ));
+        assert!(!holds_for_type(
+            "example.com/team",
+            &req("In", &["ml"]),
+            None,
+            false
+        ));
     }
 
     #[test]

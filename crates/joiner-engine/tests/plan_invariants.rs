@@ -73,6 +73,7 @@ fn option(r: &mut Rng, i: usize) -> LaunchOption {
                 zone: z.to_string(),
                 capacity_type: "on-demand".into(),
                 price: Price::from_usd(price).unwrap(),
+                price_basis: Default::default(),
             })
             .collect(),
         at_most_one_per_pod: vec![],
@@ -525,6 +526,7 @@ fn nodes_hold_no_more_pods_than_allocatable() {
             zone: "zone-a".into(),
             capacity_type: "on-demand".into(),
             price: Price::from_usd(0.1).unwrap(),
+            price_basis: Default::default(),
         }],
         at_most_one_per_pod: vec![],
         devices: None,

@@ -51,6 +51,56 @@ pub mod labels {
     pub const INSTANCE_GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
     /// Memory of one GPU in MiB (not the total of the instance's GPUs).
     pub const INSTANCE_GPU_MEMORY: &str = "karpenter.k8s.aws/instance-gpu-memory";
+    /// Non-GPU accelerators (Inferentia, Trainium, Qualcomm AI100): name, manufacturer, count.
+    pub const INSTANCE_ACCELERATOR_NAME: &str = "karpenter.k8s.aws/instance-accelerator-name";
+    pub const INSTANCE_ACCELERATOR_MANUFACTURER: &str =
+        "karpenter.k8s.aws/instance-accelerator-manufacturer";
+    pub const INSTANCE_ACCELERATOR_COUNT: &str = "karpenter.k8s.aws/instance-accelerator-count";
+    /// `true` or `false`: whether EC2 encrypts traffic between such instances.
+    pub const INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED: &str =
+        "karpenter.k8s.aws/instance-encryption-in-transit-supported";
+    /// `true` for the flex types (`c7i-flex`), `false` otherwise.
+    pub const INSTANCE_CAPABILITY_FLEX: &str = "karpenter.k8s.aws/instance-capability-flex";
+    /// The zone's account-independent ID (`use1-az1`), known only from the subnets.
+    pub const ZONE_ID: &str = "topology.k8s.aws/zone-id";
+
+    /// Labels an instance type defines itself, as Karpenter's AWS provider does: a type without
+    /// one of them (no GPU, no local NVMe) does not have the label at all, so a requirement on
+    /// it behaves as `DoesNotExist` for that type. `Gt 0` on the GPU count never matches a CPU
+    /// type, where a NodePool's own (custom) keys are defined by the NodePool's requirements.
+    /// Zone, zone ID and capacity type belong to the offering, not the type, and are not
+    /// listed; nor is the region, which user-defined types do not carry.
+    pub const INSTANCE_TYPE_DEFINED: [&str; 24] = [
+        INSTANCE_TYPE,
+        ARCH,
+        OS,
+        INSTANCE_FAMILY,
+        INSTANCE_CATEGORY,
+        INSTANCE_GENERATION,
+        INSTANCE_SIZE,
+        INSTANCE_CPU,
+        INSTANCE_CPU_MANUFACTURER,
+        INSTANCE_MEMORY,
+        INSTANCE_HYPERVISOR,
+        INSTANCE_NETWORK_BANDWIDTH,
+        INSTANCE_EBS_BANDWIDTH,
+        INSTANCE_LOCAL_NVME,
+        INSTANCE_GPU_NAME,
+        INSTANCE_GPU_MANUFACTURER,
+        INSTANCE_GPU_COUNT,
+        INSTANCE_GPU_MEMORY,
+        INSTANCE_ACCELERATOR_NAME,
+        INSTANCE_ACCELERATOR_MANUFACTURER,
+        INSTANCE_ACCELERATOR_COUNT,
+        INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
+        INSTANCE_CAPABILITY_FLEX,
+        "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz",
+    ];
+
+    /// Whether `key` is one of [`INSTANCE_TYPE_DEFINED`].
+    pub fn defined_by_instance_type(key: &str) -> bool {
+        INSTANCE_TYPE_DEFINED.contains(&key)
+    }
 
     /// The NVIDIA device plugin picks its config by this node label.
     pub const NVIDIA_DEVICE_PLUGIN_CONFIG: &str = "nvidia.com/device-plugin.config";
@@ -181,6 +231,13 @@ pub mod resources {
     pub const EFA: &str = "vpc.amazonaws.com/efa";
     /// Branch network interfaces for security groups per pod.
     pub const POD_ENI: &str = "vpc.amazonaws.com/pod-eni";
+    /// AMD GPUs (the ROCm device plugin).
+    pub const AMD_GPU: &str = "amd.com/gpu";
+    /// Habana Gaudi accelerators.
+    pub const HABANA_GAUDI: &str = "habana.ai/gaudi";
+    /// AWS Neuron devices (Trainium, Inferentia) and their cores (the Neuron device plugin).
+    pub const AWS_NEURON: &str = "aws.amazon.com/neuron";
+    pub const AWS_NEURON_CORE: &str = "aws.amazon.com/neuroncore";
 }
 
 /// How an instance is bought; the value of the [`labels::CAPACITY_TYPE`] label.

@@ -1,11 +1,12 @@
 //! Fixtures shared by Joiner's tests, so each test file does not carry its own copy: where the
 //! repository and its examples are, the examples loaded as manifests the way the planner reads
-//! them, and scratch directories that clean up after themselves.
+//! them, scratch directories that clean up after themselves, and running a built binary.
 //!
 //! A dev-dependency only (`publish = false`): it panics with a message on anything unexpected,
 //! which is what a test wants and a library must not do.
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use joiner_model::{Manifests, parse_documents};
@@ -81,6 +82,28 @@ pub fn example_values(name: &str) -> Value {
         .next()
         .unwrap_or_else(|| panic!("{}: no document", file.display()))
         .1
+}
+
+/// Runs a built binary (a test passes `env!("CARGO_BIN_EXE_joiner")`) with `args`, as a user
+/// would from a shell.
+pub fn run(bin: &str, args: &[&str]) -> Output {
+    Command::new(bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {bin}: {e}"))
+}
+
+/// Runs it and reads its standard output as JSON; a failed run fails the test with its
+/// standard error.
+pub fn run_json(bin: &str, args: &[&str]) -> Value {
+    let out = run(bin, args);
+    assert!(
+        out.status.success(),
+        "{bin} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{bin} {args:?}: output is not JSON: {e}"))
 }
 
 /// A fresh directory under the system's temporary directory, removed with everything in it when

@@ -59,7 +59,7 @@ pub fn dra(nodes: usize, gpus: usize, pods: usize) -> anyhow::Result<()> {
     );
     for (label, launch) in [
         ("existing nodes only", false),
-        ("existing nodes + 53-type catalog (templates)", true),
+        ("existing nodes + NVIDIA GPU types (templates)", true),
     ] {
         let (manifests, settings) = joiner_engine::bench::dra_manifests(nodes, gpus, pods, launch);
         let snapshot = ClusterSnapshot::build(&manifests, &settings, &Options::default())?;

@@ -3,6 +3,7 @@
 //! The binary is argument parsing, loading, output and dispatch only. It parses the command
 //! line, reads manifests and Helm values from files and standard input ([`load`]), and hands
 //! them on: `plan` and `explain` to the pure planner in `joiner-engine` (printed by [`output`]),
+//! `catalog` to its listing of what each NodePool may launch (printed by [`catalog`]),
 //! `bench` to the engine's benchmark inputs ([`bench`]), `simulate` to `joiner-simulate`, and
 //! `controller` to the live controller's runtime in `joiner-runtime`, which is compiled in only
 //! with the `controller` cargo feature ([`controller`] parses its flags in every build and says
@@ -15,6 +16,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod catalog;
 mod controller;
 mod load;
 mod output;
@@ -39,6 +41,21 @@ enum Command {
         input: InputArgs,
         #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
         output: output::Format,
+    },
+    /// List the instance types each NodePool allows, as it would launch them: allocatable
+    /// (cpu, memory, pods, GPUs), GPUs and EFA, DRA devices, offerings and prices, after
+    /// InstanceType objects are applied. Without `-f`, the whole built-in catalog.
+    Catalog {
+        /// Manifest files or directories (recursive: *.yaml, *.yml, *.json); `-` reads stdin.
+        #[arg(short = 'f', long = "filename")]
+        files: Vec<PathBuf>,
+        /// The region whose zones, offerings and prices to show (`settings.region`).
+        #[arg(long)]
+        region: Option<String>,
+        #[command(flatten)]
+        settings: SettingsArgs,
+        #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+        output: catalog::Format,
     },
     /// Explain one pod: where the plan puts it, and what every instance type of every NodePool
     /// makes of it.
@@ -95,6 +112,13 @@ struct InputArgs {
     /// Manifest files or directories (recursive: *.yaml, *.yml, *.json); `-` reads stdin.
     #[arg(short = 'f', long = "filename", required = true)]
     files: Vec<PathBuf>,
+    #[command(flatten)]
+    settings: SettingsArgs,
+}
+
+/// The settings and the catalog, for every command that reads manifests.
+#[derive(clap::Args)]
+struct SettingsArgs {
     /// Helm values files, as given to the chart (repeatable; later ones win).
     #[arg(long = "values")]
     values: Vec<PathBuf>,
@@ -123,6 +147,18 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Plan { input, output } => plan(&input, output),
+        Command::Catalog {
+            files,
+            region,
+            mut settings,
+            output,
+        } => {
+            // `--region` is `settings.region`; it goes first so `--set` can still name zones.
+            if let Some(region) = region {
+                settings.set.insert(0, format!("settings.region={region}"));
+            }
+            catalog_cmd(&InputArgs { files, settings }, output)
+        }
         Command::Explain {
             what: Explain::Pod { pod, input },
         } => explain_pod(&input, &pod),
@@ -149,7 +185,7 @@ fn main() -> ExitCode {
 /// Reads the input and builds the snapshot, printing warnings on stderr.
 fn snapshot(input: &InputArgs) -> anyhow::Result<joiner_engine::snapshot::ClusterSnapshot> {
     let manifests = load::load_manifests(&input.files)?;
-    let values = load::load_values(&input.values, &input.set)?;
+    let values = load::load_values(&input.settings.values, &input.settings.set)?;
     let (settings, setting_warnings) = joiner_model::settings::Settings::from_values(&values)?;
     for w in manifests
         .warnings
@@ -160,7 +196,7 @@ fn snapshot(input: &InputArgs) -> anyhow::Result<joiner_engine::snapshot::Cluste
         eprintln!("warning: {w}");
     }
     let options = joiner_engine::snapshot::Options {
-        builtin_catalog: !input.no_builtin_catalog,
+        builtin_catalog: !input.settings.no_builtin_catalog,
     };
     let snapshot =
         joiner_engine::snapshot::ClusterSnapshot::build(&manifests, &settings, &options)?;
@@ -185,13 +221,13 @@ fn simulate_cmd(
     report: Option<PathBuf>,
     output: SimulateFormat,
 ) -> anyhow::Result<()> {
-    if input.no_builtin_catalog {
+    if input.settings.no_builtin_catalog {
         anyhow::bail!(
             "simulate: the simulated cloud sells the built-in catalog; --no-builtin-catalog is not supported yet"
         );
     }
     let manifests = load::load_manifests(&input.files)?;
-    let values = load::load_values(&input.values, &input.set)?;
+    let values = load::load_values(&input.settings.values, &input.settings.set)?;
     let (settings, setting_warnings) = joiner_model::settings::Settings::from_values(&values)?;
     // The scenario may sit beside the manifests; it is not one of them.
     let scenario_name = scenario.display().to_string();
@@ -220,6 +256,13 @@ fn simulate_cmd(
 fn plan(input: &InputArgs, format: output::Format) -> anyhow::Result<()> {
     let plan = snapshot(input)?.plan();
     let text = output::render(&plan, format)?;
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(())
+}
+
+fn catalog_cmd(input: &InputArgs, format: catalog::Format) -> anyhow::Result<()> {
+    let listing = snapshot(input)?.listing();
+    let text = catalog::render(&listing, format)?;
     std::io::stdout().write_all(text.as_bytes())?;
     Ok(())
 }

@@ -24,7 +24,7 @@ pub fn render(plan: &Plan, format: Format) -> anyhow::Result<String> {
 }
 
 /// Left-aligned columns separated by two spaces, as kubectl prints them.
-fn columns(rows: &[Vec<String>]) -> String {
+pub fn columns(rows: &[Vec<String>]) -> String {
     let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
         .map(|c| {
             rows.iter()
@@ -110,6 +110,15 @@ fn table(plan: &Plan, wide: bool) -> String {
             rows.push(row);
         }
         out.push_str(&columns(&rows));
+        // Prices that are stand-ins (another region, spot not known offline) say so.
+        let notes: std::collections::BTreeSet<&str> = plan
+            .node_claims
+            .iter()
+            .filter_map(|c| c.price_note.as_deref())
+            .collect();
+        for note in notes {
+            let _ = writeln!(out, "Price note: {note}");
+        }
     }
     if !plan.bindings.is_empty() {
         out.push('\n');

@@ -3,10 +3,13 @@
 //! (so NodePool requirements and pod selectors can be checked before the node exists) and where
 //! and at what price it can be bought (offerings).
 //!
-//! Built-in types come from data compiled into the binary ([`Catalog::builtin`]); users add or
-//! replace types by name ([`Catalog::upsert`], [`user_instance_type`]). Allocatable follows
-//! Karpenter's AWS provider for AL2023 exactly, so that Joiner packs nodes the way Karpenter
-//! would: see [`InstanceType::allocatable`].
+//! Built-in types come from data compiled into the binary ([`Catalog::builtin`]): every type
+//! EC2 describes, offered where EC2 offers it in the configured region; users add or replace
+//! types by name ([`Catalog::upsert`], [`user_instance_type`]). Allocatable follows Karpenter's
+//! AWS provider for AL2023 exactly, so that Joiner packs nodes the way Karpenter would: see
+//! [`InstanceType::allocatable`]. Labels follow Karpenter too: a type has a well-known label
+//! only where its facts give one, and a requirement on a label it lacks fails as
+//! `DoesNotExist` would ([`joiner_model::wellknown::labels::INSTANCE_TYPE_DEFINED`]).
 //!
 //! For Dynamic Resource Allocation, a type also carries the devices its DRA drivers will publish
 //! ([`InstanceType::devices`], [`devices`]): built in for the AWS GPU types, from `spec.devices`
@@ -14,8 +17,11 @@
 
 mod builtin;
 pub mod devices;
+mod ec2;
 pub mod names;
 mod overhead;
+mod price;
+mod published;
 mod user;
 
 use std::collections::BTreeMap;
@@ -27,8 +33,9 @@ use joiner_model::{Format, Price, Quantity, QuantityError, ResourceList};
 
 use devices::DeviceTemplates;
 
-pub use builtin::{BUILTIN_PRICE_REGION, DEFAULT_VM_MEMORY_OVERHEAD_PPM};
+pub use builtin::{BUILTIN_PRICE_REGION, DEFAULT_VM_MEMORY_OVERHEAD_PPM, builtin_regions};
 pub use overhead::Overhead;
+pub use price::PriceBasis;
 pub use user::user_instance_type;
 
 pub use joiner_model::wellknown::{CapacityType, resources};
@@ -74,8 +81,12 @@ pub struct Offering {
     /// Hourly price.
     pub price: Price,
     /// False when the offering is known but cannot be launched now (for example after an
-    /// insufficient-capacity error); kept so that plans can say why it was not used.
+    /// insufficient-capacity error, or when no price is known); kept so that plans can say why
+    /// it was not used.
     pub available: bool,
+    /// How Joiner knows `price`: listed, or a stand-in where the real price is not known
+    /// offline (another region, spot), which plans say.
+    pub price_basis: PriceBasis,
 }
 
 /// The GPUs of an instance type, as EC2 and the NVIDIA driver describe them.
@@ -125,6 +136,9 @@ pub struct InstanceType {
     /// Shared, because catalogs are copied while planning and a template can hold dozens of
     /// devices.
     pub devices: Option<Arc<DeviceTemplates>>,
+    /// Total instance-store size in GB (decimal), if the type has one: ephemeral storage under
+    /// `instanceStorePolicy: RAID0`.
+    pub instance_store_gb: Option<u64>,
 }
 
 /// What the EC2NodeClass says about the nodes it makes, as far as it changes their resources.
@@ -135,6 +149,9 @@ pub struct NodeShape<'a> {
     /// Size of the volume that holds ephemeral storage (the root volume in
     /// `blockDeviceMappings`); `None` for the AMI family's default (20Gi on AL2023).
     pub root_volume: Option<Quantity>,
+    /// `instanceStorePolicy: RAID0`: the instance store, striped, holds ephemeral storage on
+    /// types that have one (the root volume still does on the others).
+    pub instance_store_raid0: bool,
 }
 
 /// Why allocatable resources cannot be computed: a kubelet setting that cannot be used.
@@ -169,12 +186,22 @@ impl InstanceType {
             .unwrap_or(Quantity::ZERO)
     }
 
-    /// Capacity for a node shape: the root volume replaces `ephemeral-storage`, and the
-    /// kubelet's `maxPods` replaces the ENI-limited pod count, lowered to `podsPerCore` x vCPUs
-    /// when that is set and smaller (Karpenter's rules).
+    /// Capacity for a node shape: the instance store under RAID0 (its total size, in decimal
+    /// GB) or else the root volume replaces `ephemeral-storage`, and the kubelet's `maxPods`
+    /// replaces the ENI-limited pod count, lowered to `podsPerCore` x vCPUs when that is set and
+    /// smaller (Karpenter's rules).
     pub fn capacity_for(&self, shape: &NodeShape) -> Result<ResourceList, CatalogError> {
         let mut capacity = self.capacity.clone();
-        if let Some(volume) = shape.root_volume {
+        let store = self
+            .instance_store_gb
+            .filter(|_| shape.instance_store_raid0)
+            .map(|gb| {
+                Quantity::from_nanos(
+                    i128::from(gb).saturating_mul(1_000_000_000_000_000_000),
+                    Format::DecimalSI,
+                )
+            });
+        if let Some(volume) = store.or(shape.root_volume) {
             capacity.insert(resources::EPHEMERAL_STORAGE.to_string(), volume);
         }
         if let Some(kubelet) = shape.kubelet {
@@ -256,9 +283,19 @@ fn pods_quantity(pods: i128) -> Quantity {
 }
 
 /// The instance types Joiner may launch, sorted by name, each name once.
+///
+/// The types are shared: a catalog is copied with every snapshot and the built-in one holds
+/// over a thousand types, so copies share them until one is changed ([`Catalog::upsert`],
+/// [`Catalog::remove`] copy on write).
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
-    types: Vec<InstanceType>,
+    types: Arc<Vec<InstanceType>>,
+}
+
+impl From<Arc<Vec<InstanceType>>> for Catalog {
+    fn from(types: Arc<Vec<InstanceType>>) -> Catalog {
+        Catalog { types }
+    }
 }
 
 impl Catalog {
@@ -267,21 +304,30 @@ impl Catalog {
         Catalog::default()
     }
 
-    /// The built-in AWS types, labelled for `region`, each offered on-demand in every zone at
-    /// its on-demand price and as spot in every zone at its typical spot price, where those
-    /// prices are known (a type with neither has no offerings). Prices are those of
-    /// [`BUILTIN_PRICE_REGION`] whatever `region` is: Joiner has no other price list.
+    /// The built-in AWS types (every type EC2 describes but the Mac ones, which Karpenter does
+    /// not list), labelled for `region`, each offered in those of `zones` where EC2 offers it
+    /// there (every zone when the data does not know the region or the zone), on-demand and as
+    /// spot as EC2 sells it. Prices are [`BUILTIN_PRICE_REGION`]'s on-demand prices and, for
+    /// 93 types, typical spot prices; where Joiner knows no better, a stand-in marked by
+    /// [`Offering::price_basis`] (see [`PriceBasis`]), and an offering with no price at all is
+    /// not available.
     pub fn builtin(region: &str, zones: &[String]) -> Catalog {
         Catalog::builtin_with(region, zones, DEFAULT_VM_MEMORY_OVERHEAD_PPM)
     }
 
     /// As [`Catalog::builtin`], with Karpenter's `vmMemoryOverheadPercent` setting given in
     /// parts per million (75_000 for the default 0.075).
+    ///
+    /// Built once per region, zones and overhead in a process (the controller builds a
+    /// snapshot, and so a catalog, every step) and shared after.
     pub fn builtin_with(region: &str, zones: &[String], vm_memory_overhead_ppm: u32) -> Catalog {
-        let mut types = builtin::instance_types(region, zones, vm_memory_overhead_ppm);
-        types.sort_by(|a, b| a.name.cmp(&b.name));
-        types.dedup_by(|a, b| a.name == b.name);
-        Catalog { types }
+        builtin::cached(region, zones, vm_memory_overhead_ppm, || {
+            let mut types = builtin::instance_types(region, zones, vm_memory_overhead_ppm);
+            types.sort_by(|a, b| a.name.cmp(&b.name));
+            types.dedup_by(|a, b| a.name == b.name);
+            Arc::new(types)
+        })
+        .into()
     }
 
     /// Adds a type, or replaces the one of the same name (user-defined types win over
@@ -292,11 +338,11 @@ impl Catalog {
             .binary_search_by(|t| t.name.as_str().cmp(it.name.as_str()))
         {
             Ok(i) => {
-                if let Some(slot) = self.types.get_mut(i) {
+                if let Some(slot) = Arc::make_mut(&mut self.types).get_mut(i) {
                     *slot = it;
                 }
             }
-            Err(i) => self.types.insert(i, it),
+            Err(i) => Arc::make_mut(&mut self.types).insert(i, it),
         }
     }
 
@@ -306,7 +352,7 @@ impl Catalog {
             .types
             .binary_search_by(|t| t.name.as_str().cmp(name))
             .ok()?;
-        Some(self.types.remove(i))
+        Some(Arc::make_mut(&mut self.types).remove(i))
     }
 
     /// All types, sorted by name.
@@ -319,6 +365,11 @@ impl Catalog {
             .binary_search_by(|t| t.name.as_str().cmp(name))
             .ok()
             .and_then(|i| self.types.get(i))
+    }
+
+    /// How many types the built-in EC2 data describes, including those it does not list.
+    pub fn described_builtin_types() -> usize {
+        builtin::described_types()
     }
 
     pub fn len(&self) -> usize {

@@ -30,20 +30,49 @@ fn strings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 #[test]
-fn builtin_has_all_93_types_sorted() {
+fn builtin_lists_every_ec2_type_karpenter_lists() {
     let c = catalog();
-    assert_eq!(c.len(), 93);
-    assert_eq!(c.types().iter().filter(|t| t.gpu.is_some()).count(), 53);
+    assert_eq!(Catalog::described_builtin_types(), 1263);
+    // The 8 Mac types are left out, as Karpenter's DescribeInstanceTypes filter leaves them.
+    assert_eq!(c.len(), 1255);
+    assert!(c.get("mac2.metal").is_none());
     assert!(c.types().windows(2).all(|w| w[0].name < w[1].name));
-    assert_eq!(builtin::raw_types().len(), 93);
+    // NVIDIA GPU types: the 53 with DRA metadata and the 6 g7e without.
+    assert_eq!(c.types().iter().filter(|t| t.gpu.is_some()).count(), 59);
+    for name in published::published().keys() {
+        assert!(c.get(name).is_some(), "{name}");
+    }
+    assert_eq!(published::published().len(), 93);
+    assert_eq!(builtin_regions().len(), 30);
 }
 
 #[test]
-fn allocatable_matches_karpenter_for_every_builtin_type() {
+fn published_figures_agree_with_ec2s_facts() {
+    let c = catalog();
+    for p in published::published().values() {
+        let it = c.get(&p.name).unwrap();
+        // Karpenter's ENI-limited formula on EC2's facts gives the published max pods.
+        assert_eq!(
+            it.capacity["pods"],
+            Quantity::from_units(p.max_pods.into()),
+            "{}",
+            p.name
+        );
+        assert_eq!(
+            it.capacity["cpu"],
+            Quantity::from_units(p.vcpu.into()),
+            "{}",
+            p.name
+        );
+    }
+}
+
+#[test]
+fn allocatable_matches_karpenter_for_every_published_type() {
     let c = catalog();
     let shape = NodeShape::default();
     let mut checked = 0;
-    for raw in builtin::raw_types() {
+    for raw in published::published().values() {
         let it = c.get(&raw.name).unwrap();
         let alloc = it.allocatable(&shape).unwrap();
         for (name, want) in &raw.karpenter_allocatable {
@@ -81,10 +110,15 @@ fn g4dn_xlarge_capacity_labels_and_offerings() {
         ("karpenter.k8s.aws/instance-category", "g"),
         ("karpenter.k8s.aws/instance-generation", "4"),
         ("karpenter.k8s.aws/instance-size", "xlarge"),
+        ("karpenter.k8s.aws/instance-capability-flex", "false"),
         ("karpenter.k8s.aws/instance-cpu", "4"),
         ("karpenter.k8s.aws/instance-cpu-manufacturer", "intel"),
         ("karpenter.k8s.aws/instance-memory", "16384"),
         ("karpenter.k8s.aws/instance-hypervisor", "nitro"),
+        (
+            "karpenter.k8s.aws/instance-encryption-in-transit-supported",
+            "true",
+        ),
         ("karpenter.k8s.aws/instance-network-bandwidth", "5000"),
         ("karpenter.k8s.aws/instance-ebs-bandwidth", "3500"),
         ("karpenter.k8s.aws/instance-local-nvme", "125"),
@@ -102,13 +136,86 @@ fn g4dn_xlarge_capacity_labels_and_offerings() {
     assert_eq!(it.offerings.len(), 4);
     let od = it.offering("us-east-1b", CapacityType::OnDemand).unwrap();
     assert_eq!(od.price, Price::from_usd(0.526).unwrap());
+    assert_eq!(od.price_basis, PriceBasis::Listed);
     assert!(od.available);
     let spot = it.offering("us-east-1a", CapacityType::Spot).unwrap();
     assert_eq!(spot.price, Price::from_usd(0.1869).unwrap());
+    assert_eq!(spot.price_basis, PriceBasis::SpotSnapshot);
     assert_eq!(
         it.cheapest_offering().unwrap().capacity_type,
         CapacityType::Spot
     );
+}
+
+#[test]
+fn labels_a_type_lacks_are_absent_not_invented() {
+    let c = catalog();
+    let t3 = c.get("t3.medium").unwrap();
+    for key in [
+        labels::INSTANCE_GPU_COUNT,
+        labels::INSTANCE_GPU_NAME,
+        labels::INSTANCE_LOCAL_NVME,
+        labels::INSTANCE_ACCELERATOR_NAME,
+    ] {
+        assert!(!t3.labels.contains_key(key), "t3.medium has {key}");
+    }
+    assert!(
+        !c.get("c5.large")
+            .unwrap()
+            .labels
+            .contains_key(labels::INSTANCE_LOCAL_NVME)
+    );
+    // A type beyond the 93: every label from EC2's facts, and none of the published ones (EC2's
+    // data has no EBS bandwidth).
+    let m5d = c.get("m5d.large").unwrap();
+    assert_eq!(m5d.labels[labels::INSTANCE_LOCAL_NVME], "75");
+    assert_eq!(m5d.labels[labels::INSTANCE_NETWORK_BANDWIDTH], "750");
+    assert!(!m5d.labels.contains_key(labels::INSTANCE_EBS_BANDWIDTH));
+    assert_eq!(m5d.capacity["pods"], q("29"));
+    assert!(!m5d.capacity.contains_key("vpc.amazonaws.com/pod-eni"));
+    // Several network cards: no single baseline, so no bandwidth label (not a sum).
+    let c6in = c.get("c6in.32xlarge").unwrap();
+    assert!(!c6in.labels.contains_key(labels::INSTANCE_NETWORK_BANDWIDTH));
+    assert_eq!(
+        c.get("c7i-flex.large").unwrap().labels[labels::INSTANCE_CAPABILITY_FLEX],
+        "true"
+    );
+}
+
+#[test]
+fn accelerators_and_other_gpus_get_their_own_resources() {
+    let c = catalog();
+    let trn1 = c.get("trn1.2xlarge").unwrap();
+    assert_eq!(trn1.labels[labels::INSTANCE_ACCELERATOR_NAME], "trainium");
+    assert_eq!(
+        trn1.labels[labels::INSTANCE_ACCELERATOR_MANUFACTURER],
+        "aws"
+    );
+    assert_eq!(trn1.labels[labels::INSTANCE_ACCELERATOR_COUNT], "1");
+    assert_eq!(trn1.capacity["aws.amazon.com/neuron"], q("1"));
+    assert_eq!(trn1.capacity["aws.amazon.com/neuroncore"], q("2"));
+    let inf2 = c.get("inf2.xlarge").unwrap();
+    assert_eq!(
+        inf2.labels[labels::INSTANCE_ACCELERATOR_NAME],
+        "inferentia2"
+    );
+    // EC2's data describes Inferentia as an inference accelerator without Neuron info.
+    assert!(!inf2.capacity.contains_key("aws.amazon.com/neuron"));
+    let g4ad = c.get("g4ad.xlarge").unwrap();
+    assert_eq!(g4ad.capacity["amd.com/gpu"], q("1"));
+    assert!(!g4ad.capacity.contains_key("nvidia.com/gpu"));
+    assert_eq!(g4ad.labels[labels::INSTANCE_GPU_NAME], "radeon-pro-v520");
+    assert!(g4ad.gpu.is_none(), "no NVIDIA device plugin on AMD GPUs");
+    assert_eq!(
+        c.get("dl1.24xlarge").unwrap().capacity["habana.ai/gaudi"],
+        q("8")
+    );
+    // g7e: NVIDIA GPUs without DRA metadata, served by the device plugin.
+    let g7e = c.get("g7e.2xlarge").unwrap();
+    assert_eq!(g7e.capacity["nvidia.com/gpu"], q("1"));
+    assert_eq!(g7e.labels[labels::INSTANCE_GPU_NAME], "rtx-pro-server-6000");
+    assert!(g7e.devices.is_none());
+    assert_eq!(g7e.gpu.as_ref().unwrap().product_name, None);
 }
 
 #[test]
@@ -131,11 +238,12 @@ fn names_and_gpus_of_unusual_types() {
     assert_eq!(gr6f.labels[labels::INSTANCE_GPU_COUNT], "0");
     assert_eq!(gr6f.labels[labels::INSTANCE_GPU_NAME], "l4");
     assert_eq!(gr6f.gpu.as_ref().unwrap().devices, 1);
-    // No spot price known: on-demand only.
-    assert!(
-        gr6f.offerings
-            .iter()
-            .all(|o| o.capacity_type == CapacityType::OnDemand)
+    // No spot price known: the on-demand price stands in as its bound, and says so.
+    let spot = gr6f.offering("us-east-1a", CapacityType::Spot).unwrap();
+    let od = gr6f.offering("us-east-1a", CapacityType::OnDemand).unwrap();
+    assert_eq!(
+        (spot.price, spot.price_basis),
+        (od.price, PriceBasis::OnDemandBound)
     );
 
     let g5g = c.get("g5g.xlarge").unwrap();
@@ -147,15 +255,82 @@ fn names_and_gpus_of_unusual_types() {
             .labels
             .contains_key(labels::INSTANCE_HYPERVISOR)
     );
-    assert!(
-        !c.get("m5.large")
-            .unwrap()
-            .labels
-            .contains_key(labels::INSTANCE_LOCAL_NVME)
-    );
+    // i386 and x86_64: amd64.
+    assert_eq!(c.get("t2.micro").unwrap().labels[labels::ARCH], "amd64");
+}
 
-    // p5e has no published us-east-1 price: nothing to buy.
+#[test]
+fn the_region_picks_zones_offerings_and_how_prices_are_known() {
+    // EC2 offers p5e.48xlarge in neither us-east-1 zone; trn1.2xlarge only in 1c and 1f.
+    let all = |region: &str, zones: &[&str]| {
+        let zones: Vec<String> = zones.iter().map(|z| z.to_string()).collect();
+        Catalog::builtin(region, &zones)
+    };
+    let c = catalog();
     assert!(c.get("p5e.48xlarge").unwrap().offerings.is_empty());
+    let east = all("us-east-1", &["us-east-1a", "us-east-1c"]);
+    let trn1 = east.get("trn1.2xlarge").unwrap();
+    assert!(trn1.offerings.iter().all(|o| o.zone == "us-east-1c"));
+    assert_eq!(trn1.offerings.len(), 2);
+
+    let west = all("eu-west-1", &["eu-west-1a", "eu-west-1b"]);
+    let m5 = west.get("m5.large").unwrap();
+    assert_eq!(m5.labels[labels::REGION], "eu-west-1");
+    let od = m5.offering("eu-west-1a", CapacityType::OnDemand).unwrap();
+    assert_eq!(od.price, Price::from_usd(0.096).unwrap());
+    assert_eq!(od.price_basis, PriceBasis::OtherRegion);
+    assert!(od.available);
+    // gr6f is not offered in eu-west-1.
+    assert!(west.get("gr6f.4xlarge").unwrap().offerings.is_empty());
+    // A type with no price anywhere is offered but not available, as Karpenter leaves it.
+    let hpc = all("us-east-2", &["us-east-2a", "us-east-2b"]);
+    let hpc7a = hpc.get("hpc7a.12xlarge").unwrap();
+    // Only in us-east-2b, only on-demand.
+    assert_eq!(hpc7a.offerings.len(), 1);
+    assert!(
+        hpc7a
+            .offerings
+            .iter()
+            .all(|o| !o.available && o.price_basis == PriceBasis::Unknown)
+    );
+    // A region the data does not know: every type in every zone given, prices estimated.
+    let mars = all("mars-north-1", &["mars-north-1a"]);
+    assert_eq!(
+        mars.get("p5e.48xlarge").unwrap().offerings.len(),
+        2,
+        "on-demand and spot, unpriced"
+    );
+    assert!(
+        mars.get("m5.large")
+            .unwrap()
+            .offerings
+            .iter()
+            .all(|o| o.available)
+    );
+}
+
+#[test]
+fn raid0_puts_ephemeral_storage_on_the_instance_store() {
+    let c = catalog();
+    let shape = NodeShape {
+        instance_store_raid0: true,
+        ..NodeShape::default()
+    };
+    let m5d = c.get("m5d.large").unwrap();
+    // Karpenter: the store's total size in decimal GB; eviction 10% of it, 1Gi kube-reserved.
+    assert_eq!(
+        m5d.capacity_for(&shape).unwrap()["ephemeral-storage"],
+        q("75G")
+    );
+    let alloc = m5d.allocatable(&shape).unwrap();
+    let want = 75_000_000_000i128 - (1 << 30) - 7_500_000_000;
+    assert_eq!(alloc["ephemeral-storage"].nanos(), want * 1_000_000_000);
+    // A type without an instance store keeps the root volume.
+    let m5 = c.get("m5.large").unwrap();
+    assert_eq!(
+        m5.capacity_for(&shape).unwrap()["ephemeral-storage"],
+        q("20Gi")
+    );
 }
 
 #[test]
@@ -165,6 +340,7 @@ fn root_volume_and_kubelet_change_allocatable() {
     let shape = NodeShape {
         kubelet: None,
         root_volume: Some(q("100Gi")),
+        ..NodeShape::default()
     };
     // 100Gi - 1Gi kube-reserved - 10Gi eviction.
     assert_eq!(
@@ -179,6 +355,7 @@ fn root_volume_and_kubelet_change_allocatable() {
     let shape = NodeShape {
         kubelet: Some(&kubelet),
         root_volume: None,
+        ..NodeShape::default()
     };
     let alloc = it.allocatable(&shape).unwrap();
     assert_eq!(alloc["pods"], q("110"));
@@ -193,6 +370,7 @@ fn root_volume_and_kubelet_change_allocatable() {
     let shape = NodeShape {
         kubelet: Some(&kubelet),
         root_volume: None,
+        ..NodeShape::default()
     };
     assert_eq!(it.allocatable(&shape).unwrap()["pods"], q("16"));
 }
@@ -216,6 +394,7 @@ fn kubelet_reservations_and_eviction_override_defaults() {
     let shape = NodeShape {
         kubelet: Some(&kubelet),
         root_volume: None,
+        ..NodeShape::default()
     };
     let alloc = it.allocatable(&shape).unwrap();
     assert_eq!(alloc["cpu"], q("1700m"));
@@ -258,6 +437,7 @@ fn bad_kubelet_values_name_their_field() {
         let shape = NodeShape {
             kubelet: Some(kubelet),
             root_volume: None,
+            ..NodeShape::default()
         };
         let err = it.allocatable(&shape).unwrap_err();
         assert_eq!(err.field(), field, "{err}");
@@ -273,6 +453,7 @@ fn user_types_add_to_and_replace_builtin_ones() {
         capacity_type: CapacityType::Reserved,
         price: Price::ZERO,
         available: true,
+        price_basis: PriceBasis::Listed,
     };
     let custom = user_instance_type(
         "x9gpu.2xlarge",
@@ -311,13 +492,14 @@ fn user_types_add_to_and_replace_builtin_ones() {
     let shape = NodeShape {
         kubelet: Some(&kubelet),
         root_volume: None,
+        ..NodeShape::default()
     };
     let alloc = custom.allocatable(&shape).unwrap();
     assert_eq!(alloc["cpu"], q("7400m"));
     assert_eq!(alloc["memory"], q("61Gi"));
     assert_eq!(custom.overhead(&shape).unwrap().total()["cpu"], q("600m"));
     c.upsert(custom);
-    assert_eq!(c.len(), 94);
+    assert_eq!(c.len(), 1256);
     assert!(c.types().windows(2).all(|w| w[0].name < w[1].name));
 
     // Replacing a built-in type by name; without an override Karpenter's model applies.
@@ -330,7 +512,7 @@ fn user_types_add_to_and_replace_builtin_ones() {
         vec![offering],
     );
     c.upsert(replaced);
-    assert_eq!(c.len(), 94);
+    assert_eq!(c.len(), 1256);
     let it = c.get("g4dn.xlarge").unwrap();
     assert_eq!(it.offerings[0].capacity_type, CapacityType::Reserved);
     assert!(it.gpu.is_none());
@@ -350,7 +532,11 @@ fn every_builtin_gpu_type_has_dra_templates_that_agree_with_its_gpu_info() {
     let mut with_templates = 0;
     for it in c.types() {
         let (Some(gpu), Some(t)) = (&it.gpu, &it.devices) else {
-            assert!(it.gpu.is_none() && it.devices.is_none(), "{}", it.name);
+            assert!(it.devices.is_none(), "{}", it.name);
+            // The NVIDIA types without DRA metadata are the g7e family.
+            if it.gpu.is_some() {
+                assert!(it.name.starts_with("g7e."), "{}", it.name);
+            }
             continue;
         };
         with_templates += 1;

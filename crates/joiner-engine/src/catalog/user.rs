@@ -82,6 +82,10 @@ pub fn user_instance_type(
         .and_then(|c| u32::try_from(c).ok())
         .filter(|&c| c > 0)
         .map(|count| gpu_from_labels(count, &labels));
+    // The instance store a RAID0 node class stripes: what the type's own label says it has.
+    let instance_store_gb = labels
+        .get(l::INSTANCE_LOCAL_NVME)
+        .and_then(|gb| gb.parse().ok());
     InstanceType {
         name: name.to_string(),
         capacity,
@@ -91,6 +95,7 @@ pub fn user_instance_type(
         overhead_override: overhead,
         // Set by the caller from `spec.devices` ([`super::devices::DeviceTemplates::from_spec`]).
         devices: None,
+        instance_store_gb,
     }
 }
 

@@ -9,6 +9,7 @@
 //! NodeClaims; among planned and new ones the planner takes the placement that adds the least
 //! to the total hourly price (see [`planner`]).
 
+pub mod allowed;
 pub mod planner;
 pub mod pod;
 mod resources;
@@ -21,6 +22,7 @@ use joiner_model::{Price, ResourceList};
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 
+use crate::catalog::PriceBasis;
 use crate::catalog::devices::{DeviceTemplates, TemplateOptions};
 
 use crate::requirements::{Labels, Requirements};
@@ -69,6 +71,9 @@ pub struct LaunchOffering {
     pub zone: String,
     pub capacity_type: String,
     pub price: Price,
+    /// How the price is known; a stand-in price orders offerings all the same, and the plan
+    /// says it is one.
+    pub price_basis: PriceBasis,
 }
 
 /// An instance type as a NodePool would launch it.

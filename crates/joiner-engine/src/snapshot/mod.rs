@@ -36,7 +36,7 @@ use crate::plan::{Plan, Unschedulable};
 use crate::scheduling::{
     DaemonInput, ExistingNode, LaunchOption, PodInfo, PoolInput, SchedulingInput, schedule,
 };
-use pools::{UnreadyPool, build_pool};
+use pools::{PoolCatalog, UnreadyPool, build_pool};
 
 /// How to build a snapshot beyond what the settings say.
 #[derive(Debug, Clone)]
@@ -66,6 +66,10 @@ pub struct ClusterSnapshot {
     warnings: Vec<String>,
     /// Objects that cannot be read, each left out or decided on its own (also in `warnings`).
     invalid: Vec<InputError>,
+    /// The catalog the NodePools' instance types come from (built-in types with the input's
+    /// InstanceTypes applied), shared: snapshots are copied, the catalog never changes.
+    catalog: Arc<Catalog>,
+    region: String,
 }
 
 /// Gathers what shapes a [`ClusterSnapshot`]; see [`ClusterSnapshot::builder`].
@@ -142,7 +146,21 @@ impl<'a> SnapshotBuilder<'a> {
                 continue;
             };
             let devices = dra_on.then(|| dra::template_options(settings, class, &mut warnings));
-            match build_pool(np, class, &catalog, plugin.as_ref(), devices, unavailable) {
+            // Types the pool's NodeClaims already have stay known to the pool whatever its
+            // requirements say now, so that launched and in-flight nodes keep their resources.
+            let claimed = pools::claimed_types(&m.node_claims, &name);
+            let pool_catalog = PoolCatalog {
+                catalog: &catalog,
+                claimed: &claimed,
+            };
+            match build_pool(
+                np,
+                class,
+                &pool_catalog,
+                plugin.as_ref(),
+                devices,
+                unavailable,
+            ) {
                 Ok(pool) => {
                     if let Some(opts) = devices {
                         template_options.insert(name, opts);
@@ -295,6 +313,8 @@ impl<'a> SnapshotBuilder<'a> {
             unready,
             warnings,
             invalid,
+            catalog: Arc::new(catalog),
+            region: settings.region.clone(),
         })
     }
 }
@@ -397,6 +417,15 @@ impl ClusterSnapshot {
     /// The NodePools, with their instance types resolved.
     pub fn pools(&self) -> &[PoolInput] {
         &self.input.pools
+    }
+
+    /// The instance types each NodePool allows, with their offerings and prices
+    /// (`joiner catalog`); with no NodePool at all, the whole catalog.
+    pub fn listing(&self) -> crate::listing::Listing {
+        if self.input.pools.is_empty() {
+            return crate::listing::list_catalog(&self.region, &self.catalog);
+        }
+        crate::listing::list(&self.region, &self.catalog, &self.input.pools)
     }
 
     /// How `pool` would launch `instance_type`, if it may.
@@ -522,6 +551,7 @@ fn user_type(it: &Sourced<joiner_model::api::InstanceType>) -> Result<InstanceTy
                 capacity_type,
                 price: o.price,
                 available: o.available,
+                price_basis: crate::catalog::PriceBasis::Listed,
             })
         })
         .collect::<Result<Vec<_>, InputError>>()?;

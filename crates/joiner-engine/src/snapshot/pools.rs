@@ -6,7 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use joiner_model::api::EC2NodeClass;
+use joiner_model::api::NodeClaim;
+use joiner_model::api::ec2nodeclass::InstanceStorePolicy;
 use joiner_model::api::nodepool::{ConsolidationPolicy, NodePool};
+use joiner_model::wellknown::labels;
 use joiner_model::{InputError, ObjectRef, Quantity, Sourced};
 use k8s_openapi::api::core::v1::Taint;
 
@@ -14,6 +17,7 @@ use crate::catalog::devices::TemplateOptions;
 use crate::catalog::{Catalog, InstanceType, NodeShape, OfferingKey};
 use crate::deviceplugin::{DevicePluginConfigs, NodeGpus, node_resources};
 use crate::requirements::{Requirement, Requirements};
+use crate::scheduling::allowed::type_allowed;
 use crate::scheduling::taints::first_untolerated;
 use crate::scheduling::{
     Consolidation, DeviceSource, LaunchOffering, LaunchOption, PodInfo, PoolInput,
@@ -121,10 +125,29 @@ fn root_volume(class: &EC2NodeClass) -> Option<Quantity> {
         .and_then(|e| e.volume_size)
 }
 
+/// The catalog a NodePool's instance types come from, and the types its NodeClaims have.
+pub(super) struct PoolCatalog<'a> {
+    pub catalog: &'a Catalog,
+    pub claimed: &'a BTreeSet<&'a str>,
+}
+
+/// The instance types of the NodePool's NodeClaims (`pool` by name).
+pub(super) fn claimed_types<'a>(claims: &'a [Sourced<NodeClaim>], pool: &str) -> BTreeSet<&'a str> {
+    claims
+        .iter()
+        .filter(|c| c.object.label(labels::NODEPOOL) == Some(pool))
+        .filter_map(|c| c.object.label(labels::INSTANCE_TYPE))
+        .collect()
+}
+
+/// The NodePool joined with its class: every catalog type its requirements allow (by the
+/// planner's rule, less zone and capacity type), and the types its NodeClaims already have, as
+/// the pool launches them. Types the requirements rule out are not resolved at all: with every
+/// EC2 type in the catalog, most NodePools allow a small part of it.
 pub(super) fn build_pool(
     np: &Sourced<NodePool>,
     class: &Sourced<EC2NodeClass>,
-    catalog: &Catalog,
+    pool_catalog: &PoolCatalog,
     plugin: Option<&DevicePluginConfigs>,
     devices: Option<TemplateOptions>,
     unavailable: &BTreeSet<OfferingKey>,
@@ -143,6 +166,8 @@ pub(super) fn build_pool(
     let shape = NodeShape {
         kubelet,
         root_volume: root_volume(&class.object),
+        instance_store_raid0: class.object.spec.instance_store_policy
+            == Some(InstanceStorePolicy::RAID0),
     };
     let class_ref = ObjectRef::new(
         "EC2NodeClass",
@@ -150,7 +175,15 @@ pub(super) fn build_pool(
         class.object.metadata.name.clone().unwrap_or_default(),
     );
     let mut options = Vec::new();
-    for it in catalog.types() {
+    let mut node_labels = BTreeMap::new();
+    for it in pool_catalog.catalog.types() {
+        node_labels.clone_from(&it.labels);
+        node_labels.extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if !type_allowed(&requirements, &node_labels)
+            && !pool_catalog.claimed.contains(it.name.as_str())
+        {
+            continue;
+        }
         options.push(
             launch_option(it, &shape, &labels, plugin, devices, unavailable).map_err(|e| {
                 InputError::new(
@@ -216,6 +249,7 @@ fn launch_option(
                 zone: o.zone.clone(),
                 capacity_type: o.capacity_type.as_str().to_string(),
                 price: o.price,
+                price_basis: o.price_basis,
             })
             .collect(),
         at_most_one_per_pod: at_most_one,

@@ -227,6 +227,21 @@ fn claims_for_drivers_without_device_data_never_launch_nodes() {
 }
 
 #[test]
+fn gpu_types_without_dra_data_are_named_as_device_plugin_only() {
+    // g7e has NVIDIA GPUs but no DRA metadata: a claim cannot be planned on it, and the reason
+    // says its GPUs are there for the device plugin's resource.
+    let pool = POOL.replace("[g6, g6e, p5, p5en]", "[g7e]");
+    let plan = plan_dra(&[&pool, &from_template("a")]);
+    assert!(plan.node_claims.is_empty());
+    let reason = &plan.unschedulable[0].reason;
+    assert!(
+        reason.contains("served by the device plugin as nvidia.com/gpu only")
+            && reason.contains("g7e."),
+        "{reason}"
+    );
+}
+
+#[test]
 fn first_available_makes_a_type_that_serves_only_the_second_alternative_eligible() {
     let template = r#"
 apiVersion: resource.k8s.io/v1

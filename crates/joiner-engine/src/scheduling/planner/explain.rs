@@ -180,10 +180,12 @@ fn option_reason(
         let mismatch = reqs.iter().find(|(k, r)| {
             *k != labels::ZONE
                 && *k != labels::CAPACITY_TYPE
-                && match opt.labels.get(*k) {
-                    Some(v) => !r.matches(Some(v)),
-                    None => !pool.defined_keys.contains(*k) && !r.matches(None),
-                }
+                && !crate::requirements::holds_for_type(
+                    k,
+                    r,
+                    opt.labels.get(*k).map(String::as_str),
+                    pool.defined_keys.contains(*k),
+                )
         });
         match mismatch {
             Some((k, r)) => format!(
@@ -223,7 +225,18 @@ fn option_reason(
     } else if let Some(dra) = pl.dra.as_ref().filter(|d| d.uses_claims(p))
         && dra.probe_copies(p, pl.class_of[p], pi, opt.source, 1) == 0
     {
-        dra.why_not_probe(p, pi, opt.source)
+        let source = &pool.input.options[opt.source];
+        if source.devices.is_none()
+            && source
+                .capacity
+                .contains_key(joiner_model::wellknown::resources::NVIDIA_GPU)
+        {
+            // A GPU type Joiner has no DRA metadata for (g7e): its GPUs are there, but only
+            // the device plugin's resource is known to serve them.
+            "no DRA device data for its GPUs: they are served by the device plugin as nvidia.com/gpu only".to_string()
+        } else {
+            dra.why_not_probe(p, pi, opt.source)
+        }
     } else {
         return None;
     };

@@ -71,6 +71,7 @@ impl Planner<'_> {
                 capacity_type: offering.capacity_type.clone(),
                 zone: offering.zone.clone(),
                 price_per_hour: price,
+                price_note: offering.price_basis.note().map(str::to_string),
                 pods,
                 resources: ClaimResources {
                     requested: self.index.list(&requested, &like),
@@ -87,6 +88,7 @@ impl Planner<'_> {
                             zone: off.zone.clone(),
                             capacity_type: off.capacity_type.clone(),
                             price_per_hour: off.price,
+                            price_basis: off.price_basis,
                         })
                         .collect();
                     offs.sort_by(|a, b| {

@@ -10,7 +10,8 @@ use super::super::resources::{self, Amounts, ResourceIndex};
 use super::super::taints;
 use super::super::{LaunchOffering, PoolInput, SchedulingInput};
 
-use crate::requirements::{Labels, Requirement, Requirements};
+use super::super::allowed;
+use crate::requirements::{Labels, Requirements, holds_for_type};
 
 /// An instance type of one NodePool, resolved for packing.
 #[derive(Clone)]
@@ -73,11 +74,7 @@ pub(super) fn cheapest_offering<'p>(
 }
 
 pub(super) fn offering_allowed(off: &LaunchOffering, reqs: &Requirements) -> bool {
-    reqs.get(labels::ZONE)
-        .is_none_or(|r| r.matches(Some(&off.zone)))
-        && reqs
-            .get(labels::CAPACITY_TYPE)
-            .is_none_or(|r| r.matches(Some(&off.capacity_type)))
+    allowed::offering_allowed(&off.zone, &off.capacity_type, reqs)
 }
 
 /// The price of option `o` under `reqs`, or `None` when its labels or offerings do not allow it.
@@ -87,11 +84,14 @@ pub(super) fn option_price(pool: &Pool, o: usize, reqs: &Requirements) -> Option
         if k == labels::ZONE || k == labels::CAPACITY_TYPE {
             return true;
         }
-        match opt.labels.get(k) {
-            Some(v) => r.matches(Some(v)),
-            // Keys the NodePool defines take their value from the requirements themselves.
-            None => pool.defined_keys.contains(k) || r.matches(None),
-        }
+        // Keys the NodePool defines take their value from the requirements themselves, unless
+        // instance types define them.
+        holds_for_type(
+            k,
+            r,
+            opt.labels.get(k).map(String::as_str),
+            pool.defined_keys.contains(k),
+        )
     });
     if !labels_ok {
         return None;
@@ -105,11 +105,7 @@ pub(super) fn build_pool<'a>(
     index: &ResourceIndex,
     zones: &mut BTreeSet<String>,
 ) -> Pool<'a> {
-    let mut requirements = input.requirements.clone();
-    // Karpenter launches on-demand capacity unless a NodePool explicitly allows other types.
-    if requirements.get(labels::CAPACITY_TYPE).is_none() {
-        requirements.add(labels::CAPACITY_TYPE, Requirement::equals("on-demand"));
-    }
+    let requirements = allowed::effective_requirements(input);
     let defined_keys: BTreeSet<String> = requirements
         .iter()
         .map(|(k, _)| k.clone())
@@ -122,12 +118,7 @@ pub(super) fn build_pool<'a>(
         labels.extend(input.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         labels.insert(labels::NODEPOOL.into(), input.name.clone());
         labels.insert(labels::INSTANCE_TYPE.into(), o.instance_type.clone());
-        // The NodePool's requirements on instance-type labels filter its instance types.
-        let fits_pool = requirements.iter().all(|(k, r)| {
-            k == labels::ZONE
-                || k == labels::CAPACITY_TYPE
-                || labels.get(k).map(|v| r.matches(Some(v))).unwrap_or(true)
-        });
+        let fits_pool = allowed::type_allowed(&requirements, &labels);
         let allowed: Vec<&LaunchOffering> = o
             .offerings
             .iter()

@@ -49,6 +49,7 @@ fn option(name: &str, cpu: &str, memory: &str, gpus: &str, price: f64) -> Launch
                 zone: z.to_string(),
                 capacity_type: "on-demand".into(),
                 price: Price::from_usd(price).unwrap(),
+                price_basis: Default::default(),
             })
             .collect(),
         at_most_one_per_pod: vec![],
@@ -465,6 +466,7 @@ fn spot_is_used_only_when_the_pool_allows_it() {
         zone: "us-east-1b".into(),
         capacity_type: "spot".into(),
         price: Price::from_usd(0.03).unwrap(),
+        price_basis: Default::default(),
     });
     let plan = schedule(&input(
         pods("web", 1, SMALL_POD),

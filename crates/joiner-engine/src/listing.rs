@@ -1,0 +1,249 @@
+//! What each NodePool may launch, for `joiner catalog`: every instance type the NodePool's
+//! requirements allow, as the NodePool would launch it (InstanceType objects applied, the
+//! EC2NodeClass's kubelet settings, root volume and instance-store policy, device-plugin
+//! sharing), with its offerings and prices. The types and offerings are chosen by the same
+//! rules the planner packs by ([`crate::scheduling::allowed`]).
+//!
+//! Field names are part of Joiner's interface (`-o json`); keys may be added, never renamed.
+
+use std::collections::BTreeMap;
+
+use joiner_model::wellknown::{labels, resources};
+use joiner_model::{Price, Quantity, ResourceList};
+use serde::Serialize;
+
+use crate::catalog::{Catalog, InstanceType, NodeShape, PriceBasis};
+use crate::scheduling::allowed::{effective_requirements, offering_allowed, type_allowed};
+use crate::scheduling::{LaunchOption, PoolInput};
+
+/// Every NodePool's instance types.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listing {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub region: String,
+    pub node_pools: Vec<PoolListing>,
+}
+
+/// One NodePool's instance types, cheapest first (types without a known price last).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolListing {
+    /// The NodePool, or `-` for the built-in catalog with no NodePool.
+    pub node_pool: String,
+    pub instance_types: Vec<ListedType>,
+}
+
+/// An instance type as a NodePool would launch it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedType {
+    pub name: String,
+    /// What pods can request on such a node.
+    pub allocatable: ResourceList,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<ListedGpu>,
+    /// EFA interfaces (`vpc.amazonaws.com/efa`).
+    pub efa: u32,
+    /// Devices the DRA drivers will publish, per driver; empty when Joiner knows none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub dra_devices: BTreeMap<String, usize>,
+    /// The offerings the NodePool allows, cheapest first.
+    pub offerings: Vec<ListedOffering>,
+    /// The cheapest available offering's price, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub price_per_hour: Option<Price>,
+    /// How that price is known, when it is not listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub price_note: Option<String>,
+}
+
+/// An instance type's GPUs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedGpu {
+    /// Karpenter's `instance-gpu-name` (`t4`, `h100`).
+    pub name: String,
+    pub manufacturer: String,
+    pub count: u32,
+    #[serde(rename = "memoryMiB", skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    /// How pods ask for them: the device plugin's resource (`nvidia.com/gpu`), and `dra` when
+    /// Joiner knows the devices the DRA driver will publish.
+    pub served_by: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedOffering {
+    pub zone: String,
+    pub capacity_type: String,
+    pub price_per_hour: Price,
+    #[serde(skip_serializing_if = "PriceBasis::is_listed")]
+    pub price_basis: PriceBasis,
+    pub available: bool,
+}
+
+/// The instance types each of `pools` allows, from `catalog` (the one the pools were built
+/// from, which holds every offering, the unavailable ones too).
+pub fn list(region: &str, catalog: &Catalog, pools: &[PoolInput]) -> Listing {
+    Listing {
+        api_version: "joiner.dev/v1alpha1",
+        kind: "InstanceTypeListing",
+        region: region.to_string(),
+        node_pools: pools.iter().map(|p| list_pool(catalog, p)).collect(),
+    }
+}
+
+/// The whole catalog with no NodePool: every type with the default node shape and every
+/// offering (on-demand and spot alike).
+pub fn list_catalog(region: &str, catalog: &Catalog) -> Listing {
+    let types = catalog
+        .types()
+        .iter()
+        .filter_map(|it| {
+            let allocatable = it.allocatable(&NodeShape::default()).ok()?;
+            let offerings = it.offerings.iter().collect();
+            Some(listed(it, allocatable, offerings))
+        })
+        .collect();
+    Listing {
+        api_version: "joiner.dev/v1alpha1",
+        kind: "InstanceTypeListing",
+        region: region.to_string(),
+        node_pools: vec![PoolListing {
+            node_pool: "-".to_string(),
+            instance_types: sorted(types),
+        }],
+    }
+}
+
+fn list_pool(catalog: &Catalog, pool: &PoolInput) -> PoolListing {
+    let requirements = effective_requirements(pool);
+    let options: BTreeMap<&str, &LaunchOption> = pool
+        .options
+        .iter()
+        .map(|o| (o.instance_type.as_str(), o))
+        .collect();
+    let types = catalog
+        .types()
+        .iter()
+        .filter_map(|it| {
+            let option = options.get(it.name.as_str())?;
+            let mut node_labels = option.labels.clone();
+            node_labels.extend(pool.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+            node_labels.insert(labels::INSTANCE_TYPE.into(), it.name.clone());
+            if !type_allowed(&requirements, &node_labels) {
+                return None;
+            }
+            let offerings: Vec<_> = it
+                .offerings
+                .iter()
+                .filter(|o| offering_allowed(&o.zone, o.capacity_type.as_str(), &requirements))
+                .collect();
+            if offerings.is_empty() {
+                return None;
+            }
+            Some(listed(it, option.allocatable.clone(), offerings))
+        })
+        .collect();
+    PoolListing {
+        node_pool: pool.name.clone(),
+        instance_types: sorted(types),
+    }
+}
+
+fn listed(
+    it: &InstanceType,
+    allocatable: ResourceList,
+    offerings: Vec<&crate::catalog::Offering>,
+) -> ListedType {
+    let mut offerings: Vec<ListedOffering> = offerings
+        .into_iter()
+        .map(|o| ListedOffering {
+            zone: o.zone.clone(),
+            capacity_type: o.capacity_type.as_str().to_string(),
+            price_per_hour: o.price,
+            price_basis: o.price_basis,
+            available: o.available,
+        })
+        .collect();
+    offerings.sort_by(|a, b| {
+        (!a.available, a.price_per_hour, &a.zone, &a.capacity_type).cmp(&(
+            !b.available,
+            b.price_per_hour,
+            &b.zone,
+            &b.capacity_type,
+        ))
+    });
+    let cheapest = offerings.first().filter(|o| o.available);
+    let dra_devices =
+        it.devices
+            .iter()
+            .flat_map(|t| t.pools.iter())
+            .fold(BTreeMap::new(), |mut m, p| {
+                *m.entry(p.driver.clone()).or_insert(0) += p.devices.len();
+                m
+            });
+    ListedType {
+        name: it.name.clone(),
+        gpu: gpu(it, &dra_devices),
+        efa: units(it.capacity.get(resources::EFA)),
+        dra_devices,
+        price_per_hour: cheapest.map(|o| o.price_per_hour),
+        price_note: cheapest.and_then(|o| o.price_basis.note().map(str::to_string)),
+        offerings,
+        allocatable,
+    }
+}
+
+/// The GPU line: Karpenter's GPU labels, and how pods reach the GPUs.
+fn gpu(it: &InstanceType, dra: &BTreeMap<String, usize>) -> Option<ListedGpu> {
+    let name = it.labels.get(labels::INSTANCE_GPU_NAME)?;
+    let get = |key: &str| it.labels.get(key).and_then(|v| v.parse::<u64>().ok());
+    let mut served_by: Vec<String> = [
+        resources::NVIDIA_GPU,
+        resources::AMD_GPU,
+        resources::HABANA_GAUDI,
+    ]
+    .iter()
+    .filter(|r| it.capacity.contains_key(**r))
+    .map(|r| r.to_string())
+    .collect();
+    if dra.contains_key(crate::catalog::devices::NVIDIA_GPU_DRIVER) {
+        served_by.push("dra".to_string());
+    }
+    Some(ListedGpu {
+        name: name.clone(),
+        manufacturer: it
+            .labels
+            .get(labels::INSTANCE_GPU_MANUFACTURER)
+            .cloned()
+            .unwrap_or_default(),
+        count: get(labels::INSTANCE_GPU_COUNT)
+            .and_then(|c| u32::try_from(c).ok())
+            .unwrap_or(0),
+        memory_mib: get(labels::INSTANCE_GPU_MEMORY),
+        served_by,
+    })
+}
+
+fn units(q: Option<&Quantity>) -> u32 {
+    q.map_or(0, |q| u32::try_from(q.units_ceil()).unwrap_or(u32::MAX))
+}
+
+/// Cheapest first; types with no available offering (no price known) last; then by name.
+fn sorted(mut types: Vec<ListedType>) -> Vec<ListedType> {
+    types.sort_by(|a, b| {
+        (a.price_per_hour.is_none(), a.price_per_hour, &a.name).cmp(&(
+            b.price_per_hour.is_none(),
+            b.price_per_hour,
+            &b.name,
+        ))
+    });
+    types
+}
+
+#[cfg(test)]
+mod tests;
