@@ -524,3 +524,48 @@ fn pending_learning_lab_pods_launch_a_moto_instance() {
         );
     }
 }
+
+#[test]
+fn what_the_settings_leave_out_of_the_cluster_access_comes_from_eks() {
+    use joiner_aws::cluster::{IpFamily, discover};
+    let Some(env) = Env::start() else { return };
+    let eks = aws_sdk_eks::Client::new(&env.sdk);
+    env.rt
+        .block_on(
+            eks.create_cluster()
+                .name(CLUSTER)
+                .role_arn("arn:aws:iam::123456789012:role/eks-cluster")
+                .resources_vpc_config(
+                    aws_sdk_eks::types::VpcConfigRequest::builder()
+                        .subnet_ids(env.seeded.subnets[0].0.clone())
+                        .build(),
+                )
+                .kubernetes_network_config(
+                    aws_sdk_eks::types::KubernetesNetworkConfigRequest::builder()
+                        .service_ipv4_cidr("10.100.0.0/16")
+                        .build(),
+                )
+                .send(),
+        )
+        .expect("CreateCluster");
+    let mut settings = common::settings();
+    settings.cluster_endpoint = Some("https://given.example".into());
+    let access = env
+        .rt
+        .block_on(discover(&env.sdk, &settings, CLUSTER))
+        .expect("discovered");
+    assert_eq!(access.endpoint, "https://given.example", "the settings win");
+    assert!(!access.ca_bundle.is_empty(), "the CA from EKS");
+    assert_eq!(access.service_cidr, "10.100.0.0/16");
+    assert_eq!(access.ip_family, IpFamily::Ipv4);
+
+    // A cluster EKS does not know: what is missing is named, with EKS's answer.
+    let missing = env
+        .rt
+        .block_on(discover(&env.sdk, &settings, "no-such-cluster"))
+        .expect_err("no CA, no CIDR")
+        .to_string();
+    assert!(missing.contains("settings.clusterCABundle"), "{missing}");
+    assert!(missing.contains("settings.clusterCIDR"), "{missing}");
+    assert!(missing.contains("DescribeCluster failed"), "{missing}");
+}
