@@ -17,93 +17,22 @@ use aws_sdk_ec2::types::{Filter, InstanceType as Ec2InstanceType};
 use joiner_engine::catalog::Catalog;
 use joiner_model::api::ec2nodeclass::{AmiFamily, AmiSelectorTerm};
 
+use joiner_launch::image::{Arch, ParameterRoots, TypeFacts, alias_parameter, alias_version};
+
 use crate::cache::{ClassKey, TtlCache};
 use crate::clients::Clients;
 use crate::error::AwsError;
 use crate::tags::tag_filters;
 
 /// Where EKS publishes its optimized AMI ids in SSM.
-pub const DEFAULT_AMI_PARAMETER_ROOT: &str = "/aws/service/eks/optimized-ami";
+pub const DEFAULT_AMI_PARAMETER_ROOT: &str = joiner_launch::image::EKS_PARAMETER_ROOT;
 
-/// Where an alias's AMIs are published: the root of EKS's SSM parameters, and the cluster's
-/// Kubernetes version, whose AMIs its nodes boot.
+/// Where an alias's AMIs are published: the roots of the public SSM parameters, and the
+/// cluster's Kubernetes version, whose AMIs its nodes boot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct EksParameters {
-    pub root: String,
+    pub roots: ParameterRoots,
     pub kubernetes_version: String,
-}
-
-/// What an instance type needs from an AMI.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct TypeFacts {
-    /// `x86_64` or `arm64`, as EC2 and the SSM paths spell it.
-    pub arch: Arch,
-    /// Has NVIDIA GPUs: boots the NVIDIA variant of an alias AMI.
-    pub nvidia: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum Arch {
-    X86_64,
-    Arm64,
-}
-
-impl Arch {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Arch::X86_64 => "x86_64",
-            Arch::Arm64 => "arm64",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Arch> {
-        match s {
-            "x86_64" | "amd64" => Some(Arch::X86_64),
-            "arm64" | "aarch64" => Some(Arch::Arm64),
-            _ => None,
-        }
-    }
-}
-
-/// The SSM parameter that holds an EKS optimized AMI id. `version` is the alias's part after
-/// `@`: `latest` or a release such as `v20250101`.
-pub(crate) fn alias_parameter(
-    root: &str,
-    family: AmiFamily,
-    kubernetes: &str,
-    version: &str,
-    facts: TypeFacts,
-) -> Option<String> {
-    let arch = facts.arch.as_str();
-    match family {
-        AmiFamily::AL2023 => {
-            let variant = if facts.nvidia { "nvidia" } else { "standard" };
-            let leaf = if version == "latest" {
-                "recommended".to_string()
-            } else {
-                format!("amazon-eks-node-al2023-{arch}-{variant}-{kubernetes}-{version}")
-            };
-            Some(format!(
-                "{root}/{kubernetes}/amazon-linux-2023/{arch}/{variant}/{leaf}/image_id"
-            ))
-        }
-        AmiFamily::AL2 => {
-            let suffix = match (facts.arch, facts.nvidia) {
-                (_, true) => "-gpu",
-                (Arch::Arm64, false) => "-arm64",
-                (Arch::X86_64, false) => "",
-            };
-            let leaf = if version == "latest" {
-                "recommended".to_string()
-            } else {
-                format!("amazon-eks{suffix}-node-{kubernetes}-{version}")
-            };
-            Some(format!(
-                "{root}/{kubernetes}/amazon-linux-2{suffix}/{leaf}/image_id"
-            ))
-        }
-        _ => None,
-    }
 }
 
 /// An image a non-alias term selected.
@@ -275,12 +204,14 @@ impl Clients {
         alias: &str,
         facts: TypeFacts,
     ) -> Result<String, AwsError> {
-        let version = alias.split_once('@').map_or("latest", |(_, v)| v);
+        let version = alias_version(alias);
         let kubernetes = eks.kubernetes_version.as_str();
-        let Some(name) = alias_parameter(&eks.root, family, kubernetes, version, facts) else {
+        let Some(name) = alias_parameter(&eks.roots, family, kubernetes, version, facts) else {
             return Err(AwsError::node_class(
                 node_class,
-                format!("AMI alias {alias:?}: Joiner resolves al2023 and al2 aliases only"),
+                format!(
+                    "AMI alias {alias:?}: Joiner resolves al2023, al2 and bottlerocket aliases only"
+                ),
             ));
         };
         let out = self
@@ -386,54 +317,6 @@ impl Clients {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const ROOT: &str = "/aws/service/eks/optimized-ami";
-    const GPU: TypeFacts = TypeFacts {
-        arch: Arch::X86_64,
-        nvidia: true,
-    };
-    const ARM: TypeFacts = TypeFacts {
-        arch: Arch::Arm64,
-        nvidia: false,
-    };
-
-    #[test]
-    fn al2023_aliases_name_eks_public_parameters() {
-        assert_eq!(
-            alias_parameter(ROOT, AmiFamily::AL2023, "1.33", "latest", GPU).as_deref(),
-            Some(
-                "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/recommended/image_id"
-            )
-        );
-        assert_eq!(
-            alias_parameter(ROOT, AmiFamily::AL2023, "1.33", "latest", ARM).as_deref(),
-            Some(
-                "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/arm64/standard/recommended/image_id"
-            )
-        );
-        assert_eq!(
-            alias_parameter(ROOT, AmiFamily::AL2023, "1.33", "v20250715", GPU).as_deref(),
-            Some(
-                "/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/nvidia/amazon-eks-node-al2023-x86_64-nvidia-1.33-v20250715/image_id"
-            )
-        );
-    }
-
-    #[test]
-    fn al2_aliases_pick_the_gpu_and_arm_images() {
-        assert_eq!(
-            alias_parameter(ROOT, AmiFamily::AL2, "1.32", "latest", GPU).as_deref(),
-            Some("/aws/service/eks/optimized-ami/1.32/amazon-linux-2-gpu/recommended/image_id")
-        );
-        assert_eq!(
-            alias_parameter(ROOT, AmiFamily::AL2, "1.32", "latest", ARM).as_deref(),
-            Some("/aws/service/eks/optimized-ami/1.32/amazon-linux-2-arm64/recommended/image_id")
-        );
-        assert_eq!(
-            alias_parameter(ROOT, AmiFamily::Bottlerocket, "1.32", "latest", ARM),
-            None
-        );
-    }
 
     #[test]
     fn the_newest_image_of_the_right_architecture_wins() {

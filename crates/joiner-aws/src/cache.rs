@@ -12,7 +12,6 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use joiner_model::api::EC2NodeClass;
-use sha2::{Digest, Sha256};
 
 /// How long each kind of read is trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,18 +57,7 @@ impl ClassKey {
     }
 }
 
-/// The first 16 hex digits of the SHA-256 of the spec's JSON (its maps are ordered, so equal
-/// specs hash equally).
-pub(crate) fn spec_hash(class: &EC2NodeClass) -> String {
-    // Serializing plain data to JSON cannot fail; the debug form is a stable fallback.
-    let canonical =
-        serde_json::to_string(&class.spec).unwrap_or_else(|_| format!("{:?}", class.spec));
-    Sha256::digest(canonical.as_bytes())
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+pub(crate) use joiner_launch::template::node_class_spec_hash as spec_hash;
 
 /// Values by key, each trusted for `ttl` after it was stored.
 #[derive(Debug)]

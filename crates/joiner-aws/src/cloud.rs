@@ -16,28 +16,24 @@ use aws_types::SdkConfig;
 use aws_types::region::Region;
 use joiner_controller::cloud::{
     CloudError, CloudInstanceType, CloudProvider, Instance, InstanceState, LaunchRequest, Launched,
-    Offer,
 };
 use joiner_model::wellknown::tags;
 
 use joiner_engine::catalog::{CapacityType, Catalog};
 use joiner_model::api::EC2NodeClass;
-use joiner_model::api::ec2nodeclass::AmiFamily;
 use joiner_model::settings::Settings;
 use tokio::runtime::Handle;
 
-use crate::ami::{AmiCaches, DEFAULT_AMI_PARAMETER_ROOT, EksParameters, TypeFacts};
-use crate::boot::{family_of, kubelet_labels};
+use crate::ami::{AmiCaches, EksParameters};
 use crate::cache::{ClassKey, TtlCache, Ttls, spec_hash};
 use crate::clients::Clients;
 use crate::error::AwsError;
 use crate::fleet::{fleet_errors, launched_nothing, unavailable_offerings};
 use crate::network::{SubnetInfo, subnet_per_zone};
-use crate::tags::{NODECLASS_HASH, ec2_tags};
-use crate::template::{
-    KnownTemplates, TemplateSpec, default_block_devices, metadata_with_defaults, template_name,
-};
-use crate::userdata::{self, NodeBootstrap};
+use crate::tags::ec2_tags;
+use crate::template::KnownTemplates;
+use joiner_launch::image::{ParameterRoots, TypeFacts};
+use joiner_launch::{Cluster, LaunchError, Resolved, Skip, family_of};
 
 /// The instance profile Joiner expects for an EC2NodeClass that names a `role`:
 /// `<cluster>_<role>`, cut to IAM's 128 characters. Joiner does not create it: create it with
@@ -53,14 +49,11 @@ pub fn instance_profile_for_role(cluster: &str, role: &str) -> String {
 /// async task, where blocking on the runtime panics.
 pub struct AwsCloud {
     clients: Clients,
-    cluster_name: String,
+    /// The cluster the nodes join, as their bootstrap is told.
+    cluster: Cluster,
     zones: Vec<String>,
     /// The Kubernetes version (and where its EKS AMIs are published).
     eks: EksParameters,
-    cluster_endpoint: Option<String>,
-    cluster_ca_bundle: Option<String>,
-    service_cidr: Option<String>,
-    cluster_dns: Option<String>,
     /// The built-in catalog: on-demand prices (moto and many partitions have no Pricing API),
     /// the types Joiner knows, and the fallback when EC2's listing fails.
     catalog: Catalog,
@@ -95,7 +88,7 @@ impl Caches {
 impl std::fmt::Debug for AwsCloud {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AwsCloud")
-            .field("cluster_name", &self.cluster_name)
+            .field("cluster_name", &self.cluster.name)
             .field("zones", &self.zones)
             .field("kubernetes_version", &self.eks.kubernetes_version)
             .finish_non_exhaustive()
@@ -137,16 +130,18 @@ impl AwsCloud {
         }
         Ok(AwsCloud {
             clients: Clients::new(config, handle),
-            cluster_name: cluster_name.to_string(),
             zones: settings.zones.clone(),
             eks: EksParameters {
-                root: DEFAULT_AMI_PARAMETER_ROOT.to_string(),
+                roots: ParameterRoots::default(),
                 kubernetes_version,
             },
-            cluster_endpoint: settings.cluster_endpoint.clone(),
-            cluster_ca_bundle: settings.cluster_ca_bundle.clone(),
-            service_cidr: settings.cluster_cidr.clone(),
-            cluster_dns: None,
+            cluster: Cluster {
+                name: cluster_name.to_string(),
+                endpoint: settings.cluster_endpoint.clone(),
+                ca_bundle: settings.cluster_ca_bundle.clone(),
+                service_cidr: settings.cluster_cidr.clone(),
+                dns_ip: None,
+            },
             catalog: Catalog::builtin(&settings.region, &settings.zones),
             templates: KnownTemplates::default(),
             caches: Caches::new(Ttls::default()),
@@ -179,36 +174,44 @@ impl AwsCloud {
             })
             .collect();
         let c = &self.clients;
-        Ok(c.block(c.delete_unused_templates(&self.cluster_name, &current, &self.templates))?)
+        Ok(c.block(c.delete_unused_templates(&self.cluster.name, &current, &self.templates))?)
     }
 
     /// Everything the nodes' bootstrap needs of the cluster, as [`crate::cluster::discover`]
     /// resolved it at start-up.
     pub fn with_cluster_access(mut self, access: crate::ClusterAccess) -> Self {
-        self.cluster_endpoint = Some(access.endpoint);
-        self.cluster_ca_bundle = Some(access.ca_bundle);
-        self.service_cidr = Some(access.service_cidr);
-        self.cluster_dns = access.dns_ip;
+        self.cluster.endpoint = Some(access.endpoint);
+        self.cluster.ca_bundle = Some(access.ca_bundle);
+        self.cluster.service_cidr = Some(access.service_cidr);
+        self.cluster.dns_ip = access.dns_ip;
         self
     }
 
     /// The cluster CA (base64 PEM) for the node's bootstrap; without it `nodeadm` must look the
     /// cluster up itself.
     pub fn with_cluster_ca_bundle(mut self, ca: impl Into<String>) -> Self {
-        self.cluster_ca_bundle = Some(ca.into());
+        self.cluster.ca_bundle = Some(ca.into());
         self
     }
 
     /// The cluster's service CIDR for the node's bootstrap.
     pub fn with_service_cidr(mut self, cidr: impl Into<String>) -> Self {
-        self.service_cidr = Some(cidr.into());
+        self.cluster.service_cidr = Some(cidr.into());
         self
     }
 
-    /// Where the EKS AMI parameters live in SSM ([`DEFAULT_AMI_PARAMETER_ROOT`] unless told).
-    /// Tests use their own root: SSM (and moto) refuse writes under `/aws/`.
+    /// Where the EKS AMI parameters live in SSM
+    /// ([`DEFAULT_AMI_PARAMETER_ROOT`](crate::DEFAULT_AMI_PARAMETER_ROOT) unless told). Tests use
+    /// their own root: SSM (and moto) refuse writes under `/aws/`.
     pub fn with_ami_parameter_root(mut self, root: impl Into<String>) -> Self {
-        self.eks.root = root.into().trim_end_matches('/').to_string();
+        self.eks.roots.eks = root.into().trim_end_matches('/').to_string();
+        self
+    }
+
+    /// Where the Bottlerocket AMI parameters live in SSM (`/aws/service/bottlerocket` unless
+    /// told).
+    pub fn with_bottlerocket_parameter_root(mut self, root: impl Into<String>) -> Self {
+        self.eks.roots.bottlerocket = root.into().trim_end_matches('/').to_string();
         self
     }
 
@@ -221,7 +224,7 @@ impl AwsCloud {
         Ok(self
             .clients
             .owned_instances(
-                &self.cluster_name,
+                &self.cluster.name,
                 &format!("launch token {token}"),
                 vec![filter],
             )
@@ -230,34 +233,16 @@ impl AwsCloud {
             .min_by(|a, b| (a.launch_time, &a.id).cmp(&(b.launch_time, &b.id))))
     }
 
-    fn bootstrap(&self, request: &LaunchRequest, class: &EC2NodeClass) -> NodeBootstrap {
-        NodeBootstrap {
-            cluster_name: self.cluster_name.clone(),
-            endpoint: self.cluster_endpoint.clone(),
-            ca_bundle: self.cluster_ca_bundle.clone(),
-            service_cidr: self.service_cidr.clone(),
-            cluster_dns: self.cluster_dns.clone(),
-            labels: kubelet_labels(&request.labels),
-            taints: request
-                .taints
-                .iter()
-                .chain(&request.startup_taints)
-                .cloned()
-                .collect(),
-            kubelet: class.spec.kubelet.clone(),
-        }
-    }
-
     async fn launch_async(&self, request: &LaunchRequest) -> Result<Launched, CloudError> {
         // An instance without every ownership tag is one Joiner would never list, collect or
         // be allowed to terminate again: refuse to launch it at all.
-        if !tags::is_owned(&request.tags, &self.cluster_name) {
+        if !tags::is_owned(&request.tags, &self.cluster.name) {
             return Err(CloudError::Rejected(format!(
                 "launch of nodeclaim {}: its tags lack the ownership tags of cluster {} \
                  ({}=owned, {}, {}, {}) or name a node group",
                 request.node_claim,
-                self.cluster_name,
-                tags::cluster(&self.cluster_name),
+                self.cluster.name,
+                tags::cluster(&self.cluster.name),
                 tags::CLUSTER_NAME,
                 tags::NODEPOOL,
                 tags::NODECLASS
@@ -275,22 +260,10 @@ impl AwsCloud {
             .clone()
             .ok_or_else(|| AwsError::node_class(node_class, "not found in the cluster"))?
             .into_v1();
-        let family = family_of(node_class, &class)?;
-        // One capacity type per fleet: that of the cheapest offer. Spot offers that fail come
-        // back as insufficient and the next step moves on to on-demand.
-        let Some(capacity_type) = request
-            .offers
-            .iter()
-            .map(|o| o.offering.capacity_type)
-            .find(|c| *c != CapacityType::Reserved)
-        else {
+        let family = family_of(&class).map_err(|e| launch_error(node_class, e))?;
+        let Some(capacity_type) = joiner_launch::fleet::capacity_type_of(request) else {
             return Err(CloudError::NoOfferings);
         };
-        let offers: Vec<&Offer> = request
-            .offers
-            .iter()
-            .filter(|o| o.offering.capacity_type == capacity_type)
-            .collect();
         let spec = &class.spec;
         let key = ClassKey::of(node_class, &class);
         let subnets = self
@@ -302,7 +275,6 @@ impl AwsCloud {
                     .subnets(node_class, &spec.subnet_selector_terms),
             )
             .await?;
-        let per_zone = subnet_per_zone(&subnets);
         let subnet_zones: BTreeMap<String, String> = subnets
             .iter()
             .map(|s| (s.id.clone(), s.zone.clone()))
@@ -316,8 +288,10 @@ impl AwsCloud {
                     .security_groups(node_class, &spec.security_group_selector_terms),
             )
             .await?;
-        let type_names: BTreeSet<String> = offers
+        let type_names: BTreeSet<String> = request
+            .offers
             .iter()
+            .filter(|o| o.offering.capacity_type == capacity_type)
             .map(|o| o.offering.instance_type.clone())
             .collect();
         let facts = self
@@ -334,96 +308,43 @@ impl AwsCloud {
                 &facts,
             )
             .await?;
-        let bootstrap = self.bootstrap(request, &class);
-        let user_data = match family {
-            AmiFamily::AL2023 => userdata::al2023(&bootstrap, spec.user_data.as_deref()),
-            AmiFamily::AL2 => userdata::al2(&bootstrap, spec.user_data.as_deref()),
-            // A custom AMI boots itself: its userData goes as written.
-            _ => Ok(spec.user_data.clone().unwrap_or_default()),
-        }
-        .map_err(|e| AwsError::node_class(node_class, format!("spec.userData: {e}")))?;
         let instance_profile = spec.instance_profile.clone().or_else(|| {
             spec.role
                 .as_deref()
-                .map(|r| instance_profile_for_role(&self.cluster_name, r))
+                .map(|r| instance_profile_for_role(&self.cluster.name, r))
         });
-        // The EC2NodeClass's tags, then the ownership tags of the request (checked above) and
-        // the spec hash, which marks the template unused once the EC2NodeClass changes.
-        let mut template_tags = spec.tags.clone();
-        for k in [
-            tags::cluster(&self.cluster_name),
-            tags::CLUSTER_NAME.to_string(),
-            tags::NODEPOOL.to_string(),
-            tags::NODECLASS.to_string(),
-        ] {
-            if let Some(v) = request.tags.get(&k) {
-                template_tags.insert(k, v.clone());
+        let resolved = Resolved {
+            images: amis.clone(),
+            subnets: subnet_per_zone(&subnets)
+                .into_iter()
+                .map(|(zone, s)| (zone, s.id))
+                .collect(),
+            security_groups,
+            instance_profile,
+        };
+        let fleet = joiner_launch::fleet(request, &class, &self.cluster, &resolved)
+            .map_err(|e| launch_error(node_class, e))?;
+        for (offering, skip) in &fleet.skipped {
+            match skip {
+                Skip::NoImage => {
+                    tracing::warn!(%offering, node_class, "no AMI fits this instance type; skipped")
+                }
+                Skip::NoSubnet => {
+                    tracing::debug!(%offering, node_class, "no selected subnet in this zone; skipped")
+                }
             }
         }
-        template_tags.insert(NODECLASS_HASH.to_string(), key.hash.clone());
-
-        // Group the offers by launch template, keeping the price order as priority.
-        let mut templates: BTreeMap<
-            String,
-            (TemplateSpec, Vec<FleetLaunchTemplateOverridesRequest>),
-        > = BTreeMap::new();
-        for (priority, offer) in offers.iter().enumerate() {
-            let key = &offer.offering;
-            let Some(ami) = amis.get(&key.instance_type) else {
-                tracing::warn!(offering = %key, node_class, "no AMI fits this instance type; skipped");
-                continue;
-            };
-            let Some(subnet) = per_zone.get(&key.zone) else {
-                tracing::debug!(offering = %key, node_class, "no selected subnet in this zone; skipped");
-                continue;
-            };
-            let efa = request
-                .efa_interfaces
-                .get(&key.instance_type)
-                .copied()
-                .unwrap_or(0);
-            let tspec = TemplateSpec {
-                image_id: ami.clone(),
-                user_data: user_data.clone(),
-                block_devices: if spec.block_device_mappings.is_empty() {
-                    default_block_devices()
-                } else {
-                    spec.block_device_mappings.clone()
-                },
-                metadata: metadata_with_defaults(spec.metadata_options.as_ref()),
-                instance_profile: instance_profile.clone(),
-                security_groups: security_groups.clone(),
-                efa_interfaces: efa,
-                associate_public_ip: spec.associate_public_ip_address,
-                detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),
-                tags: template_tags.clone(),
-            };
-            let name = template_name(&self.cluster_name, &tspec);
-            let over = FleetLaunchTemplateOverridesRequest::builder()
-                .instance_type(Ec2InstanceType::from(key.instance_type.as_str()))
-                .subnet_id(&subnet.id)
-                .availability_zone(&key.zone)
-                .priority(priority as f64)
-                .build();
-            templates
-                .entry(name)
-                .or_insert_with(|| (tspec, Vec::new()))
-                .1
-                .push(over);
-        }
-        if templates.is_empty() {
+        if fleet.templates.is_empty() {
             tracing::warn!(nodeclaim = %request.node_claim, node_class, "no offering has both an AMI and a subnet");
             return Err(CloudError::NoOfferings);
         }
-        for (name, (tspec, _)) in &templates {
+        for t in &fleet.templates {
             self.clients
-                .ensure_template(&self.templates, name, tspec)
+                .ensure_template(&self.templates, &t.name, &t.spec)
                 .await?;
         }
-
-        let mut instance_tags = spec.tags.clone();
-        instance_tags.extend(request.tags.clone());
-        instance_tags.insert(tags::LAUNCH_TOKEN.to_string(), request.client_token.clone());
+        let template_names: Vec<String> = fleet.templates.iter().map(|t| t.name.clone()).collect();
+        let instance_tags = fleet.instance_tags.clone();
         let tag_specs = [
             ResourceType::Instance,
             ResourceType::Volume,
@@ -437,17 +358,30 @@ impl AwsCloud {
                 .build()
         })
         .collect();
-        let configs = templates
+        let configs = fleet
+            .templates
             .iter()
-            .map(|(name, (_, overrides))| {
+            .map(|t| {
+                let overrides = t
+                    .overrides
+                    .iter()
+                    .map(|o| {
+                        FleetLaunchTemplateOverridesRequest::builder()
+                            .instance_type(Ec2InstanceType::from(o.instance_type.as_str()))
+                            .subnet_id(&o.subnet_id)
+                            .availability_zone(&o.zone)
+                            .priority(o.priority as f64)
+                            .build()
+                    })
+                    .collect();
                 FleetLaunchTemplateConfigRequest::builder()
                     .launch_template_specification(
                         FleetLaunchTemplateSpecificationRequest::builder()
-                            .launch_template_name(name)
+                            .launch_template_name(&t.name)
                             .version("$Latest")
                             .build(),
                     )
-                    .set_overrides(Some(overrides.clone()))
+                    .set_overrides(Some(overrides))
                     .build()
             })
             .collect();
@@ -486,7 +420,7 @@ impl AwsCloud {
             Err(e) => {
                 let e = AwsError::api("CreateFleet", what, e);
                 if e.code() == Some(TEMPLATE_NOT_FOUND) {
-                    self.forget_templates(templates.keys());
+                    self.forget_templates(&template_names);
                     return Err(CloudError::Other(format!("{e}; {TEMPLATE_RECREATED}")));
                 }
                 return Err(e.into());
@@ -495,7 +429,7 @@ impl AwsCloud {
         let errors = fleet_errors(&out);
         let template_missing = errors.iter().any(|e| e.code == TEMPLATE_NOT_FOUND);
         if template_missing {
-            self.forget_templates(templates.keys());
+            self.forget_templates(&template_names);
         }
         let insufficient = unavailable_offerings(&errors, capacity_type, &subnet_zones);
         let launched = out.instances().iter().find_map(|i| {
@@ -565,6 +499,14 @@ impl AwsCloud {
     }
 }
 
+/// A launch that cannot be put together: a field of the EC2NodeClass is named.
+fn launch_error(node_class: &str, e: LaunchError) -> CloudError {
+    match e {
+        LaunchError::NoOfferings => CloudError::NoOfferings,
+        e @ LaunchError::Field { .. } => AwsError::node_class(node_class, e.to_string()).into(),
+    }
+}
+
 const TEMPLATE_NOT_FOUND: &str = "InvalidLaunchTemplateName.NotFoundException";
 /// A missing launch template is a rejection in general, but one Joiner knew of was deleted
 /// behind its back (or by its own garbage collection): forgotten, it is created again on the
@@ -579,7 +521,7 @@ impl CloudProvider for AwsCloud {
 
     fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
         let c = &self.clients;
-        Ok(c.block(c.terminate_owned(&self.cluster_name, instance_id))?)
+        Ok(c.block(c.terminate_owned(&self.cluster.name, instance_id))?)
     }
 
     fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {

@@ -21,7 +21,6 @@
 //! Everything is tested against moto's EC2-compatible server on loopback (`tests/`).
 
 mod ami;
-mod boot;
 mod cache;
 mod clients;
 mod cloud;
@@ -34,7 +33,6 @@ mod pricing;
 mod sqs;
 mod tags;
 mod template;
-pub mod userdata;
 
 pub use ami::DEFAULT_AMI_PARAMETER_ROOT;
 pub use cache::Ttls;

@@ -26,68 +26,14 @@ use aws_sdk_ec2::types::{
     RequestLaunchTemplateData, ResourceType, TagSpecification, VolumeType,
 };
 use base64::Engine as _;
+use joiner_launch::TemplateSpec;
+use joiner_launch::template::network_interfaces;
 use joiner_model::Quantity;
-use joiner_model::api::ec2nodeclass::{BlockDevice, BlockDeviceMapping, MetadataOptions};
-use serde::Serialize;
-use sha2::{Digest, Sha256};
+use joiner_model::api::ec2nodeclass::BlockDeviceMapping;
 
 use crate::clients::Clients;
 use crate::error::AwsError;
 use crate::tags::{NODECLASS_HASH, ec2_tags};
-
-/// Everything a launch template holds. Its hash names the template.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct TemplateSpec {
-    pub image_id: String,
-    /// The merged userData, before base64.
-    pub user_data: String,
-    pub block_devices: Vec<BlockDeviceMapping>,
-    pub metadata: MetadataOptions,
-    pub instance_profile: Option<String>,
-    pub security_groups: Vec<String>,
-    /// EFA interfaces to attach (0: a plain primary interface).
-    pub efa_interfaces: u32,
-    pub associate_public_ip: Option<bool>,
-    pub detailed_monitoring: bool,
-    /// Tags on the template, its network interfaces and spot requests: the EC2NodeClass's,
-    /// its NodePool's ownership tags and [`NODECLASS_HASH`].
-    pub tags: BTreeMap<String, String>,
-}
-
-/// `joiner/<cluster>/<first 16 hex digits of the SHA-256 of the spec>`.
-pub(crate) fn template_name(cluster: &str, spec: &TemplateSpec) -> String {
-    // Serializing plain data to JSON cannot fail; the debug form is a stable fallback.
-    let canonical = serde_json::to_string(spec).unwrap_or_else(|_| format!("{spec:?}"));
-    let digest = Sha256::digest(canonical.as_bytes());
-    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    format!("joiner/{cluster}/{hex}")
-}
-
-/// Karpenter's default root volume for AL2 and AL2023: 20 GiB of encrypted gp3 on `/dev/xvda`.
-pub(crate) fn default_block_devices() -> Vec<BlockDeviceMapping> {
-    vec![BlockDeviceMapping {
-        device_name: Some("/dev/xvda".into()),
-        root_volume: Some(true),
-        ebs: Some(BlockDevice {
-            volume_size: Quantity::parse("20Gi").ok(),
-            volume_type: Some("gp3".into()),
-            encrypted: Some(true),
-            delete_on_termination: Some(true),
-            ..Default::default()
-        }),
-    }]
-}
-
-/// Karpenter's metadata defaults (IMDSv2 required, one hop) where the EC2NodeClass says nothing.
-pub(crate) fn metadata_with_defaults(given: Option<&MetadataOptions>) -> MetadataOptions {
-    let given = given.cloned().unwrap_or_default();
-    MetadataOptions {
-        http_endpoint: given.http_endpoint.or(Some("enabled".into())),
-        http_protocol_ipv6: given.http_protocol_ipv6.or(Some("disabled".into())),
-        http_put_response_hop_limit: given.http_put_response_hop_limit.or(Some(1)),
-        http_tokens: given.http_tokens.or(Some("required".into())),
-    }
-}
 
 /// GiB, rounded up, as EC2 takes volume sizes.
 fn gib(q: &Quantity) -> Option<i32> {
@@ -119,34 +65,27 @@ fn block_device(b: &BlockDeviceMapping) -> LaunchTemplateBlockDeviceMappingReque
         .build()
 }
 
-/// The network interfaces: one EFA interface per network card (the first at device index 0,
-/// the others at device index 1 of their card, as EC2 asks for multi-card instances), or a
-/// single primary interface when a public address is asked for. `None`: EC2's default
-/// interface, with the security groups given at the top level.
-fn network_interfaces(
+/// The network interfaces as EC2 takes them (see [`network_interfaces`]); `None`: EC2's
+/// default interface, with the security groups given at the top level.
+fn ec2_network_interfaces(
     spec: &TemplateSpec,
 ) -> Option<Vec<LaunchTemplateInstanceNetworkInterfaceSpecificationRequest>> {
-    if spec.efa_interfaces == 0 && spec.associate_public_ip.is_none() {
+    let interfaces = network_interfaces(spec);
+    if interfaces.is_empty() {
         return None;
     }
-    let count = spec.efa_interfaces.max(1);
-    let efa = spec.efa_interfaces > 0;
     Some(
-        (0..count)
+        interfaces
+            .iter()
             .map(|i| {
-                let card = i32::try_from(i).unwrap_or(i32::MAX);
-                let mut b = LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
-                    .device_index(if i == 0 { 0 } else { 1 })
-                    .network_card_index(card)
-                    .delete_on_termination(true)
-                    .set_groups(Some(spec.security_groups.clone()));
-                if efa {
-                    b = b.interface_type("efa");
-                }
-                if i == 0 {
-                    b = b.set_associate_public_ip_address(spec.associate_public_ip);
-                }
-                b.build()
+                LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                    .device_index(i32::try_from(i.device_index).unwrap_or(i32::MAX))
+                    .network_card_index(i32::try_from(i.network_card_index).unwrap_or(i32::MAX))
+                    .delete_on_termination(i.delete_on_termination)
+                    .set_groups(Some(spec.security_groups.clone()))
+                    .set_interface_type(i.interface_type.map(str::to_string))
+                    .set_associate_public_ip_address(i.associate_public_ip_address)
+                    .build()
             })
             .collect(),
     )
@@ -176,7 +115,7 @@ pub(crate) fn launch_template_data(spec: &TemplateSpec) -> RequestLaunchTemplate
                 .map(LaunchTemplateHttpTokensState::from),
         )
         .build();
-    let interfaces = network_interfaces(spec);
+    let interfaces = ec2_network_interfaces(spec);
     let tag_specs = [
         ResourceType::NetworkInterface,
         ResourceType::SpotInstancesRequest,
@@ -431,6 +370,9 @@ impl Clients {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use joiner_launch::default_block_devices;
+    use joiner_launch::template::{metadata_with_defaults, template_name};
+    use joiner_model::api::ec2nodeclass::AmiFamily;
 
     #[test]
     fn only_joiners_templates_of_changed_or_deleted_classes_are_unused() {
@@ -465,7 +407,7 @@ mod tests {
         TemplateSpec {
             image_id: "ami-1".into(),
             user_data: "x".into(),
-            block_devices: default_block_devices(),
+            block_devices: default_block_devices(AmiFamily::AL2023),
             metadata: metadata_with_defaults(None),
             instance_profile: Some("lab_KarpenterNodeRole".into()),
             security_groups: vec!["sg-1".into()],

@@ -12,13 +12,13 @@ use base64::Engine as _;
 use common::requests::{offer, request, template_names, template_of};
 use common::{CLUSTER, Env};
 use joiner_aws::SqsInterruptionQueue;
-use joiner_aws::userdata::{NODECONFIG_CONTENT_TYPE, user_parts};
 use joiner_controller::clock::ManualClock;
 use joiner_controller::cloud::{CloudProvider, InstanceState};
 use joiner_controller::interruption::InterruptionQueue;
 use joiner_controller::store::{ClusterStore, InMemoryCluster};
 use joiner_controller::{Config, Controller};
 use joiner_engine::catalog::CapacityType;
+use joiner_launch::mime::{NODECONFIG_CONTENT_TYPE, user_parts};
 use joiner_model::Manifests;
 use joiner_model::api::nodeclaim::NodeClaim;
 use joiner_model::wellknown::tags;
@@ -126,19 +126,18 @@ fn a_gpu_launch_uses_the_nvidia_ami_a_merged_user_data_and_overrides_in_price_or
     let user_data = decoded_user_data(&data);
     let parts = user_parts(Some(&user_data)).expect("MIME multipart");
     assert_eq!(parts.len(), 2, "{user_data}");
-    assert!(
-        parts[0].body.contains("tensorflow:2.12.0-gpu"),
-        "{user_data}"
-    );
+    // Joiner's NodeConfig first and the user's script after, as Karpenter orders them.
     assert_eq!(
-        parts[1].content_type().as_deref(),
+        parts[0].content_type().as_deref(),
         Some(NODECONFIG_CONTENT_TYPE)
     );
-    assert!(parts[1].body.contains("name: lab"), "{user_data}");
+    assert!(parts[0].body.contains("name: lab"), "{user_data}");
     assert!(
-        parts[1]
-            .body
-            .contains("--register-with-taints=nvidia.com/gpu=true:NoSchedule"),
+        parts[0].body.contains("registerWithTaints") && parts[0].body.contains("nvidia.com/gpu"),
+        "{user_data}"
+    );
+    assert!(
+        parts[1].body.contains("tensorflow:2.12.0-gpu"),
         "{user_data}"
     );
 
@@ -177,6 +176,61 @@ fn a_gpu_launch_uses_the_nvidia_ami_a_merged_user_data_and_overrides_in_price_or
         ))
         .expect("launch");
     assert_eq!(template_names(&env).len(), 2);
+}
+
+/// A Bottlerocket class boots Bottlerocket's NVIDIA AMI with TOML settings: the user's kept,
+/// the cluster and the plan's pods written over them, one template per pod count.
+#[test]
+fn a_bottlerocket_launch_boots_its_ami_with_toml_settings_per_pod_count() {
+    let Some(env) = Env::start() else { return };
+    let mut r = request(
+        "br-1",
+        vec![
+            offer("g4dn.xlarge", "us-east-1a", CapacityType::OnDemand, 0.526),
+            offer("g5.xlarge", "us-east-1a", CapacityType::OnDemand, 1.006),
+        ],
+    );
+    let class = r.node_class_spec.as_mut().expect("class");
+    class.spec.ami_selector_terms[0].alias = Some("bottlerocket@latest".into());
+    class.spec.block_device_mappings.clear();
+    class.spec.user_data = Some("[settings.host-containers.admin]\nenabled = true\n".to_string());
+    r.max_pods = BTreeMap::from([
+        ("g4dn.xlarge".to_string(), 29),
+        ("g5.xlarge".to_string(), 58),
+    ]);
+    let launched = env.cloud.launch(&r).expect("launch");
+    assert_eq!(launched.instance.image_id, env.seeded.nvidia_ami);
+    let names = template_names(&env);
+    assert_eq!(names.len(), 2, "one template per max-pods value: {names:?}");
+    let mut pods = Vec::new();
+    for name in &names {
+        let data = template_of(&env, name);
+        let settings: toml::Table = decoded_user_data(&data).parse().expect("TOML user data");
+        let k8s = &settings["settings"]["kubernetes"];
+        assert_eq!(k8s["cluster-name"].as_str(), Some(CLUSTER));
+        assert_eq!(
+            k8s["api-server"].as_str(),
+            Some("https://lab.example.eks.amazonaws.com")
+        );
+        assert_eq!(
+            k8s["node-taints"]["nvidia.com/gpu"][0].as_str(),
+            Some("true:NoSchedule")
+        );
+        assert_eq!(
+            settings["settings"]["host-containers"]["admin"]["enabled"].as_bool(),
+            Some(true)
+        );
+        pods.push(k8s["max-pods"].as_integer().expect("max-pods"));
+        // Bottlerocket's own volumes: the OS on xvda, the data (and pods' storage) on xvdb.
+        let devices: Vec<&str> = data
+            .block_device_mappings()
+            .iter()
+            .filter_map(|b| b.device_name())
+            .collect();
+        assert_eq!(devices, ["/dev/xvda", "/dev/xvdb"]);
+    }
+    pods.sort_unstable();
+    assert_eq!(pods, [29, 58]);
 }
 
 #[test]

@@ -20,6 +20,7 @@ use crate::cloud::{
 };
 use crate::context::Ctx;
 use crate::error::ControllerError;
+use crate::nodeclaim::launch::{offers_for, request_for, requested_dra_drivers};
 use crate::store::{ClusterStore, StoreError};
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 
@@ -96,8 +97,7 @@ fn tagged_instances<S, C: CloudProvider>(
     Ok(found)
 }
 
-/// The offerings the NodeClaim allows, cheapest first, without those out of capacity. Ties keep
-/// the order of the requirements (the planned type and zone first).
+/// The offerings the NodeClaim allows, cheapest first, without those out of capacity.
 fn offers<S, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     claim: &NodeClaim,
@@ -105,47 +105,8 @@ fn offers<S, C: CloudProvider>(
 where
     S: ClusterStore,
 {
-    let types = claim.requirement_values(labels::INSTANCE_TYPE);
-    let zones = claim.requirement_values(labels::ZONE);
-    let capacity_types = claim.requirement_values(labels::CAPACITY_TYPE);
-    let mut ranked = Vec::new();
     let cloud_types = ctx.instance_types()?.to_vec();
-    for (ti, t) in types.iter().enumerate() {
-        let Some(it) = cloud_types.iter().find(|c| &c.name == t) else {
-            continue;
-        };
-        for o in it.offerings.iter().filter(|o| o.available) {
-            let zi = match zones.iter().position(|z| z == &o.zone) {
-                Some(i) => i,
-                None if zones.is_empty() => 0,
-                None => continue,
-            };
-            if !capacity_types.is_empty()
-                && !capacity_types.iter().any(|c| c == o.capacity_type.as_str())
-            {
-                continue;
-            }
-            let key = OfferingKey {
-                instance_type: t.clone(),
-                zone: o.zone.clone(),
-                capacity_type: o.capacity_type,
-            };
-            if ctx.is_unavailable(&key) {
-                continue;
-            }
-            ranked.push((
-                o.price,
-                ti,
-                zi,
-                Offer {
-                    offering: key,
-                    price: o.price,
-                },
-            ));
-        }
-    }
-    ranked.sort_by_key(|a| (a.0, a.1, a.2));
-    Ok(ranked.into_iter().map(|r| r.3).collect())
+    Ok(offers_for(claim, &cloud_types, |k| ctx.is_unavailable(k)))
 }
 
 /// Launches the NodeClaim's instance (or adopts the one launched for it before a restart) and
@@ -258,83 +219,11 @@ fn launch_request<S: ClusterStore, C: CloudProvider>(
     claim: &NodeClaim,
     offers: Vec<Offer>,
 ) -> Result<LaunchRequest, ControllerError> {
-    let node_class_spec = ctx
+    let node_class = ctx
         .store
         .get::<EC2NodeClass>(None, &claim.spec.node_class_ref.name)?;
-    let efa_interfaces = efa_interfaces(ctx, claim, &offers)?;
-    // Without a NodePool the instance could not carry the ownership tags, and an instance
-    // without them is one Joiner would never find, terminate or collect again.
-    let Some(pool) = claim.label(labels::NODEPOOL).filter(|p| !p.is_empty()) else {
-        return Err(ControllerError::Config(format!(
-            "NodeClaim {} has no {} label: its instance could not be tagged as Joiner's",
-            claim.name(),
-            labels::NODEPOOL
-        )));
-    };
-    let mut tags = tags::ownership(
-        &ctx.config.cluster_name,
-        pool,
-        &claim.spec.node_class_ref.name,
-    );
-    tags.insert(tags::NODECLAIM.to_string(), claim.name().to_string());
-    let mut node_labels = claim.labels();
-    node_labels.remove(labels::NEED);
-    Ok(LaunchRequest {
-        node_claim: claim.name().to_string(),
-        node_class: claim.spec.node_class_ref.name.clone(),
-        offers,
-        tags,
-        // The uid, not the name: a NodeClaim deleted and created again under the same name
-        // (the same need after insufficient capacity) must launch anew.
-        client_token: claim
-            .metadata
-            .uid
-            .clone()
-            .unwrap_or_else(|| claim.name().to_string()),
-        node_class_spec,
-        labels: node_labels,
-        taints: claim.spec.taints.clone(),
-        startup_taints: claim.spec.startup_taints.clone(),
-        efa_interfaces,
-    })
-}
-
-/// EFA interfaces per offered instance type: all the type has when the node needs EFA (its pods
-/// request `vpc.amazonaws.com/efa`, or the plan expects DRANET's `dra.net` driver), none
-/// otherwise, so nodes that do not use EFA keep their network cards free.
-fn efa_interfaces<S: ClusterStore, C: CloudProvider>(
-    ctx: &mut Ctx<'_, S, C>,
-    claim: &NodeClaim,
-    offers: &[Offer],
-) -> Result<std::collections::BTreeMap<String, u32>, ControllerError> {
-    let requests_efa = claim
-        .spec
-        .resources
-        .requests
-        .get(joiner_model::wellknown::resources::EFA)
-        .is_some_and(|q| !q.is_zero());
-    let wants_dranet =
-        requested_dra_drivers(claim).any(|d| d == joiner_engine::catalog::devices::DRANET_DRIVER);
-    let mut counts = std::collections::BTreeMap::new();
-    if !requests_efa && !wants_dranet {
-        return Ok(counts);
-    }
-    let pool = claim
-        .label(labels::NODEPOOL)
-        .unwrap_or_default()
-        .to_string();
-    let options = ctx.pools_view()?;
-    for offer in offers {
-        let name = &offer.offering.instance_type;
-        let count = options
-            .launch_option(&pool, name)
-            .and_then(|o| o.capacity.get(joiner_model::wellknown::resources::EFA))
-            .map_or(0, |q| u32::try_from(q.units_ceil()).unwrap_or(u32::MAX));
-        if count > 0 {
-            counts.insert(name.clone(), count);
-        }
-    }
-    Ok(counts)
+    let cluster_name = ctx.config.cluster_name.clone();
+    request_for(claim, node_class, &cluster_name, offers, ctx.pools_view()?)
 }
 
 fn record_launch<S: ClusterStore, C: CloudProvider>(
@@ -512,18 +401,6 @@ fn initialize<S: ClusterStore, C: CloudProvider>(
 }
 
 /// The DRA drivers the plan expects on the node (`karpenter.sh/requested-dra-drivers`).
-fn requested_dra_drivers(claim: &NodeClaim) -> impl Iterator<Item = &str> {
-    claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(annotations::REQUESTED_DRA_DRIVERS))
-        .into_iter()
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|d| !d.is_empty())
-}
-
 /// Whether every requested driver has published a complete pool for the node: for each of its
 /// pools, all `resourceSliceCount` slices of the newest generation. Until then pods that need
 /// those devices cannot be allocated there.

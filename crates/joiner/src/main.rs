@@ -41,6 +41,11 @@ enum Command {
         input: InputArgs,
         #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
         output: output::Format,
+        /// Add to each NodeClaim what the controller would send EC2: launch templates (image,
+        /// volumes, metadata options, instance profile, network interfaces with EFA, tags),
+        /// fleet overrides and the rendered user data. Needs `-o yaml` or `-o json`.
+        #[arg(long)]
+        launch: bool,
     },
     /// List the instance types each NodePool allows, as it would launch them: allocatable
     /// (cpu, memory, pods, GPUs), GPUs and EFA, DRA devices, offerings and prices, after
@@ -146,7 +151,11 @@ fn main() -> ExitCode {
         .without_time()
         .init();
     let result = match cli.command {
-        Command::Plan { input, output } => plan(&input, output),
+        Command::Plan {
+            input,
+            output,
+            launch,
+        } => plan(&input, output, launch),
         Command::Catalog {
             files,
             region,
@@ -184,6 +193,17 @@ fn main() -> ExitCode {
 
 /// Reads the input and builds the snapshot, printing warnings on stderr.
 fn snapshot(input: &InputArgs) -> anyhow::Result<joiner_engine::snapshot::ClusterSnapshot> {
+    Ok(read_input(input)?.2)
+}
+
+/// The manifests, the settings and the cluster view built from them.
+fn read_input(
+    input: &InputArgs,
+) -> anyhow::Result<(
+    joiner_model::Manifests,
+    joiner_model::settings::Settings,
+    joiner_engine::snapshot::ClusterSnapshot,
+)> {
     let manifests = load::load_manifests(&input.files)?;
     let values = load::load_values(&input.settings.values, &input.settings.set)?;
     let (settings, setting_warnings) = joiner_model::settings::Settings::from_values(&values)?;
@@ -212,7 +232,7 @@ fn snapshot(input: &InputArgs) -> anyhow::Result<joiner_engine::snapshot::Cluste
     for w in snapshot.warnings() {
         eprintln!("warning: {w}");
     }
-    Ok(snapshot)
+    Ok((manifests, settings, snapshot))
 }
 
 fn simulate_cmd(
@@ -253,9 +273,20 @@ fn simulate_cmd(
     Ok(())
 }
 
-fn plan(input: &InputArgs, format: output::Format) -> anyhow::Result<()> {
-    let plan = snapshot(input)?.plan();
-    let text = output::render(&plan, format)?;
+fn plan(input: &InputArgs, format: output::Format, launch: bool) -> anyhow::Result<()> {
+    if launch && !matches!(format, output::Format::Json | output::Format::Yaml) {
+        anyhow::bail!(
+            "--launch prints launch templates and user data: use it with -o yaml or -o json"
+        );
+    }
+    let (manifests, settings, view) = read_input(input)?;
+    let plan = view.plan();
+    let text = if launch {
+        let launches = joiner_launch::preview::for_plan(&manifests, &settings, &view, &plan);
+        output::render_with_launches(&plan, &launches, format)?
+    } else {
+        output::render(&plan, format)?
+    };
     std::io::stdout().write_all(text.as_bytes())?;
     Ok(())
 }

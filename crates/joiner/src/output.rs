@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use joiner_engine::plan::Plan;
+use joiner_launch::preview::LaunchPreview;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -20,6 +21,31 @@ pub fn render(plan: &Plan, format: Format) -> anyhow::Result<String> {
         Format::Yaml => serde_saphyr::to_string(plan)?,
         Format::Table => table(plan, false),
         Format::Wide => table(plan, true),
+    })
+}
+
+/// The plan as JSON or YAML with each NodeClaim's `launch`: what the controller would send EC2
+/// for it, or `launchError` saying why it cannot be put together.
+pub fn render_with_launches(
+    plan: &Plan,
+    launches: &[Result<LaunchPreview, String>],
+    format: Format,
+) -> anyhow::Result<String> {
+    let mut doc = serde_json::to_value(plan)?;
+    if let Some(claims) = doc.get_mut("nodeClaims").and_then(|c| c.as_array_mut()) {
+        for (claim, launch) in claims.iter_mut().zip(launches) {
+            let Some(claim) = claim.as_object_mut() else {
+                continue;
+            };
+            match launch {
+                Ok(preview) => claim.insert("launch".into(), serde_json::to_value(preview)?),
+                Err(why) => claim.insert("launchError".into(), why.clone().into()),
+            };
+        }
+    }
+    Ok(match format {
+        Format::Yaml => serde_saphyr::to_string(&doc)?,
+        _ => serde_json::to_string_pretty(&doc)? + "\n",
     })
 }
 

@@ -36,6 +36,7 @@ pub const DISCOVERY: &str = "nextgen-learninglab";
 /// SSM refuses writes under `/aws/` (and so does moto): the tests publish the EKS AMI
 /// parameters under their own root, in the same layout.
 pub const AMI_ROOT: &str = "/joiner-test/eks/optimized-ami";
+pub const BOTTLEROCKET_ROOT: &str = "/joiner-test/bottlerocket";
 pub const KUBERNETES: &str = "1.36";
 
 /// A moto server, stopped when dropped.
@@ -329,6 +330,17 @@ pub async fn seed(sdk: &SdkConfig) -> Seeded {
         arm_ami.clone(),
     )
     .await;
+    let bottlerocket = format!("{BOTTLEROCKET_ROOT}/aws-k8s-{KUBERNETES}");
+    put(
+        format!("{bottlerocket}-nvidia/x86_64/latest/image_id"),
+        nvidia_ami.clone(),
+    )
+    .await;
+    put(
+        format!("{bottlerocket}/x86_64/latest/image_id"),
+        standard_ami.clone(),
+    )
+    .await;
     Seeded {
         subnets,
         security_group,
@@ -373,6 +385,7 @@ impl Env {
                 .await
                 .expect("AwsCloud")
                 .with_ami_parameter_root(AMI_ROOT)
+                .with_bottlerocket_parameter_root(BOTTLEROCKET_ROOT)
                 .with_cluster_ca_bundle("Q0EgQlVORExF");
             (sdk, seeded, cloud)
         });

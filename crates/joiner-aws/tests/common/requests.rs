@@ -81,6 +81,7 @@ pub fn request(claim: &str, offers: Vec<Offer>) -> LaunchRequest {
         }],
         startup_taints: Vec::new(),
         efa_interfaces: BTreeMap::new(),
+        max_pods: BTreeMap::new(),
     }
 }
 

@@ -39,7 +39,10 @@ pub struct LaunchRequest {
     /// not exist. A real cloud needs it (subnets, security groups, AMI, userData, block devices);
     /// the simulated one does not.
     pub node_class_spec: Option<EC2NodeClass>,
-    /// The NodeClaim's labels, so the kubelet registers the Node with them.
+    /// The NodeClaim's labels that hold whichever offer launches (its NodePool's, the ones
+    /// the pods asked for), so the kubelet registers the Node with them. What an instance type
+    /// defines is left out: the controller labels the Node with the launched type's at
+    /// registration.
     pub labels: BTreeMap<String, String>,
     /// The NodeClaim's taints, so the kubelet registers the Node with them
     /// (`--register-with-taints`) and no pod lands before they apply.
@@ -50,6 +53,10 @@ pub struct LaunchRequest {
     /// when the node needs EFA: pods on it request `vpc.amazonaws.com/efa` or the plan expects
     /// the `dra.net` driver. Types absent or at 0 get none.
     pub efa_interfaces: BTreeMap<String, u32>,
+    /// The pods each offered instance type holds as the plan counted them (its pod capacity),
+    /// so the kubelet admits as many: the bootstrap passes it as `maxPods` unless the
+    /// EC2NodeClass's kubelet block sets one. Types absent are left to the AMI's default.
+    pub max_pods: BTreeMap<String, u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

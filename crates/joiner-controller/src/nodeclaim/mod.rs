@@ -1,6 +1,7 @@
 //! Building NodeClaims: the object for one planned node, named after the need it serves, and
 //! the drift stamps written on it ([`stamp`]).
 
+pub mod launch;
 pub mod stamp;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,104 @@
+//! Launch templates as data: one per distinct launch shape (EC2NodeClass settings, AMI, user
+//! data, security groups, EFA layout), named by a hash of that shape.
+//!
+//! The name is deterministic (`joiner/<cluster>/<hash>`), so creating it is idempotent: a
+//! template that exists is used as it is, and a changed EC2NodeClass gives new names instead of
+//! editing templates in use.
+
+use std::collections::BTreeMap;
+
+use joiner_model::api::ec2nodeclass::{BlockDeviceMapping, MetadataOptions};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// Everything a launch template holds. Its hash names the template.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateSpec {
+    pub image_id: String,
+    /// The merged user data, before base64.
+    pub user_data: String,
+    pub block_devices: Vec<BlockDeviceMapping>,
+    pub metadata: MetadataOptions,
+    pub instance_profile: Option<String>,
+    pub security_groups: Vec<String>,
+    /// EFA interfaces to attach (0: a plain primary interface).
+    pub efa_interfaces: u32,
+    pub associate_public_ip: Option<bool>,
+    pub detailed_monitoring: bool,
+    /// Tags on the template, its network interfaces and spot requests: the EC2NodeClass's,
+    /// its NodePool's ownership tags and the EC2NodeClass's spec hash.
+    pub tags: BTreeMap<String, String>,
+}
+
+/// `joiner/<cluster>/<first 16 hex digits of the SHA-256 of the spec>`.
+pub fn template_name(cluster: &str, spec: &TemplateSpec) -> String {
+    // Serializing plain data to JSON cannot fail; the debug form is a stable fallback.
+    let canonical = serde_json::to_string(spec).unwrap_or_else(|_| format!("{spec:?}"));
+    let digest = Sha256::digest(canonical.as_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("joiner/{cluster}/{hex}")
+}
+
+/// Karpenter's metadata defaults (IMDSv2 required, one hop) where the EC2NodeClass says nothing.
+pub fn metadata_with_defaults(given: Option<&MetadataOptions>) -> MetadataOptions {
+    let given = given.cloned().unwrap_or_default();
+    MetadataOptions {
+        http_endpoint: given.http_endpoint.or(Some("enabled".into())),
+        http_protocol_ipv6: given.http_protocol_ipv6.or(Some("disabled".into())),
+        http_put_response_hop_limit: given.http_put_response_hop_limit.or(Some(1)),
+        http_tokens: given.http_tokens.or(Some("required".into())),
+    }
+}
+
+/// One network interface of a launch template.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkInterface {
+    pub network_card_index: u32,
+    pub device_index: u32,
+    /// `efa`, or none for a plain ENA interface.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interface_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub associate_public_ip_address: Option<bool>,
+    pub delete_on_termination: bool,
+}
+
+/// The network interfaces: one EFA interface per network card (the first at device index 0,
+/// the others at device index 1 of their card, as EC2 asks for multi-card instances), or a
+/// single primary interface when a public address is asked for. Empty: EC2's default
+/// interface, with the security groups given at the top level.
+pub fn network_interfaces(spec: &TemplateSpec) -> Vec<NetworkInterface> {
+    if spec.efa_interfaces == 0 && spec.associate_public_ip.is_none() {
+        return Vec::new();
+    }
+    let efa = spec.efa_interfaces > 0;
+    (0..spec.efa_interfaces.max(1))
+        .map(|card| NetworkInterface {
+            network_card_index: card,
+            device_index: u32::from(card != 0),
+            interface_type: efa.then_some("efa"),
+            associate_public_ip_address: if card == 0 {
+                spec.associate_public_ip
+            } else {
+                None
+            },
+            delete_on_termination: true,
+        })
+        .collect()
+}
+
+/// The first 16 hex digits of the SHA-256 of the EC2NodeClass spec's JSON (its maps are
+/// ordered, so equal specs hash equally). Launch templates carry it as a tag
+/// (`wellknown::tags::NODECLASS_SPEC_HASH`): a template whose class's hash changed is unused.
+pub fn node_class_spec_hash(class: &joiner_model::api::EC2NodeClass) -> String {
+    // Serializing plain data to JSON cannot fail; the debug form is a stable fallback.
+    let canonical =
+        serde_json::to_string(&class.spec).unwrap_or_else(|_| format!("{:?}", class.spec));
+    Sha256::digest(canonical.as_bytes())
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -1,0 +1,232 @@
+//! End-to-end: `joiner plan --launch`, what a node would boot with, as a user previews it
+//! before installing anything.
+
+use joiner_test_support::{example_dir, run, run_json};
+
+const JOINER: &str = env!("CARGO_BIN_EXE_joiner");
+
+fn lab() -> String {
+    example_dir("time-slicing-learning-lab")
+        .display()
+        .to_string()
+}
+
+const CLUSTER_SETTINGS: [&str; 8] = [
+    "--set",
+    "settings.clusterName=learninglab",
+    "--set",
+    "settings.clusterEndpoint=https://ABC.gr7.us-east-1.eks.amazonaws.com",
+    "--set",
+    "settings.clusterCABundle=Q0EgQlVORExF",
+    "--set",
+    "settings.clusterCIDR=10.100.0.0/16",
+];
+
+fn launch_of(plan: &serde_json::Value, i: usize) -> &serde_json::Value {
+    let launch = &plan["nodeClaims"][i]["launch"];
+    assert!(
+        launch.is_object(),
+        "nodeClaims[{i}] has no launch: {plan:#}"
+    );
+    launch
+}
+
+/// The learning lab's AL2 EC2NodeClass: its volume, tags and MIME user data, the GPU AMI of
+/// its Kubernetes version, and bootstrap.sh told the cluster, the taint and the pods.
+#[test]
+fn the_learning_lab_previews_its_al2_launch_with_the_settings_cluster() {
+    let dir = lab();
+    let mut args = vec!["plan", "-f", &dir, "-o", "json", "--launch"];
+    args.extend(CLUSTER_SETTINGS);
+    let plan = run_json(JOINER, &args);
+    let claims = plan["nodeClaims"].as_array().expect("nodeClaims");
+    assert_eq!(claims.len(), 2, "{plan:#}");
+    let launch = launch_of(&plan, 0);
+    assert_eq!(launch["amiFamily"], "AL2");
+    assert_eq!(launch["capacityType"], "on-demand");
+    assert!(
+        launch["nodeClaim"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("g4-nodepool-")),
+        "the name the controller creates the NodeClaim under: {launch:#}"
+    );
+    let templates = launch["launchTemplates"].as_array().expect("templates");
+    assert_eq!(templates.len(), 1, "{launch:#}");
+    let t = &templates[0];
+    assert_eq!(
+        t["imageId"],
+        "<AMI in SSM parameter /aws/service/eks/optimized-ami/1.36/amazon-linux-2-gpu/recommended/image_id>"
+    );
+    let volume = &t["blockDeviceMappings"][0];
+    assert_eq!(volume["deviceName"], "/dev/xvda");
+    assert_eq!(volume["ebs"]["volumeSize"], "100Gi");
+    assert_eq!(volume["ebs"]["iops"], 10000);
+    assert_eq!(t["metadataOptions"]["httpTokens"], "required");
+    assert_eq!(t["tags"]["Name"], "Learninglab-Staging-Auto-GPU-Node");
+    assert_eq!(t["tags"]["kubernetes.io/cluster/learninglab"], "owned");
+    assert_eq!(t["tags"]["karpenter.sh/nodepool"], "g4-nodepool");
+    assert_eq!(
+        launch["instanceTags"]["Name"],
+        "Learninglab-Staging-Auto-GPU-Node"
+    );
+    assert!(
+        launch["instanceTags"]["karpenter.sh/nodeclaim"]
+            .as_str()
+            .is_some()
+    );
+    let overrides = t["overrides"].as_array().expect("overrides");
+    assert!(!overrides.is_empty());
+    assert!(overrides.iter().all(|o| o["instanceType"] == "g4dn.xlarge"));
+    assert!(t.get("networkInterfaces").is_none(), "no EFA asked for");
+
+    let user_data = t["userData"].as_str().expect("userData");
+    let pull = user_data
+        .find("tensorflow:2.12.0-gpu")
+        .expect("the user's part");
+    let bootstrap = user_data
+        .find("/etc/eks/bootstrap.sh 'learninglab'")
+        .expect("Joiner's bootstrap");
+    assert!(pull < bootstrap, "the user's script runs first on AL2");
+    for expected in [
+        "--apiserver-endpoint 'https://ABC.gr7.us-east-1.eks.amazonaws.com'",
+        "--b64-cluster-ca 'Q0EgQlVORExF'",
+        "--register-with-taints=nvidia.com/gpu=true:NoSchedule",
+        "nvidia.com/gpu=true",
+        "--use-max-pods false",
+        "--max-pods=29",
+    ] {
+        assert!(user_data.contains(expected), "{expected}: {user_data}");
+    }
+    // What the instance type defines is the controller's to write at registration: a launch
+    // may fall back to another type, and the NodeRestriction plugin refuses some of it.
+    for absent in [
+        "instance-family=",
+        "nvidia.com/gpu.product",
+        "node.kubernetes.io/instance-type",
+    ] {
+        assert!(!user_data.contains(absent), "{absent}: {user_data}");
+    }
+}
+
+/// Without the cluster's settings the preview still renders, naming each placeholder and the
+/// setting that fills it; YAML carries the same document.
+#[test]
+fn missing_cluster_settings_are_named_placeholders() {
+    let dir = lab();
+    let plan: serde_json::Value = {
+        let out = run(JOINER, &["plan", "-f", &dir, "-o", "yaml", "--launch"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_saphyr::from_str(&String::from_utf8(out.stdout).expect("UTF-8")).expect("YAML")
+    };
+    let launch = launch_of(&plan, 0);
+    let notes: Vec<&str> = launch["placeholders"]
+        .as_array()
+        .expect("placeholders")
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    for setting in ["clusterEndpoint", "clusterCABundle", "clusterCIDR"] {
+        assert!(
+            notes.iter().any(|n| n.starts_with(&format!("<{setting}>"))),
+            "{setting} not named: {notes:?}"
+        );
+    }
+    let user_data = launch["launchTemplates"][0]["userData"]
+        .as_str()
+        .expect("userData");
+    assert!(
+        user_data.contains("--apiserver-endpoint '<clusterEndpoint>'"),
+        "{user_data}"
+    );
+}
+
+#[test]
+fn launch_needs_a_machine_readable_output() {
+    let dir = lab();
+    let out = run(JOINER, &["plan", "-f", &dir, "--launch"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("-o yaml or -o json"), "{err}");
+}
+
+/// An AL2023 class for EFA training pods: nodeadm's NodeConfig first with the cluster and the
+/// pods, and one EFA interface per network card of the type.
+#[test]
+fn an_efa_training_node_previews_one_efa_interface_per_card_and_a_node_config() {
+    let s = joiner_test_support::Scratch::new("launch-e2e");
+    let file = s.write(
+        "train.yaml",
+        r#"apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: train}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: train}
+      requirements:
+      - {key: node.kubernetes.io/instance-type, operator: In, values: [p4d.24xlarge]}
+      - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: train}
+spec:
+  role: KarpenterNodeRole-lab
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: lab}}]
+  securityGroupSelectorTerms: [{id: sg-0123456789abcdef0}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: trainer, namespace: ml}
+spec:
+  containers:
+  - name: t
+    image: trainer
+    resources:
+      requests: {nvidia.com/gpu: "8", vpc.amazonaws.com/efa: "4", cpu: "8"}
+      limits: {nvidia.com/gpu: "8", vpc.amazonaws.com/efa: "4"}
+"#,
+    );
+    let file = file.display().to_string();
+    let mut args = vec!["plan", "-f", &file, "-o", "json", "--launch"];
+    args.extend(CLUSTER_SETTINGS);
+    let plan = run_json(JOINER, &args);
+    let launch = launch_of(&plan, 0);
+    assert_eq!(launch["amiFamily"], "AL2023");
+    let t = &launch["launchTemplates"][0];
+    assert_eq!(
+        t["imageId"],
+        "<AMI in SSM parameter /aws/service/eks/optimized-ami/1.36/amazon-linux-2023/x86_64/nvidia/recommended/image_id>"
+    );
+    assert_eq!(
+        t["securityGroupIds"],
+        serde_json::json!(["sg-0123456789abcdef0"])
+    );
+    let nics = t["networkInterfaces"].as_array().expect("EFA interfaces");
+    assert_eq!(nics.len(), 4, "p4d.24xlarge has four network cards: {t:#}");
+    assert!(nics.iter().all(|n| n["interfaceType"] == "efa"));
+    assert_eq!(nics[0]["deviceIndex"], 0);
+    assert_eq!(nics[1]["deviceIndex"], 1);
+    assert_eq!(t["blockDeviceMappings"][0]["ebs"]["volumeSize"], "20Gi");
+    let user_data = t["userData"].as_str().expect("userData");
+    let config_start = user_data.find("kind: NodeConfig").expect("a NodeConfig");
+    let config: serde_json::Value = serde_saphyr::from_str(
+        user_data[config_start..]
+            .split("\n--")
+            .next()
+            .expect("the part"),
+    )
+    .expect("NodeConfig YAML");
+    assert_eq!(config["spec"]["cluster"]["name"], "learninglab");
+    assert_eq!(config["spec"]["cluster"]["cidr"], "10.100.0.0/16");
+    assert!(
+        config["spec"]["kubelet"]["config"]["maxPods"]
+            .as_i64()
+            .is_some_and(|p| p > 29)
+    );
+}
