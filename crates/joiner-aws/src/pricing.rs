@@ -69,9 +69,10 @@ pub(crate) fn join_offerings(
     let mut out = Vec::new();
     for t in catalog.types() {
         let mut offerings = Vec::new();
+        // The set is ordered by type, then zone: this type's zones are one range of it.
         let zones = offered
-            .iter()
-            .filter(|(name, _)| name == &t.name)
+            .range((t.name.clone(), String::new())..)
+            .take_while(|(name, _)| name == &t.name)
             .map(|(_, zone)| zone);
         for zone in zones {
             // A built-in offering with no price known offline carries none to use.
@@ -306,5 +307,22 @@ mod tests {
             .iter()
             .find(|o| o.capacity_type == CapacityType::Spot);
         assert_eq!(sp.map(|o| o.price), Some(p(0.20)));
+
+        // Each type gets exactly the zones offered for it, whatever sorts between them.
+        let offered = BTreeSet::from([
+            ("g4dn.2xlarge".to_string(), "us-east-1b".to_string()),
+            ("g4dn.xlarge".to_string(), "us-east-1a".to_string()),
+            ("g4dn.xlarge".to_string(), "us-east-1b".to_string()),
+            ("g5.xlarge".to_string(), "us-east-1a".to_string()),
+        ]);
+        let zones: BTreeMap<String, BTreeSet<String>> = join_offerings(&catalog, &offered, &spot)
+            .into_iter()
+            .map(|t| (t.name, t.offerings.into_iter().map(|o| o.zone).collect()))
+            .collect();
+        let of = |t: &str| zones[t].iter().map(String::as_str).collect::<Vec<_>>();
+        assert_eq!(of("g4dn.2xlarge"), ["us-east-1b"]);
+        assert_eq!(of("g4dn.xlarge"), ["us-east-1a", "us-east-1b"]);
+        assert_eq!(of("g5.xlarge"), ["us-east-1a"]);
+        assert_eq!(zones.len(), 3);
     }
 }

@@ -1,7 +1,8 @@
 //! What every reconciler works with during one step.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
+use joiner_engine::catalog::{Offering, PriceBasis};
 use joiner_engine::snapshot::ClusterSnapshot;
 use k8s_openapi::jiff::Timestamp;
 
@@ -62,9 +63,13 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
         if self.view.is_none() || self.stale {
             let m = manifests_of(self.store)?;
             let unavailable = self.unavailable.active(self.now);
+            let sold = self.sold();
             let mut builder =
                 ClusterSnapshot::builder(&m, &self.config.settings, &self.config.options)
                     .unavailable(&unavailable);
+            if let Some(sold) = &sold {
+                builder = builder.sold(sold);
+            }
             if let Some(candidates) = &self.candidates {
                 builder = builder.consolidation_candidates(candidates);
             }
@@ -112,6 +117,37 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
             self.instance_types = Some(self.cloud.instance_types()?);
         }
         Ok(self.instance_types.get_or_insert_with(Vec::new))
+    }
+
+    /// What the cloud sells now, by instance type, for the view to plan on: EC2's offerings in
+    /// the configured zones at its current prices. When they cannot be read the view plans on
+    /// the built-in offerings, as the launch that follows reads them again.
+    fn sold(&mut self) -> Option<BTreeMap<String, Vec<Offering>>> {
+        match self.instance_types() {
+            Ok(types) => Some(
+                types
+                    .iter()
+                    .map(|t| {
+                        let offerings = t
+                            .offerings
+                            .iter()
+                            .map(|o| Offering {
+                                zone: o.zone.clone(),
+                                capacity_type: o.capacity_type,
+                                price: o.price,
+                                available: o.available,
+                                price_basis: PriceBasis::Listed,
+                            })
+                            .collect();
+                        (t.name.clone(), offerings)
+                    })
+                    .collect(),
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the cloud's offerings; planning on the built-in ones");
+                None
+            }
+        }
     }
 
     /// Records a failure to retry on a later step.

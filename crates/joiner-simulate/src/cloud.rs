@@ -51,6 +51,8 @@ struct State {
     list_lag: Duration,
     /// How many more launches start their instance and then answer a timeout.
     launch_timeouts: u32,
+    /// Offerings whose price moved from the catalog's (spot prices change every few minutes).
+    prices: BTreeMap<OfferingKey, joiner_model::Price>,
 }
 
 /// A cloud in memory. Instance ids count up from `i-00000000000000001` in launch order.
@@ -142,6 +144,11 @@ impl SimulatedCloud {
             s.reclaims.insert(instance_id.to_string(), at);
         }
         running
+    }
+
+    /// The offering's price is `price` from now on, as EC2 reports it (a spot price moving).
+    pub fn set_price(&self, offering: OfferingKey, price: joiner_model::Price) {
+        self.lock().prices.insert(offering, price);
     }
 
     /// Makes an offering fail with insufficient capacity (or succeed again).
@@ -411,7 +418,20 @@ impl CloudProvider for SimulatedCloud {
         if Self::throttled(&mut s) {
             return Err(CloudError::Throttled);
         }
-        Ok(self.types.clone())
+        let mut types = self.types.clone();
+        for t in &mut types {
+            for o in &mut t.offerings {
+                let key = OfferingKey {
+                    instance_type: t.name.clone(),
+                    zone: o.zone.clone(),
+                    capacity_type: o.capacity_type,
+                };
+                if let Some(price) = s.prices.get(&key) {
+                    o.price = *price;
+                }
+            }
+        }
+        Ok(types)
     }
 
     /// The simulated cloud launches without templates.

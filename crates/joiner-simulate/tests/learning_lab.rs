@@ -141,6 +141,54 @@ fn insufficient_capacity_on_the_cheapest_offering_falls_back_to_the_next() {
     assert_eq!(world.cloud.launch_calls(), 2);
 }
 
+/// The controller plans on what EC2 sells now, not on the built-in prices: once g5.xlarge costs
+/// less than g4dn.xlarge, a NodePool allowing both launches g5.xlarge.
+#[test]
+fn the_plan_follows_the_prices_the_cloud_reports_now() {
+    let world = World::learning_lab();
+    let mut pool = world.node_pool();
+    for r in &mut pool.spec.template.spec.requirements {
+        if r.key == labels::INSTANCE_TYPE {
+            r.values.push("g5.xlarge".into());
+        }
+    }
+    world.store.update(&pool).expect("update");
+    let g5 = world
+        .cloud
+        .instance_types()
+        .expect("types")
+        .into_iter()
+        .find(|t| t.name == "g5.xlarge")
+        .expect("g5.xlarge is sold");
+    for o in g5
+        .offerings
+        .iter()
+        .filter(|o| o.capacity_type == CapacityType::OnDemand)
+    {
+        world.cloud.set_price(
+            OfferingKey {
+                instance_type: g5.name.clone(),
+                zone: o.zone.clone(),
+                capacity_type: o.capacity_type,
+            },
+            joiner_model::Price::from_usd(0.10).expect("price"),
+        );
+    }
+    let fuse = Fuse::new(BTreeMap::new());
+    run_with_crashes(&world, &fuse, 60, |_, _| {});
+    let claims = world.live_claims();
+    assert_eq!(claims.len(), 2, "NodeClaims: {:?}", common::names(&claims));
+    for c in &claims {
+        assert!(c.is_true(conditions::INITIALIZED), "{}", c.name());
+        assert_eq!(
+            c.label(labels::INSTANCE_TYPE),
+            Some("g5.xlarge"),
+            "the cheaper type now"
+        );
+    }
+    assert_eq!(world.running().len(), 2);
+}
+
 #[test]
 fn insufficient_capacity_everywhere_deletes_the_nodeclaim_and_replans_later() {
     let world = World::learning_lab();

@@ -582,3 +582,42 @@ fn capacity_type_labels() {
     assert_eq!(CapacityType::parse("capacity-block"), None);
     assert!(Catalog::empty().is_empty());
 }
+
+/// What the cloud sells replaces the built-in offerings: its prices, its zones, and nothing for
+/// a type it does not list; a price it repeats keeps how the catalog knew it.
+#[test]
+fn the_clouds_offerings_replace_the_built_in_ones() {
+    let mut c = catalog();
+    let g4 = c.get("g4dn.xlarge").unwrap();
+    let spot = g4
+        .offerings
+        .iter()
+        .find(|o| o.capacity_type == CapacityType::Spot)
+        .unwrap()
+        .clone();
+    assert_eq!(spot.price_basis, PriceBasis::SpotSnapshot);
+    let cheaper = Offering {
+        zone: "us-east-1a".into(),
+        capacity_type: CapacityType::OnDemand,
+        price: Price::from_usd(0.40).unwrap(),
+        available: true,
+        price_basis: PriceBasis::Listed,
+    };
+    let repeated = Offering {
+        price_basis: PriceBasis::Listed,
+        ..spot.clone()
+    };
+    c.sell_as(&BTreeMap::from([(
+        "g4dn.xlarge".to_string(),
+        vec![cheaper.clone(), repeated],
+    )]));
+    let g4 = c.get("g4dn.xlarge").unwrap();
+    assert_eq!(g4.offerings.len(), 2);
+    assert_eq!(g4.offerings[0], cheaper);
+    assert_eq!(
+        g4.offerings[1].price_basis,
+        PriceBasis::SpotSnapshot,
+        "EC2 reported no spot price of its own: still the stand-in"
+    );
+    assert!(c.get("g5.xlarge").unwrap().offerings.is_empty());
+}

@@ -80,6 +80,7 @@ pub struct SnapshotBuilder<'a> {
     options: &'a Options,
     unavailable: Option<&'a BTreeSet<OfferingKey>>,
     candidates: Option<&'a BTreeSet<String>>,
+    sold: Option<&'a BTreeMap<String, Vec<Offering>>>,
 }
 
 impl<'a> SnapshotBuilder<'a> {
@@ -87,6 +88,14 @@ impl<'a> SnapshotBuilder<'a> {
     /// reclaimed): not planned on.
     pub fn unavailable(mut self, offerings: &'a BTreeSet<OfferingKey>) -> Self {
         self.unavailable = Some(offerings);
+        self
+    }
+
+    /// What the cloud sells now, by instance type (the live controller's read of EC2's
+    /// offerings and prices): planned on in place of the built-in offerings. InstanceType
+    /// objects keep their own.
+    pub fn sold(mut self, offerings: &'a BTreeMap<String, Vec<Offering>>) -> Self {
+        self.sold = Some(offerings);
         self
     }
 
@@ -111,10 +120,11 @@ impl<'a> SnapshotBuilder<'a> {
             options,
             unavailable,
             candidates,
+            sold,
         } = self;
         let mut warnings = Vec::new();
         let mut invalid = Vec::new();
-        let catalog = build_catalog(m, settings, options, &mut warnings, &mut invalid);
+        let catalog = build_catalog(m, settings, options, sold, &mut warnings, &mut invalid);
         let plugin = device_plugin_configs(m, settings)?;
         let classes: BTreeMap<&str, &Sourced<EC2NodeClass>> = m
             .node_classes
@@ -379,6 +389,7 @@ impl ClusterSnapshot {
             options,
             unavailable: None,
             candidates: None,
+            sold: None,
         }
     }
 
@@ -497,14 +508,16 @@ impl ClusterSnapshot {
     }
 }
 
-/// The built-in catalog (unless turned off) with the input's InstanceTypes added or put in
-/// place of built-in ones. An InstanceType that cannot be read is reported and its name left
+/// The built-in catalog (unless turned off), with what the cloud sells now in place of its
+/// offerings when that is known, and the input's InstanceTypes added or put in place of
+/// built-in ones. An InstanceType that cannot be read is reported and its name left
 /// out of the catalog altogether: launching the built-in type it meant to correct would be
 /// launching something the user said was wrong.
 fn build_catalog(
     m: &Manifests,
     settings: &Settings,
     options: &Options,
+    sold: Option<&BTreeMap<String, Vec<Offering>>>,
     warnings: &mut Vec<String>,
     invalid: &mut Vec<InputError>,
 ) -> Catalog {
@@ -516,6 +529,9 @@ fn build_catalog(
     } else {
         Catalog::empty()
     };
+    if let Some(sold) = sold {
+        catalog.sell_as(sold);
+    }
     for it in &m.instance_types {
         match user_type(it) {
             Ok(user) => catalog.upsert(user),
