@@ -16,7 +16,7 @@ use aws_types::SdkConfig;
 use aws_types::region::Region;
 use joiner_controller::cloud::{
     CloudError, CloudInstanceType, CloudProvider, Instance, InstanceState, LaunchRequest, Launched,
-    Offer,
+    NodeClassResolution, Offer,
 };
 use joiner_model::wellknown::tags;
 
@@ -33,18 +33,12 @@ use crate::clients::Clients;
 use crate::error::AwsError;
 use crate::fleet::{fleet_errors, launched_nothing, unavailable_offerings};
 use crate::network::{SubnetInfo, subnet_per_zone};
+use crate::nodeclass::ClassReads;
 use crate::tags::{NODECLASS_HASH, ec2_tags};
 use crate::template::{
     KnownTemplates, TemplateSpec, default_block_devices, metadata_with_defaults, template_name,
 };
 use crate::userdata::{self, NodeBootstrap};
-
-/// The instance profile Joiner expects for an EC2NodeClass that names a `role`:
-/// `<cluster>_<role>`, cut to IAM's 128 characters. Joiner does not create it: create it with
-/// the role in it (`aws iam create-instance-profile` and `add-role-to-instance-profile`).
-pub fn instance_profile_for_role(cluster: &str, role: &str) -> String {
-    format!("{cluster}_{role}").chars().take(128).collect()
-}
 
 /// The EC2 cloud.
 ///
@@ -342,11 +336,10 @@ impl AwsCloud {
             _ => Ok(spec.user_data.clone().unwrap_or_default()),
         }
         .map_err(|e| AwsError::node_class(node_class, format!("spec.userData: {e}")))?;
-        let instance_profile = spec.instance_profile.clone().or_else(|| {
-            spec.role
-                .as_deref()
-                .map(|r| instance_profile_for_role(&self.cluster_name, r))
-        });
+        let instance_profile = self
+            .clients
+            .launch_profile(&self.cluster_name, &class)
+            .await?;
         // The EC2NodeClass's tags, then the ownership tags of the request (checked above) and
         // the spec hash, which marks the template unused once the EC2NodeClass changes.
         let mut template_tags = spec.tags.clone();
@@ -607,18 +600,16 @@ impl CloudProvider for AwsCloud {
     ) -> Result<Vec<String>, CloudError> {
         AwsCloud::delete_unused_launch_templates(self, node_classes)
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn roles_map_to_a_predictable_instance_profile() {
-        assert_eq!(
-            instance_profile_for_role("lab", "KarpenterNodeRole"),
-            "lab_KarpenterNodeRole"
-        );
-        assert_eq!(instance_profile_for_role("c", &"r".repeat(200)).len(), 128);
+    fn resolve_node_class(&self, class: &EC2NodeClass) -> NodeClassResolution {
+        let reads = ClassReads {
+            cluster: &self.cluster_name,
+            eks: &self.eks,
+            subnets: &self.caches.subnets,
+            amis: &self.caches.amis,
+        };
+        let c = &self.clients;
+        c.block::<_, CloudError, _>(async { Ok(c.resolve_node_class(reads, class).await) })
+            .unwrap_or_else(NodeClassResolution::failed)
     }
 }
