@@ -190,32 +190,28 @@ fn every_write_is_scoped_to_the_clusters_ownership_tags() {
     }
 }
 
+/// Whether the statement requires the cluster tag `owned` on `side` (`ResourceTag`: what the
+/// call acts on already carries it; `RequestTag`: the call sets it).
+fn cluster_tag_on(s: &Value, side: &str) -> bool {
+    let key = format!("aws:{side}/kubernetes.io/cluster/{CLUSTER}");
+    requires(s, "StringEquals", &key, "owned")
+}
+
 /// Whether the statement requires the resource to carry the cluster tag `owned`.
 fn owned_resource(s: &Value) -> bool {
-    let cluster_tag = format!("kubernetes.io/cluster/{CLUSTER}");
-    requires(
-        s,
-        "StringEquals",
-        &format!("aws:ResourceTag/{cluster_tag}"),
-        "owned",
-    )
+    cluster_tag_on(s, "ResourceTag")
 }
 
 /// Whether the statement requires the request to carry the cluster tag `owned` and
 /// `eks:eks-cluster-name` of the cluster.
 fn requests_cluster_ownership(s: &Value) -> bool {
-    let cluster_tag = format!("kubernetes.io/cluster/{CLUSTER}");
-    requires(
-        s,
-        "StringEquals",
-        &format!("aws:RequestTag/{cluster_tag}"),
-        "owned",
-    ) && requires(
-        s,
-        "StringEquals",
-        "aws:RequestTag/eks:eks-cluster-name",
-        CLUSTER,
-    )
+    cluster_tag_on(s, "RequestTag")
+        && requires(
+            s,
+            "StringEquals",
+            "aws:RequestTag/eks:eks-cluster-name",
+            CLUSTER,
+        )
 }
 
 #[test]
