@@ -39,6 +39,7 @@ pub(crate) struct EksParameters {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Image {
     pub id: String,
+    pub name: Option<String>,
     pub arch: Option<Arch>,
     /// ISO 8601, so newer sorts later.
     pub created: String,
@@ -56,8 +57,8 @@ pub(crate) fn newest_for(images: &[Image], arch: Arch) -> Option<&Image> {
 /// instance type, and the images selector terms match.
 #[derive(Debug)]
 pub(crate) struct AmiCaches {
-    alias: TtlCache<(ClassKey, TypeFacts), String>,
-    images: TtlCache<ClassKey, Vec<Image>>,
+    pub(crate) alias: TtlCache<(ClassKey, TypeFacts), String>,
+    pub(crate) images: TtlCache<ClassKey, Vec<Image>>,
 }
 
 impl AmiCaches {
@@ -196,7 +197,7 @@ impl Clients {
     }
 
     /// The AMI id an alias names for one kind of instance type, from EKS's SSM parameter.
-    async fn resolve_alias(
+    pub(crate) async fn resolve_alias(
         &self,
         eks: &EksParameters,
         node_class: &str,
@@ -230,7 +231,7 @@ impl Clients {
         }
     }
 
-    async fn select_images(
+    pub(crate) async fn select_images(
         &self,
         node_class: &str,
         terms: &[AmiSelectorTerm],
@@ -304,6 +305,7 @@ impl Clients {
                     image_id.to_string(),
                     Image {
                         id: image_id.to_string(),
+                        name: i.name().map(str::to_string),
                         arch: i.architecture().and_then(|a| Arch::parse(a.as_str())),
                         created: i.creation_date().unwrap_or_default().to_string(),
                     },
@@ -322,6 +324,7 @@ mod tests {
     fn the_newest_image_of_the_right_architecture_wins() {
         let img = |id: &str, arch, created: &str| Image {
             id: id.into(),
+            name: None,
             arch: Some(arch),
             created: created.into(),
         };

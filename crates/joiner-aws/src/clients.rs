@@ -48,11 +48,15 @@ pub(crate) fn retries() -> RetryConfig {
         .with_max_backoff(MAX_BACKOFF)
 }
 
-/// The EC2 and SSM clients, and the runtime handle their calls block on.
+/// The EC2, SSM and IAM clients, and the runtime handle their calls block on.
 #[derive(Debug)]
 pub(crate) struct Clients {
     pub(crate) ec2: aws_sdk_ec2::Client,
     pub(crate) ssm: aws_sdk_ssm::Client,
+    /// Instance profiles for `spec.role` classes (`profile`).
+    pub(crate) iam: aws_sdk_iam::Client,
+    /// The region of `config`: instance profiles are tagged with it.
+    pub(crate) region: String,
     handle: Handle,
 }
 
@@ -68,9 +72,15 @@ impl Clients {
             .timeout_config(timeouts())
             .retry_config(retries())
             .build();
+        let iam = aws_sdk_iam::config::Builder::from(config)
+            .timeout_config(timeouts())
+            .retry_config(retries())
+            .build();
         Clients {
             ec2: aws_sdk_ec2::Client::from_conf(ec2),
             ssm: aws_sdk_ssm::Client::from_conf(ssm),
+            iam: aws_sdk_iam::Client::from_conf(iam),
+            region: config.region().map(ToString::to_string).unwrap_or_default(),
             handle,
         }
     }
@@ -131,6 +141,10 @@ mod tests {
             (
                 clients.ssm.config().timeout_config(),
                 clients.ssm.config().retry_config(),
+            ),
+            (
+                clients.iam.config().timeout_config(),
+                clients.iam.config().retry_config(),
             ),
         ] {
             let timeout = timeout.expect("timeouts");

@@ -16,6 +16,7 @@ use aws_types::SdkConfig;
 use aws_types::region::Region;
 use joiner_controller::cloud::{
     CloudError, CloudInstanceType, CloudProvider, Instance, InstanceState, LaunchRequest, Launched,
+    NodeClassResolution,
 };
 use joiner_model::wellknown::tags;
 
@@ -30,17 +31,11 @@ use crate::clients::Clients;
 use crate::error::AwsError;
 use crate::fleet::{fleet_errors, launched_nothing, unavailable_offerings};
 use crate::network::{SubnetInfo, subnet_per_zone};
+use crate::nodeclass::ClassReads;
 use crate::tags::ec2_tags;
 use crate::template::KnownTemplates;
 use joiner_launch::image::{ParameterRoots, TypeFacts};
 use joiner_launch::{Cluster, LaunchError, Resolved, Skip, family_of};
-
-/// The instance profile Joiner expects for an EC2NodeClass that names a `role`:
-/// `<cluster>_<role>`, cut to IAM's 128 characters. Joiner does not create it: create it with
-/// the role in it (`aws iam create-instance-profile` and `add-role-to-instance-profile`).
-pub fn instance_profile_for_role(cluster: &str, role: &str) -> String {
-    format!("{cluster}_{role}").chars().take(128).collect()
-}
 
 /// The EC2 cloud.
 ///
@@ -308,11 +303,10 @@ impl AwsCloud {
                 &facts,
             )
             .await?;
-        let instance_profile = spec.instance_profile.clone().or_else(|| {
-            spec.role
-                .as_deref()
-                .map(|r| instance_profile_for_role(&self.cluster.name, r))
-        });
+        let instance_profile = self
+            .clients
+            .launch_profile(&self.cluster.name, &class)
+            .await?;
         let resolved = Resolved {
             images: amis.clone(),
             subnets: subnet_per_zone(&subnets)
@@ -549,18 +543,16 @@ impl CloudProvider for AwsCloud {
     ) -> Result<Vec<String>, CloudError> {
         AwsCloud::delete_unused_launch_templates(self, node_classes)
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn roles_map_to_a_predictable_instance_profile() {
-        assert_eq!(
-            instance_profile_for_role("lab", "KarpenterNodeRole"),
-            "lab_KarpenterNodeRole"
-        );
-        assert_eq!(instance_profile_for_role("c", &"r".repeat(200)).len(), 128);
+    fn resolve_node_class(&self, class: &EC2NodeClass) -> NodeClassResolution {
+        let reads = ClassReads {
+            cluster: &self.cluster.name,
+            eks: &self.eks,
+            subnets: &self.caches.subnets,
+            amis: &self.caches.amis,
+        };
+        let c = &self.clients;
+        c.block::<_, CloudError, _>(async { Ok(c.resolve_node_class(reads, class).await) })
+            .unwrap_or_else(NodeClassResolution::failed)
     }
 }

@@ -29,14 +29,16 @@ mod error;
 pub mod fleet;
 mod instances;
 mod network;
+mod nodeclass;
 mod pricing;
+mod profile;
 mod sqs;
 mod tags;
 mod template;
 
 pub use ami::DEFAULT_AMI_PARAMETER_ROOT;
 pub use cache::Ttls;
-pub use cloud::{AwsCloud, instance_profile_for_role};
+pub use cloud::AwsCloud;
 pub use cluster::ClusterAccess;
 pub use error::AwsError;
 pub use error::{ErrorKind, classify};

@@ -17,6 +17,8 @@ use crate::tags::tag_filters;
 pub(crate) struct SubnetInfo {
     pub id: String,
     pub zone: String,
+    /// The zone's id (`use1-az1`), the same in every account.
+    pub zone_id: Option<String>,
     pub free_ips: i32,
 }
 
@@ -81,6 +83,7 @@ impl Clients {
                         SubnetInfo {
                             id: id.to_string(),
                             zone: zone.to_string(),
+                            zone_id: s.availability_zone_id().map(str::to_string),
                             free_ips: s.available_ip_address_count().unwrap_or(0),
                         },
                     );
@@ -102,13 +105,23 @@ impl Clients {
         node_class: &str,
         terms: &[SelectorTerm],
     ) -> Result<Vec<String>, AwsError> {
+        let groups = self.security_groups_named(node_class, terms).await?;
+        Ok(groups.into_keys().collect())
+    }
+
+    /// Every security group any term selects: id to name.
+    pub(crate) async fn security_groups_named(
+        &self,
+        node_class: &str,
+        terms: &[SelectorTerm],
+    ) -> Result<BTreeMap<String, Option<String>>, AwsError> {
         if terms.is_empty() {
             return Err(AwsError::node_class(
                 node_class,
                 "spec.securityGroupSelectorTerms is empty",
             ));
         }
-        let mut found = std::collections::BTreeSet::new();
+        let mut found = BTreeMap::new();
         for term in terms {
             let mut filters = tag_filters(&term.tags);
             if let Some(name) = &term.name {
@@ -130,11 +143,10 @@ impl Clients {
                         e,
                     )
                 })?;
-                found.extend(
-                    page.security_groups()
-                        .iter()
-                        .filter_map(|g| g.group_id().map(str::to_string)),
-                );
+                found.extend(page.security_groups().iter().filter_map(|g| {
+                    let id = g.group_id()?.to_string();
+                    Some((id, g.group_name().map(str::to_string)))
+                }));
             }
         }
         if found.is_empty() {
@@ -143,7 +155,7 @@ impl Clients {
                 "no security group matches spec.securityGroupSelectorTerms",
             ));
         }
-        Ok(found.into_iter().collect())
+        Ok(found)
     }
 }
 
@@ -156,6 +168,7 @@ mod tests {
         let s = |id: &str, zone: &str, free| SubnetInfo {
             id: id.into(),
             zone: zone.into(),
+            zone_id: None,
             free_ips: free,
         };
         let picked = subnet_per_zone(&[

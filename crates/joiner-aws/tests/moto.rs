@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use common::requests::{offer, request, template_names, template_of};
-use common::{CLUSTER, Env};
+use common::{CLUSTER, Env, NODE_ROLE};
 use joiner_aws::SqsInterruptionQueue;
 use joiner_controller::clock::ManualClock;
-use joiner_controller::cloud::{CloudProvider, InstanceState};
+use joiner_controller::cloud::{CloudProvider, InstanceState, Resolved};
 use joiner_controller::interruption::InterruptionQueue;
 use joiner_controller::store::{ClusterStore, InMemoryCluster};
 use joiner_controller::{Config, Controller};
@@ -22,6 +22,28 @@ use joiner_launch::mime::{NODECONFIG_CONTENT_TYPE, user_parts};
 use joiner_model::Manifests;
 use joiner_model::api::nodeclaim::NodeClaim;
 use joiner_model::wellknown::tags;
+
+/// The instance profile as moto's IAM has it.
+fn iam_profile(env: &Env, name: &str) -> Option<aws_sdk_iam::types::InstanceProfile> {
+    let out = env
+        .rt
+        .block_on(
+            env.iam()
+                .get_instance_profile()
+                .instance_profile_name(name)
+                .send(),
+        )
+        .ok()?;
+    out.instance_profile().cloned()
+}
+
+/// The role the instance profile holds.
+fn profile_role(env: &Env, name: &str) -> Option<String> {
+    iam_profile(env, name)?
+        .roles()
+        .first()
+        .map(|r| r.role_name().to_string())
+}
 
 fn decoded_user_data(data: &aws_sdk_ec2::types::ResponseLaunchTemplateData) -> String {
     let raw = data.user_data().expect("userData");
@@ -119,10 +141,12 @@ fn a_gpu_launch_uses_the_nvidia_ami_a_merged_user_data_and_overrides_in_price_or
         data.security_group_ids(),
         std::slice::from_ref(&env.seeded.security_group)
     );
-    assert_eq!(
-        data.iam_instance_profile().and_then(|p| p.name()),
-        Some("lab_KarpenterNodeRole")
-    );
+    // A class launched before it was resolved gets its profile made at launch.
+    let profile = data
+        .iam_instance_profile()
+        .and_then(|p| p.name())
+        .expect("an instance profile");
+    assert_eq!(profile_role(&env, profile).as_deref(), Some(NODE_ROLE));
     let user_data = decoded_user_data(&data);
     let parts = user_parts(Some(&user_data)).expect("MIME multipart");
     assert_eq!(parts.len(), 2, "{user_data}");
@@ -622,4 +646,261 @@ fn what_the_settings_leave_out_of_the_cluster_access_comes_from_eks() {
     assert!(missing.contains("settings.clusterCABundle"), "{missing}");
     assert!(missing.contains("settings.clusterCIDR"), "{missing}");
     assert!(missing.contains("DescribeCluster failed"), "{missing}");
+}
+
+/// The lab's GPU class as the API server has it: with a uid, which names its profile.
+fn stored_class() -> joiner_model::api::EC2NodeClass {
+    let mut class = common::requests::node_class();
+    class.metadata.uid = Some("3f1c2a9e-0d7b-4c55-9a61-5f0c0b6e2d11".into());
+    class
+}
+
+/// IAM writes moto served after the first `since` requests.
+fn iam_writes_since(env: &Env, since: usize) -> Vec<String> {
+    env.moto
+        .recorded()
+        .into_iter()
+        .skip(since)
+        .map(|r| r.action)
+        .filter(|a| {
+            [
+                "CreateInstanceProfile",
+                "AddRoleToInstanceProfile",
+                "RemoveRoleFromInstanceProfile",
+                "TagInstanceProfile",
+                "DeleteInstanceProfile",
+            ]
+            .contains(&a.as_str())
+        })
+        .collect()
+}
+
+fn profile_tags(env: &Env, name: &str) -> BTreeMap<String, String> {
+    iam_profile(env, name)
+        .expect("the profile")
+        .tags()
+        .iter()
+        .map(|t| (t.key().to_string(), t.value().to_string()))
+        .collect()
+}
+
+fn found<T: std::fmt::Debug>(r: &Resolved<T>) -> &T {
+    match r {
+        Resolved::Found(v) => v,
+        other => panic!("not found: {other:?}"),
+    }
+}
+
+#[test]
+fn a_class_resolves_its_subnets_security_groups_amis_and_a_new_tagged_profile() {
+    let Some(env) = Env::start() else { return };
+    let class = stored_class();
+    let r = env.cloud.resolve_node_class(&class);
+
+    let mut subnets: Vec<(String, String)> = found(&r.subnets)
+        .iter()
+        .map(|s| (s.id.clone(), s.zone.clone()))
+        .collect();
+    subnets.sort();
+    let mut seeded = env.seeded.subnets.clone();
+    seeded.sort();
+    assert_eq!(subnets, seeded, "the tagged subnets only, with their zones");
+    assert!(
+        found(&r.subnets).iter().all(|s| s.zone_id.is_some()),
+        "zone ids: {:?}",
+        r.subnets
+    );
+    let groups = found(&r.security_groups);
+    assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0].id, env.seeded.security_group);
+    assert_eq!(groups[0].name.as_deref(), Some("lab-nodes"));
+    let amis = found(&r.amis);
+    let ids: Vec<&str> = amis.iter().map(|a| a.id.as_str()).collect();
+    for id in [
+        &env.seeded.nvidia_ami,
+        &env.seeded.standard_ami,
+        &env.seeded.arm_ami,
+    ] {
+        assert!(ids.contains(&id.as_str()), "{id} in {ids:?}");
+    }
+    let arm = amis
+        .iter()
+        .find(|a| a.id == env.seeded.arm_ami)
+        .expect("arm image");
+    assert!(
+        arm.requirements
+            .iter()
+            .any(|q| q.key == "kubernetes.io/arch" && q.values == Some(vec!["arm64".into()])),
+        "{arm:?}"
+    );
+
+    // The profile: Karpenter's name shape, the role in it, the ownership tags on it.
+    let profile = found(&r.instance_profile).clone();
+    let (cluster, hash) = profile.split_once('_').expect("<cluster>_<hash>");
+    assert_eq!(cluster, CLUSTER);
+    assert!(hash.parse::<u64>().is_ok(), "{profile}");
+    assert_eq!(profile_role(&env, &profile).as_deref(), Some(NODE_ROLE));
+    let tags = profile_tags(&env, &profile);
+    for (k, v) in [
+        ("kubernetes.io/cluster/lab", "owned"),
+        ("eks:eks-cluster-name", "lab"),
+        ("karpenter.k8s.aws/ec2nodeclass", "gpu"),
+        ("topology.kubernetes.io/region", common::REGION),
+        ("team", "ml"),
+    ] {
+        assert_eq!(tags.get(k).map(String::as_str), Some(v), "{k}: {tags:?}");
+    }
+
+    // Resolved again, with the profile recorded in its status: nothing is written.
+    let since = env.moto.recorded().len();
+    let mut resolved = class.clone();
+    resolved.status = Some(joiner_model::api::ec2nodeclass::EC2NodeClassStatus {
+        instance_profile: Some(profile.clone()),
+        ..Default::default()
+    });
+    let again = env.cloud.resolve_node_class(&resolved);
+    assert_eq!(found(&again.instance_profile), &profile);
+    assert_eq!(iam_writes_since(&env, since), Vec::<String>::new());
+}
+
+#[test]
+fn a_profile_recorded_in_the_status_is_adopted_and_tagged_not_replaced() {
+    let Some(env) = Env::start() else { return };
+    // What Karpenter made and recorded: its own name, the role, no tags of ours.
+    let iam = env.iam();
+    env.rt.block_on(async {
+        iam.create_instance_profile()
+            .instance_profile_name("lab_10290130918376426651")
+            .send()
+            .await
+            .expect("CreateInstanceProfile");
+        iam.add_role_to_instance_profile()
+            .instance_profile_name("lab_10290130918376426651")
+            .role_name(NODE_ROLE)
+            .send()
+            .await
+            .expect("AddRoleToInstanceProfile");
+    });
+    let mut class = stored_class();
+    class.status = Some(joiner_model::api::ec2nodeclass::EC2NodeClassStatus {
+        instance_profile: Some("lab_10290130918376426651".into()),
+        ..Default::default()
+    });
+    let since = env.moto.recorded().len();
+    let r = env.cloud.resolve_node_class(&class);
+    assert_eq!(found(&r.instance_profile), "lab_10290130918376426651");
+    assert_eq!(iam_writes_since(&env, since), ["TagInstanceProfile"]);
+    let tags = profile_tags(&env, "lab_10290130918376426651");
+    assert_eq!(
+        tags.get("kubernetes.io/cluster/lab").map(String::as_str),
+        Some("owned")
+    );
+    let listed = env
+        .rt
+        .block_on(iam.list_instance_profiles().send())
+        .expect("ListInstanceProfiles");
+    assert_eq!(listed.instance_profiles().len(), 1, "no second profile");
+}
+
+#[test]
+fn a_profile_that_already_exists_under_joiners_name_is_adopted_not_duplicated() {
+    let Some(env) = Env::start() else { return };
+    // A first resolution made the profile; its status write was lost, so the next one (a
+    // restarted controller: no caches) sees a class with no profile recorded.
+    let first = env.cloud.resolve_node_class(&stored_class());
+    let name = found(&first.instance_profile).clone();
+    let fresh = env.rt.block_on(async {
+        joiner_aws::AwsCloud::from_sdk_config(
+            &env.sdk,
+            &common::settings(),
+            CLUSTER,
+            env.rt.handle().clone(),
+        )
+        .await
+        .expect("AwsCloud")
+        .with_ami_parameter_root(common::AMI_ROOT)
+    });
+    let since = env.moto.recorded().len();
+    let again = fresh.resolve_node_class(&stored_class());
+    assert_eq!(found(&again.instance_profile), &name);
+    assert_eq!(iam_writes_since(&env, since), Vec::<String>::new());
+    let listed = env
+        .rt
+        .block_on(env.iam().list_instance_profiles().send())
+        .expect("ListInstanceProfiles");
+    assert_eq!(listed.instance_profiles().len(), 1, "no second profile");
+
+    // Someone else's profile under that name, holding another role, is left alone.
+    let iam = env.iam();
+    env.rt.block_on(async {
+        iam.create_role()
+            .role_name("OtherRole")
+            .assume_role_policy_document("{}")
+            .send()
+            .await
+            .expect("CreateRole");
+        iam.remove_role_from_instance_profile()
+            .instance_profile_name(&name)
+            .role_name(NODE_ROLE)
+            .send()
+            .await
+            .expect("RemoveRole");
+        iam.untag_instance_profile()
+            .instance_profile_name(&name)
+            .tag_keys("kubernetes.io/cluster/lab")
+            .send()
+            .await
+            .expect("UntagInstanceProfile");
+        iam.add_role_to_instance_profile()
+            .instance_profile_name(&name)
+            .role_name("OtherRole")
+            .send()
+            .await
+            .expect("AddRole");
+    });
+    let since = env.moto.recorded().len();
+    let refused = fresh.resolve_node_class(&stored_class());
+    assert!(
+        matches!(&refused.instance_profile, Resolved::NotFound(m) if m.contains("OtherRole")),
+        "{:?}",
+        refused.instance_profile
+    );
+    assert_eq!(iam_writes_since(&env, since), Vec::<String>::new());
+    assert_eq!(profile_role(&env, &name).as_deref(), Some("OtherRole"));
+}
+
+#[test]
+fn spec_instance_profile_is_used_as_given_with_no_iam_call() {
+    let Some(env) = Env::start() else { return };
+    let mut class = stored_class();
+    class.spec.role = None;
+    class.spec.instance_profile = Some("platform-node-profile".into());
+    let since = env.moto.recorded().len();
+    let r = env.cloud.resolve_node_class(&class);
+    assert_eq!(found(&r.instance_profile), "platform-node-profile");
+    let iam_calls: Vec<String> = env
+        .moto
+        .recorded()
+        .into_iter()
+        .skip(since)
+        .map(|r| r.action)
+        .filter(|a| a.contains("InstanceProfile"))
+        .collect();
+    assert_eq!(iam_calls, Vec::<String>::new());
+}
+
+#[test]
+fn subnets_that_match_nothing_are_not_found_not_failed() {
+    let Some(env) = Env::start() else { return };
+    let mut class = stored_class();
+    class.spec.subnet_selector_terms[0]
+        .tags
+        .insert(common::DISCOVERY_KEY.into(), "no-such-cluster".into());
+    let r = env.cloud.resolve_node_class(&class);
+    assert!(
+        matches!(&r.subnets, Resolved::NotFound(m) if m.contains("no subnet matches")),
+        "{:?}",
+        r.subnets
+    );
+    found(&r.security_groups);
 }

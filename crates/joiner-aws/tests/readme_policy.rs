@@ -70,6 +70,11 @@ fn the_policy_grants_every_call_the_aws_edge_makes() {
         "ssm:GetParameter",
         "eks:DescribeCluster",
         "iam:PassRole",
+        "iam:GetInstanceProfile",
+        "iam:CreateInstanceProfile",
+        "iam:TagInstanceProfile",
+        "iam:AddRoleToInstanceProfile",
+        "iam:RemoveRoleFromInstanceProfile",
         "sqs:GetQueueUrl",
         "sqs:ReceiveMessage",
         "sqs:DeleteMessage",
@@ -89,17 +94,13 @@ fn every_write_is_scoped_to_the_clusters_ownership_tags() {
     for action in ["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"] {
         for s in statements_with(&policy, action) {
             assert!(
-                requires(
-                    &s,
-                    "StringEquals",
-                    &format!("aws:ResourceTag/{cluster_tag}"),
-                    "owned"
-                ) && requires(
-                    &s,
-                    "StringLike",
-                    "aws:ResourceTag/karpenter.sh/nodepool",
-                    "*"
-                ),
+                owned_resource(&s)
+                    && requires(
+                        &s,
+                        "StringLike",
+                        "aws:ResourceTag/karpenter.sh/nodepool",
+                        "*"
+                    ),
                 "{action} is not conditioned on the resource's tags: {s}"
             );
         }
@@ -184,6 +185,75 @@ fn every_write_is_scoped_to_the_clusters_ownership_tags() {
                         || !resources.iter().any(|r| r.contains(":launch-template/"))))
                     || conditioned,
                 "{action} may create or use untagged resources: {s}"
+            );
+        }
+    }
+}
+
+/// Whether the statement requires the cluster tag `owned` on `side` (`ResourceTag`: what the
+/// call acts on already carries it; `RequestTag`: the call sets it).
+fn cluster_tag_on(s: &Value, side: &str) -> bool {
+    let key = format!("aws:{side}/kubernetes.io/cluster/{CLUSTER}");
+    requires(s, "StringEquals", &key, "owned")
+}
+
+/// Whether the statement requires the resource to carry the cluster tag `owned`.
+fn owned_resource(s: &Value) -> bool {
+    cluster_tag_on(s, "ResourceTag")
+}
+
+/// Whether the statement requires the request to carry the cluster tag `owned` and
+/// `eks:eks-cluster-name` of the cluster.
+fn requests_cluster_ownership(s: &Value) -> bool {
+    cluster_tag_on(s, "RequestTag")
+        && requires(
+            s,
+            "StringEquals",
+            "aws:RequestTag/eks:eks-cluster-name",
+            CLUSTER,
+        )
+}
+
+#[test]
+fn instance_profile_writes_are_scoped_to_the_clusters_ownership_tags() {
+    let policy = policy();
+    // Created only with the tags Joiner (and Karpenter) put on their profiles.
+    let creates = statements_with(&policy, "iam:CreateInstanceProfile");
+    assert!(!creates.is_empty());
+    for s in creates {
+        assert!(
+            requests_cluster_ownership(&s)
+                && requires(
+                    &s,
+                    "StringEquals",
+                    "aws:RequestTag/topology.kubernetes.io/region",
+                    "us-west-2"
+                )
+                && requires(
+                    &s,
+                    "StringLike",
+                    "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass",
+                    "*"
+                ),
+            "CreateInstanceProfile without the ownership request tags: {s}"
+        );
+    }
+    // Changed only when already the cluster's, for an EC2NodeClass.
+    for action in [
+        "iam:TagInstanceProfile",
+        "iam:AddRoleToInstanceProfile",
+        "iam:RemoveRoleFromInstanceProfile",
+    ] {
+        for s in statements_with(&policy, action) {
+            assert!(
+                owned_resource(&s)
+                    && requires(
+                        &s,
+                        "StringLike",
+                        "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass",
+                        "*"
+                    ),
+                "{action} is not conditioned on the profile's tags: {s}"
             );
         }
     }

@@ -453,6 +453,13 @@ const RBAC: &[Grant] = &[
     ),
     grant(
         Scope::Cluster,
+        "karpenter.k8s.aws",
+        "ec2nodeclasses/status",
+        "update",
+        "KubeStore::update of a status-only kind (PUT .../status): EC2NodeClass subnets, security groups, AMIs, instance profile, conditions",
+    ),
+    grant(
+        Scope::Cluster,
         "",
         "nodes",
         "update",

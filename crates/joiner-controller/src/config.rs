@@ -37,6 +37,13 @@ pub struct Config {
     /// How long an offering that failed with insufficient capacity is not tried again
     /// (Karpenter's 3 minutes).
     pub unavailable_ttl: Duration,
+    /// How often each EC2NodeClass is resolved again (its subnets, security groups, AMIs and
+    /// instance profile), as Karpenter's nodeclass controller does; a changed spec is resolved
+    /// at once. 1 minute.
+    pub node_class_period: Duration,
+    /// How soon a class whose resolution failed (throttled, timed out) is tried again; its last
+    /// status stands meanwhile. 10 seconds.
+    pub node_class_retry: Duration,
 }
 
 impl Config {
@@ -62,6 +69,8 @@ impl Config {
             instance_not_found_grace: Duration::from_secs(2 * 60),
             launch_backoff: Duration::from_secs(30),
             unavailable_ttl: Duration::from_secs(3 * 60),
+            node_class_period: Duration::from_secs(60),
+            node_class_retry: Duration::from_secs(10),
         })
     }
 }

@@ -4,6 +4,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use joiner_engine::catalog::{Offering, PriceBasis};
 use joiner_engine::snapshot::ClusterSnapshot;
+use joiner_model::Sourced;
+use joiner_model::api::EC2NodeClass;
+use joiner_model::api::ec2nodeclass::EC2NodeClassStatus;
+use joiner_model::api::nodeclass_status::conditions;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::cloud::{CloudInstanceType, CloudProvider, OfferingKey};
@@ -61,7 +66,8 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
     /// The cluster as it is now, with in-flight NodeClaims as machines.
     pub fn view(&mut self) -> Result<&ClusterSnapshot, ControllerError> {
         if self.view.is_none() || self.stale {
-            let m = manifests_of(self.store)?;
+            let mut m = manifests_of(self.store)?;
+            mark_unresolved(&mut m.node_classes, crate::clock::k8s_time(self.now));
             let unavailable = self.unavailable.active(self.now);
             let sold = self.sold();
             let mut builder =
@@ -189,5 +195,17 @@ impl<S, C> Ctx<'_, S, C> {
         self.report.unavailable.push(offering.to_string());
         self.unavailable.mark_until(offering, until);
         self.stale = true;
+    }
+}
+
+/// Marks every class without a `Ready` condition `Ready=Unknown` (not resolved yet), so the
+/// view built from them launches nothing from a class this controller has not resolved.
+pub(crate) fn mark_unresolved(classes: &mut [Sourced<EC2NodeClass>], now: Time) {
+    for c in classes {
+        let class = &mut c.object;
+        let status = class.status.get_or_insert_with(EC2NodeClassStatus::default);
+        if status.condition(conditions::READY).is_none() {
+            status.recompute_ready(now.clone(), class.metadata.generation);
+        }
     }
 }

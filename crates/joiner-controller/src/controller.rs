@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::context::Ctx;
 use crate::disruption::{DisruptionState, disrupt};
 use crate::interruption::InterruptionQueue;
+use crate::nodeclass::NodeClassState;
 use crate::provisioning::provision;
 use crate::report::StepReport;
 use crate::store::ClusterStore;
@@ -34,6 +35,8 @@ pub struct Controller<S, C, K> {
     last_gc: Option<k8s_openapi::jiff::Timestamp>,
     /// Where the cloud's interruption warnings arrive, when one is configured.
     interruption: Option<Box<dyn InterruptionQueue + Send>>,
+    /// When each EC2NodeClass was last resolved.
+    node_classes: NodeClassState,
 }
 
 impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
@@ -52,6 +55,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             disruption: DisruptionState::default(),
             last_gc: None,
             interruption: None,
+            node_classes: NodeClassState::default(),
         }
     }
 
@@ -66,7 +70,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         &self.config
     }
 
-    /// Runs the interruption queue, the lifecycle, garbage collection (on its period),
+    /// Runs the interruption queue, EC2NodeClass status, the lifecycle, garbage collection (on its period),
     /// provisioning and disruption once. Failures are logged and reported; each is retried on a later step.
     pub fn step(&mut self) -> StepReport {
         let now = self.clock.now();
@@ -92,6 +96,14 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         }
         if let Err(e) = crate::interruption::avoid_reclaimed_offerings(&mut ctx) {
             ctx.error("interruption queue", e);
+        }
+        // Node class status before anything plans or launches: the view launches nothing
+        // from a class that is not Ready.
+        match crate::nodeclass::reconcile(&mut ctx, &mut self.node_classes) {
+            // A class that became Ready (or stopped being) changes what pending pods can get.
+            Ok(true) => self.batcher.poke(),
+            Ok(false) => {}
+            Err(e) => ctx.error("EC2NodeClass status", e),
         }
         if let Err(e) = lifecycle::reconcile(&mut ctx) {
             ctx.error("lifecycle", e);

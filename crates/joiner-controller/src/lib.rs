@@ -29,6 +29,7 @@ pub mod gc;
 pub mod interruption;
 pub mod lifecycle;
 pub mod nodeclaim;
+pub mod nodeclass;
 pub mod pods;
 pub mod provisioning;
 mod report;

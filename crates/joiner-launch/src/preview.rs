@@ -259,7 +259,12 @@ fn preview(
         Some(ids) if !ids.is_empty() => ids,
         _ => vec!["<security groups selected by spec.securityGroupSelectorTerms>".to_string()],
     };
-    let instance_profile = spec.instance_profile.clone().or_else(|| {
+    let recorded = class
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_profile.clone())
+        .filter(|p| !p.is_empty());
+    let instance_profile = spec.instance_profile.clone().or(recorded).or_else(|| {
         spec.role.as_ref().map(|role| {
             placeholders.push(format!(
                 "<instance profile for role {role}>: the controller creates or adopts it and records it in the EC2NodeClass's status.instanceProfile"

@@ -375,7 +375,8 @@ impl Manifests {
                 self.node_pools.push(sourced(o, np));
             }
             Kind::EC2NodeClass => {
-                strip_status(&mut doc);
+                // Status is kept: a class whose status says Ready=False launches nothing, in a
+                // plan as in the cluster (a class with no status is planned on as written).
                 let mut nc: EC2NodeClass = self.decode_crd(o, object, doc)?;
                 if api_version == crate::api::ec2nodeclass::API_VERSION_V1BETA1 {
                     nc = nc.into_v1();
@@ -447,8 +448,9 @@ fn decode<T: DeserializeOwned>(
         .map_err(|e| InputError::new(origin, object, e.path().to_string(), e.inner()))
 }
 
-/// Status is the controller's output, not input to planning; dropping it keeps objects copied
-/// from a live cluster free of unknown-field warnings.
+/// Status is the controller's output, not input to planning (an EC2NodeClass's is the
+/// exception: whether it is Ready); dropping it keeps objects copied from a live cluster free of
+/// unknown-field warnings.
 fn strip_status(doc: &mut Value) {
     if let Some(obj) = doc.as_object_mut() {
         obj.remove("status");

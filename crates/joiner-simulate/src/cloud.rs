@@ -12,8 +12,11 @@ use k8s_openapi::jiff::Timestamp;
 use joiner_controller::clock::{Clock, add};
 use joiner_controller::cloud::{
     CloudError, CloudInstanceType, CloudOffering, CloudProvider, Instance, InstanceState,
-    LaunchRequest, Launched, OfferingKey,
+    LaunchRequest, Launched, NodeClassResolution, OfferingKey, Resolved,
 };
+use joiner_model::api::EC2NodeClass;
+
+use crate::network::{self, SimulatedNetwork};
 
 /// When the kubelet of an instance registers its Node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +56,12 @@ struct State {
     launch_timeouts: u32,
     /// Offerings whose price moved from the catalog's (spot prices change every few minutes).
     prices: BTreeMap<OfferingKey, joiner_model::Price>,
+    /// The VPC when it is closed (see `network`); `None` is the open world.
+    network: Option<SimulatedNetwork>,
+    /// How many more EC2NodeClass resolutions fail as throttled.
+    resolution_failures: u32,
+    /// Instance profiles by name, with the role each holds.
+    profiles: BTreeMap<String, String>,
 }
 
 /// A cloud in memory. Instance ids count up from `i-00000000000000001` in launch order.
@@ -99,6 +108,24 @@ impl SimulatedCloud {
             default_registration: Registration::After(Duration::from_secs(30)),
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// Closes the simulated VPC: from now on only `network`'s subnets and security groups
+    /// exist, and EC2NodeClass selectors are matched against them as EC2 matches them.
+    pub fn set_network(&self, network: SimulatedNetwork) {
+        self.lock().network = Some(network);
+    }
+
+    /// The next `n` EC2NodeClass resolutions fail as throttled (their own fault, apart from
+    /// [`SimulatedCloud::throttle_next_calls`], so instance faults and class faults can be
+    /// tested apart).
+    pub fn fail_next_resolutions(&self, n: u32) {
+        self.lock().resolution_failures = n;
+    }
+
+    /// The instance profiles made for EC2NodeClass roles, by name, with their role.
+    pub fn instance_profiles(&self) -> BTreeMap<String, String> {
+        self.lock().profiles.clone()
     }
 
     /// How instances register unless [`SimulatedCloud::set_registration`] says otherwise.
@@ -432,6 +459,59 @@ impl CloudProvider for SimulatedCloud {
             }
         }
         Ok(types)
+    }
+
+    /// Resolves against the simulated world (see `network`). A class naming `spec.role` gets
+    /// the profile its status names while that holds the role, else `<class>_<role>`, made
+    /// once.
+    fn resolve_node_class(&self, class: &EC2NodeClass) -> NodeClassResolution {
+        let mut s = self.lock();
+        if s.resolution_failures > 0 {
+            s.resolution_failures -= 1;
+            return NodeClassResolution::failed(CloudError::Throttled);
+        }
+        let zones: BTreeSet<String> = self
+            .types
+            .iter()
+            .flat_map(|t| t.offerings.iter().map(|o| o.zone.clone()))
+            .collect();
+        let spec = &class.spec;
+        let instance_profile = match (&spec.instance_profile, &spec.role) {
+            (Some(profile), _) => Resolved::Found(profile.clone()),
+            (None, Some(role)) => {
+                let recorded = class
+                    .status
+                    .as_ref()
+                    .and_then(|st| st.instance_profile.clone())
+                    .filter(|p| s.profiles.get(p) == Some(role));
+                let name = recorded.unwrap_or_else(|| {
+                    format!(
+                        "{}_{role}",
+                        class.metadata.name.as_deref().unwrap_or_default()
+                    )
+                });
+                s.profiles.insert(name.clone(), role.clone());
+                Resolved::Found(name)
+            }
+            // The open world has a profile for a class that names none (files written for
+            // `joiner plan` often leave both out); a closed one does not, as EC2 would not.
+            (None, None) if s.network.is_none() => Resolved::Found(format!(
+                "{}_simulated",
+                class.metadata.name.as_deref().unwrap_or_default()
+            )),
+            (None, None) => {
+                Resolved::NotFound("neither spec.role nor spec.instanceProfile is set".into())
+            }
+        };
+        NodeClassResolution {
+            subnets: network::subnets(s.network.as_ref(), &zones, &spec.subnet_selector_terms),
+            security_groups: network::security_groups(
+                s.network.as_ref(),
+                &spec.security_group_selector_terms,
+            ),
+            amis: network::amis(class),
+            instance_profile,
+        }
     }
 
     /// The simulated cloud launches without templates.

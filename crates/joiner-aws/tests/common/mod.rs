@@ -33,6 +33,8 @@ pub const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 /// The subnet and security group selector tag of the examples.
 pub const DISCOVERY_KEY: &str = "karpenter.sh/discovery";
 pub const DISCOVERY: &str = "nextgen-learninglab";
+/// The IAM role the test classes name in `spec.role` (seeded).
+pub const NODE_ROLE: &str = "KarpenterNodeRole";
 /// SSM refuses writes under `/aws/` (and so does moto): the tests publish the EKS AMI
 /// parameters under their own root, in the same layout.
 pub const AMI_ROOT: &str = "/joiner-test/eks/optimized-ami";
@@ -263,6 +265,16 @@ pub async fn seed(sdk: &SdkConfig) -> Seeded {
         .await
         .expect("CreateSecurityGroup");
     let security_group = sg.group_id().expect("group id").to_string();
+    // The node role the classes name: instance profiles are made for it.
+    aws_sdk_iam::Client::new(sdk)
+        .create_role()
+        .role_name(NODE_ROLE)
+        .assume_role_policy_document(
+            r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#,
+        )
+        .send()
+        .await
+        .expect("CreateRole");
 
     let images = |arch: &'static str| {
         ec2.describe_images()
@@ -400,5 +412,9 @@ impl Env {
 
     pub fn ec2(&self) -> aws_sdk_ec2::Client {
         aws_sdk_ec2::Client::new(&self.sdk)
+    }
+
+    pub fn iam(&self) -> aws_sdk_iam::Client {
+        aws_sdk_iam::Client::new(&self.sdk)
     }
 }

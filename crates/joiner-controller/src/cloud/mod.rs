@@ -12,6 +12,9 @@ use joiner_model::api::EC2NodeClass;
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::jiff::Timestamp;
 
+mod nodeclass;
+pub use nodeclass::{NodeClassResolution, Resolved};
+
 /// One way to buy an instance type (the engine's key, which cloud errors and launches use too).
 pub use joiner_engine::catalog::OfferingKey;
 
@@ -178,6 +181,11 @@ pub trait CloudProvider {
         &self,
         node_classes: &[EC2NodeClass],
     ) -> Result<Vec<String>, CloudError>;
+    /// Resolves the class's selectors against the cloud (subnets, security groups, AMIs) and
+    /// makes sure its instance profile exists: for `spec.role`, the profile its status names or
+    /// one created for it (the one write this may make, idempotent). Each part answers on its
+    /// own; a part whose read failed is [`Resolved::Failed`], never "nothing matches".
+    fn resolve_node_class(&self, class: &EC2NodeClass) -> NodeClassResolution;
 }
 
 /// A reference to a cloud, or a shared one, is a cloud: the controller and the test harness
@@ -205,6 +213,9 @@ macro_rules! forward_cloud {
                 node_classes: &[EC2NodeClass],
             ) -> Result<Vec<String>, CloudError> {
                 (**self).delete_unused_launch_templates(node_classes)
+            }
+            fn resolve_node_class(&self, class: &EC2NodeClass) -> NodeClassResolution {
+                (**self).resolve_node_class(class)
             }
         }
     )*};

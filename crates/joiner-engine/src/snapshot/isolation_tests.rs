@@ -234,6 +234,84 @@ fn a_node_pool_without_its_node_class_launches_nothing_and_says_so() {
     assert!(!reason(&plan, "default/fussy").contains("orphan"));
 }
 
+/// A GPU NodePool whose EC2NodeClass `gpu` carries `conditions` (a status as a controller
+/// wrote it), tainted for GPU pods.
+fn pool_with_status(conditions: &str) -> String {
+    node_pool(
+        "gpu",
+        "gpu",
+        "      taints: [{key: nvidia.com/gpu, effect: NoSchedule}]\n",
+    ) + &format!(
+        "---\napiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: gpu}}\nspec: {{role: KarpenterNodeRole, amiSelectorTerms: [{{alias: al2023@latest}}]}}\nstatus:\n  conditions:\n{conditions}"
+    )
+}
+
+fn condition(type_: &str, status: &str, message: &str) -> String {
+    format!(
+        "  - {{type: {type_}, status: \"{status}\", reason: R, message: \"{message}\", lastTransitionTime: \"2026-01-01T00:00:00Z\"}}\n"
+    )
+}
+
+#[test]
+fn a_node_pool_whose_node_class_is_not_ready_launches_nothing_and_says_why() {
+    let gpu = plain_pod(
+        "gpu",
+        "  tolerations: [{key: nvidia.com/gpu, operator: Exists}]\n",
+    );
+    let cpu = plain_pod("cpu", "");
+    let why = "SubnetsReady=False: no subnet matches spec.subnetSelectorTerms";
+    let bad = pool_with_status(
+        &(condition(
+            "SubnetsReady",
+            "False",
+            "no subnet matches spec.subnetSelectorTerms",
+        ) + &condition("Ready", "False", why)),
+    );
+    let s = snapshot(&[&cpu_pool(), &bad, &cpu, &gpu], false);
+    assert!(
+        s.warnings()
+            .iter()
+            .any(|w| w.contains("NodePool/gpu") && w.contains(why)),
+        "{:?}",
+        s.warnings()
+    );
+    let plan = s.plan();
+    // The good pool still launches for the pod it can take.
+    assert_eq!(plan.node_claims.len(), 1);
+    assert_eq!(plan.node_claims[0].node_pool, "cpu");
+    let r = reason(&plan, "default/gpu");
+    assert!(
+        r.contains(&format!(
+            r#"NodePool gpu launches nothing: EC2NodeClass "gpu" is not ready: {why}"#
+        )),
+        "{r}"
+    );
+}
+
+#[test]
+fn a_node_class_marked_ready_or_never_resolved_is_planned_on() {
+    let gpu = plain_pod(
+        "gpu",
+        "  tolerations: [{key: nvidia.com/gpu, operator: Exists}]\n",
+    );
+    let ready = pool_with_status(&condition("Ready", "True", ""));
+    let plan = snapshot(&[&ready, &gpu], false).plan();
+    assert_eq!(plan.node_claims.len(), 1, "{plan:?}");
+    // Without a Ready condition (nobody resolved the class) it is used as written.
+    let unresolved = pool_with_status(&condition("SubnetsReady", "True", ""));
+    let plan = snapshot(&[&unresolved, &gpu], false).plan();
+    assert_eq!(plan.node_claims.len(), 1, "{plan:?}");
+    // Ready=Unknown (the live controller has not resolved it yet) launches nothing.
+    let unknown = pool_with_status(&condition(
+        "Ready",
+        "Unknown",
+        "not resolved yet: SubnetsReady",
+    ));
+    let plan = snapshot(&[&unknown, &gpu], false).plan();
+    assert!(plan.node_claims.is_empty(), "{plan:?}");
+    assert!(reason(&plan, "default/gpu").contains("not resolved yet"));
+}
+
 #[test]
 fn with_only_an_orphan_node_pool_the_reason_names_it_and_its_class() {
     let gpu = plain_pod(

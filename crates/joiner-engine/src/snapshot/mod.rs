@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use joiner_model::api::EC2NodeClass;
+use joiner_model::api::ec2nodeclass::Readiness;
 use joiner_model::settings::Settings;
 use joiner_model::workloads::{daemon_set_pod, expand_workloads};
 use joiner_model::{InputError, Manifests, ObjectRef, Sourced};
@@ -110,7 +111,7 @@ impl<'a> SnapshotBuilder<'a> {
     ///
     /// An object that cannot be used affects only itself: a pod whose claims lead nowhere or
     /// that cannot be read is unschedulable with the reason; a NodePool whose EC2NodeClass is
-    /// missing or that cannot be read launches nothing; a Node, DaemonSet or InstanceType that
+    /// missing, not Ready or that cannot be read launches nothing; a Node, DaemonSet or InstanceType that
     /// cannot be read is left out; each with a warning naming the object and the field. Only
     /// the settings-wide device-plugin ConfigMap fails the whole build.
     pub fn build(self) -> Result<ClusterSnapshot, InputError> {
@@ -155,6 +156,20 @@ impl<'a> SnapshotBuilder<'a> {
                 ));
                 continue;
             };
+            // A class that was resolved and is not Ready (its subnets, security groups, AMIs
+            // or instance profile cannot be found) cannot launch; one without a Ready condition
+            // has not been resolved by anyone (a manifest read from a file) and is planned on
+            // as written. The live controller marks classes it has not resolved yet Unknown
+            // before it builds its view, so it never launches from one.
+            if let Readiness::NotReady(why) = class.object.readiness() {
+                let why = format!("EC2NodeClass {class_name:?} is not ready: {why}");
+                warnings.push(format!(
+                    "{}: NodePool/{name}: {why}; the NodePool launches nothing until it is",
+                    np.origin
+                ));
+                unready.push(UnreadyPool::new(np, why));
+                continue;
+            }
             let devices = dra_on.then(|| dra::template_options(settings, class, &mut warnings));
             // Types the pool's NodeClaims already have stay known to the pool whatever its
             // requirements say now, so that launched and in-flight nodes keep their resources.

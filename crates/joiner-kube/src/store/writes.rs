@@ -286,20 +286,26 @@ impl ClusterStore for KubeStore {
     }
 
     /// PUT with the object's `resourceVersion` (a stale one is a `Conflict`); then PUT
-    /// `/status` when the status changed.
+    /// `/status` when the status changed. For a kind of which this process owns only the
+    /// status (`StoreOptions::status_only_kinds`: EC2NodeClass), the `PUT …/status` alone.
     fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
         let key = ObjectKey::for_object(object);
         let cache = self.cache::<K>()?;
         let ticket = cache.ticket();
-        let answer = self.call(
-            Verb::Update,
-            &key,
-            self.api::<K>(&key).replace(
-                &key.name,
-                &PostParams::default(),
-                &Typed::Valid(object.clone()),
-            ),
-        );
+        let api = self.api::<K>(&key);
+        let body = Typed::Valid(object.clone());
+        let params = PostParams::default();
+        let status_only = self.inner.options.status_only_kinds.contains(&K::KIND);
+        let answer = if status_only {
+            // The server takes only `status` from the body and checks its resourceVersion.
+            self.call(
+                Verb::Update,
+                &key,
+                api.replace_status(&key.name, &params, &body),
+            )
+        } else {
+            self.call(Verb::Update, &key, api.replace(&key.name, &params, &body))
+        };
         let updated = match answer {
             Ok(t) => decoded(&key, t)?,
             Err(StoreError::Conflict(k)) => {
@@ -314,6 +320,10 @@ impl ClusterStore for KubeStore {
         };
         if finalized(updated.meta()) {
             cache.deleted(&ticket, key);
+            return Ok(updated);
+        }
+        if status_only {
+            cache.wrote(&ticket, &updated);
             return Ok(updated);
         }
         self.write_status(&cache, &ticket, &key, object, updated)

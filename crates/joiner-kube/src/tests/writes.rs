@@ -4,11 +4,12 @@ use std::time::Duration;
 
 use joiner_controller::store::{ClusterStore, Deleted, ObjectKey, Preconditions, StoreError};
 use joiner_model::api::NodePool;
+use joiner_model::api::ec2nodeclass::{EC2NodeClass, EC2NodeClassStatus};
 use joiner_model::api::nodeclaim::NodeClaim;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::json;
 
-use super::{NODECLAIMS, NODEPOOLS, NODES, PODS, names, rv, start, stored};
+use super::{EC2NODECLASSES, NODECLAIMS, NODEPOOLS, NODES, PODS, names, rv, start, stored};
 use crate::test_support::{
     FakeApi, blocking, eventually, list_of, node_claim, node_pool, object, pod, status,
 };
@@ -532,4 +533,47 @@ async fn a_node_update_leaves_the_kubelets_status_alone() {
         fake.calls("PUT", &format!("{NODES}/n1/status")).is_empty(),
         "the cached status is not written back over the kubelet's"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ec2nodeclass_update_writes_its_status_alone() {
+    let (fake, client) = FakeApi::start();
+    let mut class = object("karpenter.k8s.aws/v1", "EC2NodeClass", None, "gpu", "3");
+    class["spec"] =
+        json!({"role": "KarpenterNodeRole", "amiSelectorTerms": [{"alias": "al2023@latest"}]});
+    fake.set_list(EC2NODECLASSES, 200, list_of(vec![class], "3"));
+    let store = start(&fake, client).await;
+    fake.watching(EC2NODECLASSES).await;
+    fake.reply("PUT", &format!("{EC2NODECLASSES}/gpu/status"), |r| {
+        (200, stored(r, "4"))
+    });
+    let s = store.clone();
+    let mut class = blocking(move || s.get::<EC2NodeClass>(None, "gpu"))
+        .await
+        .expect("get")
+        .expect("listed");
+    class.status = Some(EC2NodeClassStatus {
+        instance_profile: Some("lab_123".into()),
+        ..EC2NodeClassStatus::default()
+    });
+    let s = store.clone();
+    let updated = blocking(move || s.update(&class)).await.expect("update");
+    assert_eq!(rv(&updated), "4");
+    assert!(
+        fake.calls("PUT", &format!("{EC2NODECLASSES}/gpu"))
+            .is_empty(),
+        "the user's object is never written back"
+    );
+    let put = &fake.calls("PUT", &format!("{EC2NODECLASSES}/gpu/status"))[0];
+    let body = put.body.clone().expect("body");
+    assert_eq!(body["metadata"]["resourceVersion"], "3", "as read");
+    assert_eq!(body["status"]["instanceProfile"], "lab_123");
+
+    // A stale resourceVersion is a conflict, retried by the caller.
+    fake.reply("PUT", &format!("{EC2NODECLASSES}/gpu/status"), |_| {
+        (409, status(409, "Conflict", "the object has been modified"))
+    });
+    let s = store.clone();
+    let stale = blocking(move || s.update(&updated)).await;
+    assert!(matches!(stale, Err(StoreError::Conflict(_))), "{stale:?}");
 }

@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
+pub use super::nodeclass_status::{
+    Ami, CapacityReservation, EC2NodeClassStatus, Readiness, SecurityGroup, Subnet,
+};
 use super::{FieldError, KubeletConfiguration};
 use crate::Quantity;
 
@@ -27,6 +30,9 @@ pub struct EC2NodeClass {
     pub kind: String,
     pub metadata: ObjectMeta,
     pub spec: EC2NodeClassSpec,
+    /// What the class resolved to; absent in manifests (and classes nobody resolved yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<EC2NodeClassStatus>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -232,6 +238,13 @@ impl EC2NodeClass {
                 .iter()
                 .find_map(|t| t.alias.as_deref().and_then(AmiFamily::from_alias))
         })
+    }
+
+    /// Whether nodes may be launched from the class, as its `Ready` condition says.
+    pub fn readiness(&self) -> Readiness {
+        self.status
+            .as_ref()
+            .map_or(Readiness::Unresolved, EC2NodeClassStatus::readiness)
     }
 
     /// An annotation's value, if set.

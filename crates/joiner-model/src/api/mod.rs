@@ -10,6 +10,7 @@ pub mod ec2nodeclass;
 pub mod instancetype;
 pub mod kubelet;
 pub mod nodeclaim;
+pub mod nodeclass_status;
 pub mod nodepool;
 
 pub use ec2nodeclass::EC2NodeClass;

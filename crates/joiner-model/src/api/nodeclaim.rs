@@ -238,7 +238,22 @@ fn set(
     now: Time,
     generation: Option<i64>,
 ) {
-    let status = if status { "True" } else { "False" }.to_string();
+    let status = if status { "True" } else { "False" };
+    set_condition(list, type_, status, reason, message, now, generation);
+}
+
+/// Sets a condition to `status` (`True`, `False` or `Unknown`) in `list`, keeping its
+/// transition time when the status does not change (as Karpenter does).
+pub(crate) fn set_condition(
+    list: &mut Vec<Condition>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    now: Time,
+    generation: Option<i64>,
+) {
+    let status = status.to_string();
     match list.iter_mut().find(|c| c.type_ == type_) {
         Some(c) => {
             if c.status != status {

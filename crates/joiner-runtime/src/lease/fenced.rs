@@ -7,6 +7,7 @@
 
 use joiner_controller::cloud::{
     CloudError, CloudInstanceType, CloudProvider, Instance, LaunchRequest, Launched,
+    NodeClassResolution,
 };
 use joiner_controller::deadline;
 use joiner_controller::interruption::{InterruptionQueue, QueueMessage};
@@ -129,6 +130,11 @@ impl<C: CloudProvider> CloudProvider for FencedCloud<C> {
         cloud_write(&self.fence, || {
             self.inner.delete_unused_launch_templates(node_classes)
         })
+    }
+    /// May create an instance profile: a write, so fenced like the others.
+    fn resolve_node_class(&self, class: &joiner_model::api::EC2NodeClass) -> NodeClassResolution {
+        cloud_write(&self.fence, || Ok(self.inner.resolve_node_class(class)))
+            .unwrap_or_else(NodeClassResolution::failed)
     }
 }
 
@@ -257,6 +263,10 @@ mod tests {
         ) -> Result<Vec<String>, CloudError> {
             self.writes.fetch_add(1, Ordering::SeqCst);
             Ok(Vec::new())
+        }
+        fn resolve_node_class(&self, _: &joiner_model::api::EC2NodeClass) -> NodeClassResolution {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            NodeClassResolution::failed(CloudError::NoOfferings)
         }
     }
 

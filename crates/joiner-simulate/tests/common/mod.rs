@@ -414,6 +414,12 @@ impl CloudProvider for FusedCloud<'_> {
         self.fuse
             .write(|| self.inner.delete_unused_launch_templates(node_classes))
     }
+    fn resolve_node_class(
+        &self,
+        class: &joiner_model::api::EC2NodeClass,
+    ) -> joiner_controller::cloud::NodeClassResolution {
+        self.inner.resolve_node_class(class)
+    }
 }
 
 pub type FusedController<'a> = Controller<FusedStore<'a>, FusedCloud<'a>, &'a ManualClock>;

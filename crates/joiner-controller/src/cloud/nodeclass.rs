@@ -1,0 +1,43 @@
+//! What an EC2NodeClass's selectors resolve to in the cloud: the answer of
+//! [`CloudProvider::resolve_node_class`](super::CloudProvider::resolve_node_class), part by
+//! part, each with its own outcome, so a throttled AMI read never undoes subnets that were
+//! found, and a read that failed never reads as "nothing matches".
+
+use joiner_model::api::ec2nodeclass::{Ami, SecurityGroup, Subnet};
+
+use super::CloudError;
+
+/// The outcome of resolving one part of a class.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolved<T> {
+    /// The read succeeded and found this.
+    Found(T),
+    /// The read succeeded and found nothing usable: the message says what, for the condition.
+    NotFound(String),
+    /// The read failed (throttled, timed out, refused): nothing is known, the last status
+    /// stands and the class is resolved again later.
+    Failed(CloudError),
+}
+
+/// A class's subnets, security groups, AMIs and instance profile as the cloud has them now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeClassResolution {
+    pub subnets: Resolved<Vec<Subnet>>,
+    pub security_groups: Resolved<Vec<SecurityGroup>>,
+    pub amis: Resolved<Vec<Ami>>,
+    /// The profile nodes get: `spec.instanceProfile` as given, or the one created or adopted
+    /// for `spec.role`.
+    pub instance_profile: Resolved<String>,
+}
+
+impl NodeClassResolution {
+    /// Every part failed with `error` (the whole resolution could not run).
+    pub fn failed(error: CloudError) -> NodeClassResolution {
+        NodeClassResolution {
+            subnets: Resolved::Failed(error.clone()),
+            security_groups: Resolved::Failed(error.clone()),
+            amis: Resolved::Failed(error.clone()),
+            instance_profile: Resolved::Failed(error),
+        }
+    }
+}

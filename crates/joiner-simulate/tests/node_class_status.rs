@@ -1,0 +1,219 @@
+//! EC2NodeClass status written by the controller against the simulated cloud with a closed
+//! VPC: a class whose subnets match nothing is `SubnetsReady=False` / `Ready=False` and launches
+//! nothing, its pods pending with that reason, while the learning lab's class, resolved, still
+//! launches; a resolution that fails keeps the last status.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{World, learning_lab};
+use joiner_controller::store::ClusterStore;
+use joiner_controller::{Controller, StepReport};
+use joiner_model::api::EC2NodeClass;
+use joiner_model::api::ec2nodeclass::Readiness;
+use joiner_model::api::nodeclaim::NodeClaim;
+use joiner_model::api::nodeclass_status::conditions;
+use joiner_model::{Manifests, parse_documents};
+use joiner_simulate::{SimulatedNetwork, SimulatedSecurityGroup, SimulatedSubnet};
+
+const DISCOVERY: &str = "nextgen-learninglab";
+
+/// The learning lab, and a CPU NodePool whose class selects subnets of another VPC, with a
+/// pod only it can take.
+fn manifests() -> Manifests {
+    let mut m: Manifests = learning_lab();
+    let extra = r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: cpu}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: elsewhere}
+      requirements: [{key: karpenter.k8s.aws/instance-family, operator: In, values: [m7i]}]
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: elsewhere}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: another-vpc}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: nextgen-learninglab}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: cpu-job, namespace: default}
+spec:
+  nodeSelector: {karpenter.sh/nodepool: cpu}
+  containers:
+  - name: c
+    resources: {requests: {cpu: "1"}}
+"#;
+    for (origin, doc) in parse_documents("extra.yaml", extra).expect("parses") {
+        m.add_document(origin, doc).expect("adds");
+    }
+    m.finish();
+    m
+}
+
+/// The lab's VPC: one subnet per zone and its node security group, tagged for discovery.
+fn lab_network(zones: &[String]) -> SimulatedNetwork {
+    let tags = BTreeMap::from([("karpenter.sh/discovery".to_string(), DISCOVERY.to_string())]);
+    SimulatedNetwork {
+        subnets: zones
+            .iter()
+            .enumerate()
+            .map(|(i, z)| SimulatedSubnet {
+                id: format!("subnet-{i}"),
+                zone: z.clone(),
+                zone_id: format!("use1-az{}", i + 1),
+                tags: tags.clone(),
+            })
+            .collect(),
+        security_groups: vec![SimulatedSecurityGroup {
+            id: "sg-lab".into(),
+            name: "lab-nodes".into(),
+            tags,
+        }],
+    }
+}
+
+fn class(world: &World, name: &str) -> EC2NodeClass {
+    world
+        .store
+        .get::<EC2NodeClass>(None, name)
+        .expect("get")
+        .expect("the class")
+}
+
+fn run(world: &World, steps: usize) -> Vec<StepReport> {
+    let workload = world.pods_by_key();
+    let mut controller = Controller::new(
+        &world.store,
+        &world.cloud,
+        &world.clock,
+        world.config.clone(),
+    );
+    (0..steps)
+        .map(|_| {
+            world.before_step(&workload);
+            let r = controller.step();
+            world.tick();
+            r
+        })
+        .collect()
+}
+
+#[test]
+fn a_class_whose_subnets_match_nothing_blocks_its_pool_only_and_says_why() {
+    let world = World::new(&manifests());
+    world
+        .cloud
+        .set_network(lab_network(&world.config.settings.zones));
+    let reports = run(&world, 20);
+
+    let bad = class(&world, "elsewhere");
+    let status = bad.status.as_ref().expect("a status");
+    let subnets = status
+        .condition(conditions::SUBNETS_READY)
+        .expect("SubnetsReady");
+    assert_eq!(subnets.status, "False");
+    assert_eq!(
+        subnets.message,
+        "no subnet matches spec.subnetSelectorTerms"
+    );
+    let why = "SubnetsReady=False: no subnet matches spec.subnetSelectorTerms";
+    assert_eq!(bad.readiness(), Readiness::NotReady(why.into()));
+    assert_eq!(
+        status
+            .condition(conditions::SECURITY_GROUPS_READY)
+            .map(|c| c.status.as_str()),
+        Some("True")
+    );
+
+    let lab = class(&world, "g4-nodeclass");
+    assert_eq!(lab.readiness(), Readiness::Ready);
+    let resolved = lab.status.as_ref().expect("status");
+    assert_eq!(resolved.subnets.len(), world.config.settings.zones.len());
+    assert_eq!(resolved.subnets[0].zone_id.as_deref(), Some("use1-az1"));
+    assert_eq!(
+        resolved.security_groups[0].name.as_deref(),
+        Some("lab-nodes")
+    );
+    assert!(!resolved.amis.is_empty());
+    assert_eq!(
+        resolved.instance_profile.as_deref(),
+        Some("g4-nodeclass_KarpenterNodeRole")
+    );
+
+    // The lab launched; the CPU pool launched nothing, and its pod says why.
+    let claims = world.store.list::<NodeClaim>().expect("claims");
+    assert!(!claims.is_empty());
+    assert!(
+        claims
+            .iter()
+            .all(|c| c.label("karpenter.sh/nodepool") == Some("g4-nodepool")),
+        "{:?}",
+        claims.iter().map(NodeClaim::name).collect::<Vec<_>>()
+    );
+    let reason = reports
+        .iter()
+        .rev()
+        .flat_map(|r| &r.unschedulable)
+        .find(|(pod, _)| pod == "default/cpu-job")
+        .map(|(_, r)| r.clone())
+        .expect("the CPU pod is reported unschedulable");
+    assert!(
+        reason.contains(&format!(
+            r#"NodePool cpu launches nothing: EC2NodeClass "elsewhere" is not ready: {why}"#
+        )),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_class_never_resolved_launches_nothing_until_it_is() {
+    let world = World::learning_lab();
+    world.cloud.fail_next_resolutions(3);
+    let reports = run(&world, 3);
+    assert!(
+        reports.iter().all(|r| r.created.is_empty()),
+        "launched before the class was resolved"
+    );
+    let lab = class(&world, "g4-nodeclass");
+    let ready = lab
+        .status
+        .as_ref()
+        .and_then(|s| s.condition(conditions::READY))
+        .expect("Ready");
+    assert_eq!(ready.status, "Unknown");
+    assert!(
+        reports.iter().any(|r| !r.errors.is_empty()),
+        "the failures are reported"
+    );
+    // Resolved once the cloud answers (the retry comes 10 s later): the lab launches.
+    let reports = run(&world, 30);
+    assert!(reports.iter().any(|r| !r.created.is_empty()));
+    assert_eq!(class(&world, "g4-nodeclass").readiness(), Readiness::Ready);
+}
+
+#[test]
+fn a_throttled_resolution_keeps_a_ready_class_ready() {
+    let world = World::learning_lab();
+    run(&world, 2);
+    let before = class(&world, "g4-nodeclass");
+    assert_eq!(before.readiness(), Readiness::Ready);
+    // Past the resolution period, every resolution is throttled for a while.
+    world.clock.advance(std::time::Duration::from_secs(120));
+    world.cloud.fail_next_resolutions(5);
+    let reports = run(&world, 30);
+    assert!(
+        reports.iter().any(|r| !r.errors.is_empty()),
+        "the throttling is reported"
+    );
+    let after = class(&world, "g4-nodeclass");
+    assert_eq!(after.status, before.status, "the last status stands");
+    assert_eq!(after.readiness(), Readiness::Ready);
+}
