@@ -256,7 +256,7 @@ impl AwsCloud {
             .ok_or_else(|| AwsError::node_class(node_class, "not found in the cluster"))?
             .into_v1();
         let family = family_of(&class).map_err(|e| launch_error(node_class, e))?;
-        let Some(capacity_type) = joiner_launch::fleet::capacity_type_of(request) else {
+        let Some((capacity_type, _)) = joiner_launch::fleet::capacity_type_of(request) else {
             return Err(CloudError::NoOfferings);
         };
         let spec = &class.spec;
@@ -381,10 +381,9 @@ impl AwsCloud {
             .collect();
         let target = TargetCapacitySpecificationRequest::builder()
             .total_target_capacity(1)
-            .default_target_capacity_type(match capacity_type {
-                CapacityType::Spot => DefaultTargetCapacityType::Spot,
-                _ => DefaultTargetCapacityType::OnDemand,
-            })
+            .default_target_capacity_type(DefaultTargetCapacityType::from(
+                fleet.target_capacity_type(),
+            ))
             .build();
         let mut call = self
             .clients

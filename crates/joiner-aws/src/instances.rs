@@ -33,8 +33,12 @@ pub(crate) fn from_ec2(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
         // Stopping or stopped instances serve no pods: the controller treats them as going.
         _ => InstanceState::ShuttingDown,
     };
+    // An instance in a capacity reservation (or a Capacity Block) reports the `capacity-block`
+    // lifecycle or names its reservation; EC2 bills it as reserved, not on-demand.
     let capacity_type = match i.instance_lifecycle() {
         Some(InstanceLifecycleType::Spot) => CapacityType::Spot,
+        _ if i.capacity_reservation_id().is_some() => CapacityType::Reserved,
+        Some(InstanceLifecycleType::CapacityBlock) => CapacityType::Reserved,
         _ => CapacityType::OnDemand,
     };
     let tags: BTreeMap<String, String> = i

@@ -32,6 +32,7 @@ mod network;
 mod nodeclass;
 mod pricing;
 mod profile;
+mod reservations;
 mod sqs;
 mod tags;
 mod template;

@@ -128,11 +128,15 @@ impl Clients {
         let profile = self
             .instance_profile(reads.cluster, &self.region, class)
             .await;
+        let reservations = self
+            .capacity_reservations(name, &spec.capacity_reservation_selector_terms)
+            .await;
         NodeClassResolution {
             subnets: outcome(subnets),
             security_groups: outcome(security_groups),
             amis: outcome(amis),
             instance_profile: outcome(profile),
+            capacity_reservations: outcome(reservations),
         }
     }
 

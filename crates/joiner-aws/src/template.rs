@@ -17,6 +17,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, PoisonError};
 
 use aws_sdk_ec2::types::{
+    CapacityReservationPreference, CapacityReservationTarget,
+    LaunchTemplateCapacityReservationSpecificationRequest,
+    LaunchTemplateInstanceMarketOptionsRequest, MarketType,
+};
+use aws_sdk_ec2::types::{
     LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
     LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
@@ -27,7 +32,7 @@ use aws_sdk_ec2::types::{
 };
 use base64::Engine as _;
 use joiner_launch::TemplateSpec;
-use joiner_launch::template::network_interfaces;
+use joiner_launch::template::{ReservationUse, network_interfaces};
 use joiner_model::Quantity;
 use joiner_model::api::ec2nodeclass::BlockDeviceMapping;
 
@@ -150,7 +155,40 @@ pub(crate) fn launch_template_data(spec: &TemplateSpec) -> RequestLaunchTemplate
         Some(interfaces) => data = data.set_network_interfaces(Some(interfaces)),
         None => data = data.set_security_group_ids(Some(spec.security_groups.clone())),
     }
+    if let Some(reservations) = capacity_reservation(&spec.reservations) {
+        data = data.capacity_reservation_specification(reservations);
+    }
+    if matches!(spec.reservations, ReservationUse::CapacityBlock(_)) {
+        data = data.instance_market_options(
+            LaunchTemplateInstanceMarketOptionsRequest::builder()
+                .market_type(MarketType::CapacityBlock)
+                .build(),
+        );
+    }
     data.build()
+}
+
+/// The `CapacityReservationSpecification` for a template's use of reservations; `None` keeps
+/// EC2's default (open reservations may be used).
+fn capacity_reservation(
+    reservations: &ReservationUse,
+) -> Option<LaunchTemplateCapacityReservationSpecificationRequest> {
+    let spec = LaunchTemplateCapacityReservationSpecificationRequest::builder();
+    match reservations {
+        ReservationUse::Open => None,
+        ReservationUse::None => Some(
+            spec.capacity_reservation_preference(CapacityReservationPreference::None)
+                .build(),
+        ),
+        ReservationUse::Target(id) | ReservationUse::CapacityBlock(id) => Some(
+            spec.capacity_reservation_target(
+                CapacityReservationTarget::builder()
+                    .capacity_reservation_id(id)
+                    .build(),
+            )
+            .build(),
+        ),
+    }
 }
 
 /// Launch templates known to exist: they are not looked up again.
@@ -415,7 +453,48 @@ mod tests {
             associate_public_ip: None,
             detailed_monitoring: false,
             tags: BTreeMap::new(),
+            reservations: ReservationUse::Open,
         }
+    }
+
+    #[test]
+    fn reservation_templates_target_their_reservation_and_blocks_their_market() {
+        let open = launch_template_data(&spec());
+        assert!(open.capacity_reservation_specification().is_none());
+        assert!(open.instance_market_options().is_none());
+
+        let mut s = spec();
+        s.reservations = ReservationUse::None;
+        let none = launch_template_data(&s);
+        assert_eq!(
+            none.capacity_reservation_specification()
+                .and_then(|c| c.capacity_reservation_preference()),
+            Some(&CapacityReservationPreference::None)
+        );
+
+        s.reservations = ReservationUse::CapacityBlock("cr-block".into());
+        let block = launch_template_data(&s);
+        let target = block
+            .capacity_reservation_specification()
+            .and_then(|c| c.capacity_reservation_target())
+            .and_then(|t| t.capacity_reservation_id());
+        assert_eq!(target, Some("cr-block"));
+        assert_eq!(
+            block
+                .instance_market_options()
+                .and_then(|m| m.market_type()),
+            Some(&MarketType::CapacityBlock)
+        );
+
+        s.reservations = ReservationUse::Target("cr-odcr".into());
+        let odcr = launch_template_data(&s);
+        assert!(odcr.instance_market_options().is_none());
+        assert_eq!(
+            odcr.capacity_reservation_specification()
+                .and_then(|c| c.capacity_reservation_target())
+                .and_then(|t| t.capacity_reservation_id()),
+            Some("cr-odcr")
+        );
     }
 
     #[test]

@@ -67,6 +67,7 @@ fn the_policy_grants_every_call_the_aws_edge_makes() {
         "ec2:DescribeInstanceTypes",
         "ec2:DescribeInstanceTypeOfferings",
         "ec2:DescribeSpotPriceHistory",
+        "ec2:DescribeCapacityReservations",
         "ssm:GetParameter",
         "eks:DescribeCluster",
         "iam:PassRole",

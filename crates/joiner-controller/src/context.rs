@@ -72,7 +72,8 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
             let sold = self.sold();
             let mut builder =
                 ClusterSnapshot::builder(&m, &self.config.settings, &self.config.options)
-                    .unavailable(&unavailable);
+                    .unavailable(&unavailable)
+                    .at(self.now);
             if let Some(sold) = &sold {
                 builder = builder.sold(sold);
             }

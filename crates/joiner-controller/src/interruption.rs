@@ -33,9 +33,12 @@ use crate::context::Ctx;
 use crate::error::ControllerError;
 use crate::report::{DisruptionEvent, StepReport};
 use crate::store::{ClusterStore, StoreError};
+use joiner_model::api::EC2NodeClass;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
+use joiner_model::api::nodeclass_status::CAPACITY_BLOCK_DRAIN_LEAD_SECONDS;
 use joiner_model::wellknown::DisruptionAction;
 use messages::{Interruption, Notice};
+use std::collections::BTreeMap;
 
 /// Messages taken per step (the most one SQS ReceiveMessage returns).
 pub const BATCH: usize = 10;
@@ -111,6 +114,62 @@ pub fn poll<S: ClusterStore>(
         }
     }
     Ok(received.len())
+}
+
+/// The reason an interruption mark gives for a node whose Capacity Block is about to end.
+pub const CAPACITY_BLOCK_ENDING: &str = "CapacityBlockExpiring";
+
+/// Marks interrupted the NodeClaims that run in a Capacity Block whose end is near: from
+/// [`CAPACITY_BLOCK_DRAIN_LEAD_SECONDS`] before it (ten minutes before EC2 starts terminating
+/// the block's instances, when EC2 warns), as Karpenter drains them. The end time is the one
+/// the NodeClaim's class recorded in `status.capacityReservations`; a block that is not there
+/// (the class not resolved yet, the read failed) drains nothing: the instance's fate is not
+/// known, and EC2's own warning still comes through the queue. Returns how many were marked.
+pub fn mark_ending_capacity_blocks<S: ClusterStore, C>(
+    ctx: &mut Ctx<'_, S, C>,
+) -> Result<usize, ControllerError> {
+    let classes = ctx.store.list::<EC2NodeClass>()?;
+    let ends: BTreeMap<&str, Timestamp> = classes
+        .iter()
+        .filter_map(|c| c.status.as_ref())
+        .flat_map(|s| s.capacity_reservations.iter())
+        .filter_map(|r| Some((r.id.as_str(), r.drain_from()?)))
+        .collect();
+    if ends.is_empty() {
+        return Ok(0);
+    }
+    let mut marked = 0;
+    for claim in ctx.store.list::<NodeClaim>()? {
+        let Some(from) = claim
+            .label(labels::CAPACITY_RESERVATION_ID)
+            .and_then(|id| ends.get(id))
+        else {
+            continue;
+        };
+        if ctx.now < *from || claim.is_deleting() || is_interrupted(&claim) {
+            continue;
+        }
+        let id = claim
+            .label(labels::CAPACITY_RESERVATION_ID)
+            .unwrap_or_default()
+            .to_string();
+        mark(
+            ctx.store,
+            ctx.now,
+            &claim,
+            CAPACITY_BLOCK_ENDING,
+            &format!("Capacity Block {id} ends at {from} + {CAPACITY_BLOCK_DRAIN_LEAD_SECONDS}s"),
+        )?;
+        tracing::warn!(nodeclaim = claim.name(), reservation = %id, "Capacity Block ending: replacing and draining now");
+        ctx.report.disruption.push(DisruptionEvent {
+            action: DisruptionAction::Interrupted,
+            reason: CAPACITY_BLOCK_ENDING.into(),
+            node_claims: vec![claim.name().to_string()],
+            detail: vec![id],
+        });
+        marked += 1;
+    }
+    Ok(marked)
 }
 
 /// Keeps planning off the spot offerings of NodeClaims marked [`Notice::SpotInterruption`]

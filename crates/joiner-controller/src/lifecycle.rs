@@ -20,7 +20,7 @@ use crate::cloud::{
 };
 use crate::context::Ctx;
 use crate::error::ControllerError;
-use crate::nodeclaim::launch::{offers_for, request_for, requested_dra_drivers};
+use crate::nodeclaim::launch::{offers_for, request_for, requested_dra_drivers, reserved_offers};
 use crate::store::{ClusterStore, StoreError};
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 
@@ -106,7 +106,10 @@ where
     S: ClusterStore,
 {
     let cloud_types = ctx.instance_types()?.to_vec();
-    Ok(offers_for(claim, &cloud_types, |k| ctx.is_unavailable(k)))
+    let reserved = reserved_offers(claim, ctx.pools_view()?);
+    Ok(offers_for(claim, &cloud_types, reserved, |k| {
+        ctx.is_unavailable(k)
+    }))
 }
 
 /// Launches the NodeClaim's instance (or adopts the one launched for it before a restart) and
@@ -249,6 +252,17 @@ fn record_launch<S: ClusterStore, C: CloudProvider>(
         }
         l.insert(labels::INSTANCE_TYPE.into(), instance.instance_type.clone());
         l.insert(labels::ZONE.into(), instance.zone.clone());
+        // The planned zone's ID goes with the zone the instance actually got.
+        let zone_id = option.as_ref().and_then(|o| {
+            o.offerings
+                .iter()
+                .find(|off| off.zone == instance.zone)
+                .and_then(|off| off.zone_id.clone())
+        });
+        match zone_id {
+            Some(id) => l.insert(labels::ZONE_ID.into(), id),
+            None => l.remove(labels::ZONE_ID),
+        };
         l.insert(
             labels::CAPACITY_TYPE.into(),
             instance.capacity_type.as_str().into(),

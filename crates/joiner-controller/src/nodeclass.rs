@@ -92,6 +92,12 @@ pub fn apply(
             },
         ),
     ];
+    // Reservations have no condition: none found is a class that launches without them.
+    match &resolution.capacity_reservations {
+        Resolved::Found(found) => status.capacity_reservations.clone_from(found),
+        Resolved::NotFound(_) => status.capacity_reservations.clear(),
+        Resolved::Failed(_) => {}
+    }
     for (type_, reason, outcome) in parts {
         match outcome {
             Some(Ok(())) => status.set_condition(type_, true, type_, "", at.0.clone(), at.1),
@@ -133,6 +139,9 @@ fn failures(r: &NodeClassResolution) -> Vec<&crate::cloud::CloudError> {
         out.push(e);
     }
     if let Resolved::Failed(e) = &r.instance_profile {
+        out.push(e);
+    }
+    if let Resolved::Failed(e) = &r.capacity_reservations {
         out.push(e);
     }
     out
@@ -213,6 +222,7 @@ mod tests {
     use crate::cloud::CloudError;
     use joiner_model::Sourced;
     use joiner_model::api::ec2nodeclass::{Ami, Readiness, SecurityGroup, Subnet};
+    use joiner_model::api::nodeclass_status::CapacityReservation;
 
     fn at(s: i64) -> Time {
         Time(Timestamp::from_second(s).expect("time"))
@@ -234,7 +244,33 @@ mod tests {
                 ..Ami::default()
             }]),
             instance_profile: Resolved::Found("lab_123".into()),
+            capacity_reservations: Resolved::Found(vec![CapacityReservation {
+                id: "cr-1".into(),
+                instance_type: "p5.48xlarge".into(),
+                availability_zone: "us-east-1a".into(),
+                available_instance_count: Some(2),
+                ..CapacityReservation::default()
+            }]),
         }
+    }
+
+    #[test]
+    fn reservations_follow_the_cloud_and_a_failed_read_keeps_them() {
+        let ready = apply(None, &found(), at(1), Some(1));
+        assert_eq!(
+            ready.capacity_reservations[0].available_instance_count,
+            Some(2)
+        );
+        let mut r = found();
+        r.capacity_reservations = Resolved::Failed(CloudError::Throttled);
+        let kept = apply(Some(&ready), &r, at(2), Some(1));
+        assert_eq!(kept.capacity_reservations, ready.capacity_reservations);
+        assert_eq!(kept.readiness(), Readiness::Ready);
+        r.capacity_reservations = Resolved::Found(Vec::new());
+        let gone = apply(Some(&ready), &r, at(3), Some(1));
+        assert!(gone.capacity_reservations.is_empty());
+        // No reservation is no fault of the class.
+        assert_eq!(gone.readiness(), Readiness::Ready);
     }
 
     #[test]

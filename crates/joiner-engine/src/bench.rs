@@ -52,6 +52,8 @@ fn instance_types() -> Vec<LaunchOption> {
                     capacity_type: "on-demand".into(),
                     price: Price::from_usd(on_demand).unwrap_or(Price::MAX),
                     price_basis: Default::default(),
+                    reservation: None,
+                    zone_id: None,
                 })
                 .collect();
             offerings.extend(ZONES[..2].iter().map(|z| LaunchOffering {
@@ -59,6 +61,8 @@ fn instance_types() -> Vec<LaunchOption> {
                 capacity_type: "spot".into(),
                 price: Price::from_usd(on_demand * 0.4).unwrap_or(Price::MAX),
                 price_basis: Default::default(),
+                reservation: None,
+                zone_id: None,
             }));
             LaunchOption {
                 instance_type: format!("fake-it-{i}"),

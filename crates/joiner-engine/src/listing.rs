@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::catalog::{Catalog, InstanceType, NodeShape, PriceBasis};
 use crate::scheduling::allowed::{effective_requirements, offering_allowed, type_allowed};
-use crate::scheduling::{LaunchOption, PoolInput};
+use crate::scheduling::{LaunchOffering, LaunchOption, PoolInput};
 
 /// Every NodePool's instance types.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -83,6 +83,19 @@ pub struct ListedOffering {
     #[serde(skip_serializing_if = "PriceBasis::is_listed")]
     pub price_basis: PriceBasis,
     pub available: bool,
+    /// For a `reserved` offering: the reservation, and how many instances it can still take.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation: Option<ListedReservation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedReservation {
+    pub id: String,
+    /// `default` or `capacity-block`.
+    #[serde(rename = "type")]
+    pub type_: &'static str,
+    pub free_instances: u32,
 }
 
 /// The instance types each of `pools` allows, from `catalog` (the one the pools were built
@@ -104,7 +117,7 @@ pub fn list_catalog(region: &str, catalog: &Catalog) -> Listing {
         .iter()
         .filter_map(|it| {
             let allocatable = it.allocatable(&NodeShape::default()).ok()?;
-            let offerings = it.offerings.iter().collect();
+            let offerings = it.offerings.iter().map(catalog_offering).collect();
             Some(listed(it, allocatable, offerings))
         })
         .collect();
@@ -137,10 +150,40 @@ fn list_pool(catalog: &Catalog, pool: &PoolInput) -> PoolListing {
             if !type_allowed(&requirements, &node_labels) {
                 return None;
             }
-            let offerings: Vec<_> = it
+            // The catalog's offerings, unavailable ones too, and the reservations the
+            // NodePool's class selects, which only the NodePool has.
+            let offerings: Vec<ListedOffering> = it
                 .offerings
                 .iter()
-                .filter(|o| offering_allowed(&o.zone, o.capacity_type.as_str(), &requirements))
+                .filter(|o| {
+                    let zone_id = option
+                        .offerings
+                        .iter()
+                        .find(|l| l.zone == o.zone)
+                        .and_then(|l| l.zone_id.as_deref());
+                    offering_allowed(
+                        (&o.zone, zone_id),
+                        o.capacity_type.as_str(),
+                        None,
+                        &requirements,
+                    )
+                })
+                .map(catalog_offering)
+                .chain(
+                    option
+                        .offerings
+                        .iter()
+                        .filter(|o| o.reservation.is_some())
+                        .filter(|o| {
+                            offering_allowed(
+                                (&o.zone, o.zone_id.as_deref()),
+                                &o.capacity_type,
+                                o.reservation.as_ref(),
+                                &requirements,
+                            )
+                        })
+                        .map(reserved_offering),
+                )
                 .collect();
             if offerings.is_empty() {
                 return None;
@@ -154,21 +197,37 @@ fn list_pool(catalog: &Catalog, pool: &PoolInput) -> PoolListing {
     }
 }
 
+fn catalog_offering(o: &crate::catalog::Offering) -> ListedOffering {
+    ListedOffering {
+        zone: o.zone.clone(),
+        capacity_type: o.capacity_type.as_str().to_string(),
+        price_per_hour: o.price,
+        price_basis: o.price_basis,
+        available: o.available,
+        capacity_reservation: None,
+    }
+}
+
+fn reserved_offering(o: &LaunchOffering) -> ListedOffering {
+    ListedOffering {
+        zone: o.zone.clone(),
+        capacity_type: o.capacity_type.clone(),
+        price_per_hour: o.price,
+        price_basis: o.price_basis,
+        available: o.reservation.as_ref().is_some_and(|r| r.free > 0),
+        capacity_reservation: o.reservation.as_ref().map(|r| ListedReservation {
+            id: r.id.clone(),
+            type_: r.reservation_type(),
+            free_instances: r.free,
+        }),
+    }
+}
+
 fn listed(
     it: &InstanceType,
     allocatable: ResourceList,
-    offerings: Vec<&crate::catalog::Offering>,
+    mut offerings: Vec<ListedOffering>,
 ) -> ListedType {
-    let mut offerings: Vec<ListedOffering> = offerings
-        .into_iter()
-        .map(|o| ListedOffering {
-            zone: o.zone.clone(),
-            capacity_type: o.capacity_type.as_str().to_string(),
-            price_per_hour: o.price,
-            price_basis: o.price_basis,
-            available: o.available,
-        })
-        .collect();
     offerings.sort_by(|a, b| {
         (!a.available, a.price_per_hour, &a.zone, &a.capacity_type).cmp(&(
             !b.available,

@@ -58,9 +58,13 @@ pub struct PlannedNodeClaim {
     /// `on-demand`, `spot` or `reserved`.
     pub capacity_type: String,
     pub zone: String,
+    /// The capacity reservation it launches into, when its capacity type is `reserved` (also
+    /// in its `karpenter.k8s.aws/capacity-reservation-id` label).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation_id: Option<String>,
     pub price_per_hour: Price,
     /// What the price is when it is not a listed one (an estimate, a stand-in for a spot price
-    /// not known offline); absent for a listed price.
+    /// not known offline, reserved capacity planned near zero); absent for a listed price.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub price_note: Option<String>,
     /// `<namespace>/<pod>` of every pending pod placed here.
@@ -82,6 +86,9 @@ pub struct PlannedNodeClaim {
 pub struct PlannedOffering {
     pub zone: String,
     pub capacity_type: String,
+    /// For a `reserved` offering, the reservation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation_id: Option<String>,
     pub price_per_hour: Price,
     /// How the price is known, when it is not listed (`spot-snapshot`, `other-region`,
     /// `on-demand-bound`).

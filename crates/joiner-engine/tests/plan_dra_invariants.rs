@@ -141,6 +141,8 @@ fn option(r: &mut Rng, i: usize) -> LaunchOption {
             capacity_type: "on-demand".into(),
             price: Price::from_usd(0.1 + r.below(300) as f64 / 100.0).unwrap(),
             price_basis: Default::default(),
+            reservation: None,
+            zone_id: None,
         }],
         at_most_one_per_pod: vec![],
         devices: Some(DeviceSource {

@@ -74,6 +74,8 @@ fn option(r: &mut Rng, i: usize) -> LaunchOption {
                 capacity_type: "on-demand".into(),
                 price: Price::from_usd(price).unwrap(),
                 price_basis: Default::default(),
+                reservation: None,
+                zone_id: None,
             })
             .collect(),
         at_most_one_per_pod: vec![],
@@ -527,6 +529,8 @@ fn nodes_hold_no_more_pods_than_allocatable() {
             capacity_type: "on-demand".into(),
             price: Price::from_usd(0.1).unwrap(),
             price_basis: Default::default(),
+            reservation: None,
+            zone_id: None,
         }],
         at_most_one_per_pod: vec![],
         devices: None,

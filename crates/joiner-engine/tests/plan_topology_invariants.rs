@@ -149,6 +149,8 @@ fn cluster(seed: u64) -> (SchedulingInput, BTreeMap<&'static str, Vec<Rule>>) {
                         capacity_type: "on-demand".into(),
                         price: Price::from_usd(0.1 * cpu.parse::<f64>().unwrap_or(1.0)).unwrap(),
                         price_basis: Default::default(),
+                        reservation: None,
+                        zone_id: None,
                     })
                     .collect(),
                 at_most_one_per_pod: vec![],

@@ -83,6 +83,7 @@ pub fn kubelet_labels(all: &BTreeMap<String, String>) -> BTreeMap<String, String
     const CONTROLLER_SET: &[&str] = &[
         labels::INSTANCE_TYPE,
         labels::ZONE,
+        labels::ZONE_ID,
         labels::CAPACITY_TYPE,
         labels::REGISTERED,
         labels::INITIALIZED,

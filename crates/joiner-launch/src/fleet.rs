@@ -16,7 +16,9 @@ use joiner_model::wellknown::tags;
 use crate::LaunchError;
 use crate::bootstrap::{Cluster, NodeBootstrap, kubelet_labels};
 use crate::family::{default_block_devices, family_of, user_data};
-use crate::template::{TemplateSpec, metadata_with_defaults, node_class_spec_hash, template_name};
+use crate::template::{
+    ReservationUse, TemplateSpec, metadata_with_defaults, node_class_spec_hash, template_name,
+};
 
 /// What resolving the EC2NodeClass found for one launch.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -60,6 +62,9 @@ pub enum Skip {
 pub struct Fleet {
     /// One capacity type per fleet: the cheapest offer's.
     pub capacity_type: CapacityType,
+    /// For `reserved`: the reservations are Capacity Blocks. EC2 takes one market per fleet, so
+    /// a fleet holds blocks or on-demand capacity reservations, not both.
+    pub capacity_block: bool,
     pub templates: Vec<FleetTemplate>,
     /// Tags on the instance, its volumes and the fleet: the EC2NodeClass's, then the request's
     /// ownership tags and the launch token.
@@ -67,15 +72,25 @@ pub struct Fleet {
     pub skipped: Vec<(OfferingKey, Skip)>,
 }
 
-/// The one capacity type a fleet for `request` launches: the cheapest offer's. Spot offers
-/// that fail come back as insufficient and the next attempt moves on to on-demand. Reserved
-/// capacity is launched through its reservation, which this fleet does not carry.
-pub fn capacity_type_of(request: &LaunchRequest) -> Option<CapacityType> {
-    request
-        .offers
-        .iter()
-        .map(|o| o.offering.capacity_type)
-        .find(|c| *c != CapacityType::Reserved)
+/// The one capacity type a fleet for `request` launches: the cheapest offer's, and for reserved
+/// capacity whether it is a Capacity Block. Offers that fail come back as insufficient and the
+/// next attempt moves on to the next kind.
+pub fn capacity_type_of(request: &LaunchRequest) -> Option<(CapacityType, bool)> {
+    let first = request.offers.first()?;
+    let block = first.reservation.as_ref().is_some_and(|r| r.capacity_block);
+    Some((first.offering.capacity_type, block))
+}
+
+impl Fleet {
+    /// EC2's `DefaultTargetCapacityType`: on-demand capacity reservations launch as on-demand
+    /// capacity that targets them.
+    pub fn target_capacity_type(&self) -> &'static str {
+        match (self.capacity_type, self.capacity_block) {
+            (CapacityType::Spot, _) => "spot",
+            (CapacityType::Reserved, true) => "capacity-block",
+            _ => "on-demand",
+        }
+    }
 }
 
 /// The fleet for `request` from `class` (in its v1 form), with the cluster the node joins and
@@ -87,7 +102,8 @@ pub fn fleet(
     resolved: &Resolved,
 ) -> Result<Fleet, LaunchError> {
     let family = family_of(class)?;
-    let capacity_type = capacity_type_of(request).ok_or(LaunchError::NoOfferings)?;
+    let (capacity_type, capacity_block) =
+        capacity_type_of(request).ok_or(LaunchError::NoOfferings)?;
     let spec = &class.spec;
     let mut bootstrap = NodeBootstrap {
         cluster: cluster.clone(),
@@ -129,10 +145,11 @@ pub fn fleet(
     let mut rendered: BTreeMap<Option<u32>, String> = BTreeMap::new();
     let mut templates: Vec<FleetTemplate> = Vec::new();
     let mut skipped = Vec::new();
-    let offers = request
-        .offers
-        .iter()
-        .filter(|o| o.offering.capacity_type == capacity_type);
+    let selects_reservations = !spec.capacity_reservation_selector_terms.is_empty();
+    let offers = request.offers.iter().filter(|o| {
+        o.offering.capacity_type == capacity_type
+            && o.reservation.as_ref().is_some_and(|r| r.capacity_block) == capacity_block
+    });
     for (priority, offer) in offers.enumerate() {
         let key = &offer.offering;
         let Some(image) = resolved.images.get(&key.instance_type) else {
@@ -168,6 +185,12 @@ pub fn fleet(
             associate_public_ip: spec.associate_public_ip_address,
             detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),
             tags: template_tags.clone(),
+            reservations: match &offer.reservation {
+                Some(r) if r.capacity_block => ReservationUse::CapacityBlock(r.id.clone()),
+                Some(r) => ReservationUse::Target(r.id.clone()),
+                None if selects_reservations => ReservationUse::None,
+                None => ReservationUse::Open,
+            },
         };
         let name = template_name(&cluster.name, &tspec);
         let over = FleetOverride {
@@ -190,6 +213,7 @@ pub fn fleet(
     instance_tags.insert(tags::LAUNCH_TOKEN.to_string(), request.client_token.clone());
     Ok(Fleet {
         capacity_type,
+        capacity_block,
         templates,
         instance_tags,
         skipped,
@@ -200,6 +224,7 @@ pub fn fleet(
 mod tests {
     use super::*;
     use joiner_controller::cloud::Offer;
+    use joiner_engine::scheduling::OfferedReservation;
     use joiner_model::Price;
 
     fn offer(t: &str, zone: &str, capacity_type: CapacityType) -> Offer {
@@ -210,6 +235,19 @@ mod tests {
                 capacity_type,
             },
             price: Price::ZERO,
+            reservation: None,
+        }
+    }
+
+    fn reserved(t: &str, zone: &str, id: &str, capacity_block: bool) -> Offer {
+        Offer {
+            reservation: Some(OfferedReservation {
+                id: id.into(),
+                capacity_block,
+                interruptible: false,
+                free: 1,
+            }),
+            ..offer(t, zone, CapacityType::Reserved)
         }
     }
 
@@ -314,11 +352,57 @@ mod tests {
         );
     }
 
+    /// Each reservation gets a template that targets it; blocks and on-demand reservations
+    /// never share a fleet, and a class that selects reservations keeps its other launches out
+    /// of open ones.
     #[test]
-    fn only_reserved_offers_or_a_windows_class_cannot_make_a_fleet() {
+    fn reserved_offers_launch_into_their_reservations_one_market_per_fleet() {
+        let cluster = Cluster {
+            name: "lab".into(),
+            ..Cluster::default()
+        };
+        let mut selecting = class();
+        selecting.spec.capacity_reservation_selector_terms = vec![Default::default()];
+        let mut r = request();
+        r.offers = vec![
+            reserved("g5.xlarge", "us-east-1a", "cr-block", true),
+            reserved("g5.xlarge", "us-east-1b", "cr-odcr", false),
+            offer("g5.xlarge", "us-east-1a", CapacityType::OnDemand),
+        ];
+        let f = fleet(&r, &selecting, &cluster, &resolved()).expect("fleet");
+        assert_eq!(f.capacity_type, CapacityType::Reserved);
+        assert_eq!(f.target_capacity_type(), "capacity-block");
+        assert_eq!(f.templates.len(), 1);
+        assert_eq!(
+            f.templates[0].spec.reservations,
+            ReservationUse::CapacityBlock("cr-block".into())
+        );
+
+        r.offers.remove(0);
+        let f = fleet(&r, &selecting, &cluster, &resolved()).expect("fleet");
+        assert_eq!(f.target_capacity_type(), "on-demand");
+        let uses: Vec<_> = f
+            .templates
+            .iter()
+            .map(|t| t.spec.reservations.clone())
+            .collect();
+        assert_eq!(uses, [ReservationUse::Target("cr-odcr".into())]);
+
+        r.offers.remove(0);
+        let f = fleet(&r, &selecting, &cluster, &resolved()).expect("fleet");
+        assert_eq!(f.templates[0].spec.reservations, ReservationUse::None);
+        let plain = fleet(&r, &class(), &cluster, &resolved()).expect("fleet");
+        assert_eq!(plain.templates[0].spec.reservations, ReservationUse::Open);
+        // The default is left out of the hash: a class without reservations keeps its names.
+        let json = serde_json::to_string(&plain.templates[0].spec).expect("json");
+        assert!(!json.contains("reservations"), "{json}");
+    }
+
+    #[test]
+    fn no_offers_or_a_windows_class_cannot_make_a_fleet() {
         let cluster = Cluster::default();
         let mut r = request();
-        r.offers = vec![offer("g5.xlarge", "us-east-1a", CapacityType::Reserved)];
+        r.offers.clear();
         assert_eq!(
             fleet(&r, &class(), &cluster, &resolved()),
             Err(LaunchError::NoOfferings)

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use joiner_controller::cloud::{CloudInstanceType, CloudOffering};
-use joiner_controller::nodeclaim::launch::{offers_for, request_for};
+use joiner_controller::nodeclaim::launch::{offers_for, request_for, reserved_offers};
 use joiner_controller::nodeclaim::node_claim_for;
 use joiner_controller::pods::pod_key;
 use joiner_engine::plan::{Plan, PlannedNodeClaim};
@@ -27,6 +27,7 @@ use crate::bootstrap::Cluster;
 use crate::family::family_of;
 use crate::fleet::{Resolved, Skip, fleet};
 use crate::image::{Arch, ParameterRoots, TypeFacts, alias_parameter, alias_version};
+use crate::template::ReservationUse;
 use crate::template::{NetworkInterface, network_interfaces};
 
 /// What one planned NodeClaim's launch sends EC2.
@@ -38,6 +39,8 @@ pub struct LaunchPreview {
     pub node_class: String,
     pub ami_family: String,
     pub capacity_type: String,
+    /// CreateFleet's `DefaultTargetCapacityType`: `on-demand`, `spot` or `capacity-block`.
+    pub target_capacity_type: String,
     pub launch_templates: Vec<TemplatePreview>,
     /// Tags on the instance, its volumes and the fleet.
     pub instance_tags: BTreeMap<String, String>,
@@ -65,6 +68,13 @@ pub struct TemplatePreview {
     pub detailed_monitoring: bool,
     /// Tags on the template, and on the network interfaces and spot requests launched from it.
     pub tags: BTreeMap<String, String>,
+    /// The template's `CapacityReservationSpecification`: the reservation targeted, or
+    /// preference `none` for a class that selects reservations; absent for EC2's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation: Option<String>,
+    /// `capacity-block` for a Capacity Block's template (`InstanceMarketOptions.MarketType`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub market_type: Option<&'static str>,
     pub overrides: Vec<OverridePreview>,
     /// The user data, before base64.
     pub user_data: String,
@@ -119,7 +129,9 @@ pub fn for_plan(
             let mut zones: Vec<String> = zones.into_iter().filter(|z| *z != planned.zone).collect();
             zones.insert(0, planned.zone.clone());
             let claim = node_claim_for(planned, pool, &pods, zones);
-            let offers = offers_for(&claim, &cloud_types, |_| false);
+            let offers = offers_for(&claim, &cloud_types, reserved_offers(&claim, view), |_| {
+                false
+            });
             let request = request_for(&claim, class, &cluster.name, offers, view)
                 .map_err(|e| e.to_string())?;
             let class = request.node_class_spec.clone().ok_or_else(|| {
@@ -187,6 +199,8 @@ fn cloud_types(view: &ClusterSnapshot, planned: &PlannedNodeClaim) -> Vec<CloudI
             offerings: o
                 .offerings
                 .iter()
+                // Reservations come with the class, through `reserved_offers`.
+                .filter(|off| off.reservation.is_none())
                 .filter_map(|off| {
                     Some(CloudOffering {
                         zone: off.zone.clone(),
@@ -287,6 +301,7 @@ fn preview(
         node_class: request.node_class.clone(),
         ami_family: format!("{family:?}"),
         capacity_type: fleet.capacity_type.as_str().to_string(),
+        target_capacity_type: fleet.target_capacity_type().to_string(),
         launch_templates: fleet
             .templates
             .iter()
@@ -299,6 +314,13 @@ fn preview(
                 network_interfaces: network_interfaces(&t.spec),
                 detailed_monitoring: t.spec.detailed_monitoring,
                 tags: t.spec.tags.clone(),
+                capacity_reservation: match &t.spec.reservations {
+                    ReservationUse::Open => None,
+                    ReservationUse::None => Some("preference: none".to_string()),
+                    other => other.target().map(|id| format!("target: {id}")),
+                },
+                market_type: matches!(t.spec.reservations, ReservationUse::CapacityBlock(_))
+                    .then_some("capacity-block"),
                 overrides: t
                     .overrides
                     .iter()

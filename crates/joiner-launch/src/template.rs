@@ -29,6 +29,40 @@ pub struct TemplateSpec {
     /// Tags on the template, its network interfaces and spot requests: the EC2NodeClass's,
     /// its NodePool's ownership tags and the EC2NodeClass's spec hash.
     pub tags: BTreeMap<String, String>,
+    /// How the instance uses capacity reservations. Left out of the name's hash when it is the
+    /// default, so templates made before reservations existed keep their names.
+    #[serde(skip_serializing_if = "ReservationUse::is_default")]
+    pub reservations: ReservationUse,
+}
+
+/// A launch template's `CapacityReservationSpecification` and market type.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ReservationUse {
+    /// EC2's default: an instance may land in any matching `open` reservation.
+    #[default]
+    Open,
+    /// `capacityReservationPreference: none`: the class selects reservations, so an instance
+    /// not launched into one of them must not drift into another (Karpenter does the same).
+    None,
+    /// Launched into this on-demand capacity reservation (`CapacityReservationTarget`).
+    Target(String),
+    /// Launched into this Capacity Block: targeted, with the `capacity-block` market type.
+    CapacityBlock(String),
+}
+
+impl ReservationUse {
+    pub fn is_default(&self) -> bool {
+        *self == ReservationUse::Open
+    }
+
+    /// The reservation targeted, if any.
+    pub fn target(&self) -> Option<&str> {
+        match self {
+            ReservationUse::Target(id) | ReservationUse::CapacityBlock(id) => Some(id),
+            ReservationUse::Open | ReservationUse::None => None,
+        }
+    }
 }
 
 /// `joiner/<cluster>/<first 16 hex digits of the SHA-256 of the spec>`.

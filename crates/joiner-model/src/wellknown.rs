@@ -63,6 +63,32 @@ pub mod labels {
     pub const INSTANCE_CAPABILITY_FLEX: &str = "karpenter.k8s.aws/instance-capability-flex";
     /// The zone's account-independent ID (`use1-az1`), known only from the subnets.
     pub const ZONE_ID: &str = "topology.k8s.aws/zone-id";
+    /// The capacity reservation a `reserved` node runs in (`cr-0123…`).
+    pub const CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
+    /// `default` (an on-demand capacity reservation) or `capacity-block` (Capacity Blocks for
+    /// ML), as EC2's `reservationType` says.
+    pub const CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
+    /// `true` when EC2 may take the reserved capacity back (interruptible reservations).
+    pub const CAPACITY_RESERVATION_INTERRUPTIBLE: &str =
+        "karpenter.k8s.aws/capacity-reservation-interruptible";
+
+    /// Labels that belong to how a node is bought, not to its type: a type's offerings differ
+    /// in them. The reservation labels exist only on `reserved` offerings, so a requirement on
+    /// them behaves as `DoesNotExist` for every other offering; the zone ID only where the
+    /// EC2NodeClass's subnets say it (zone IDs map to zone names per account).
+    pub const OFFERING_DEFINED: [&str; 6] = [
+        ZONE,
+        ZONE_ID,
+        CAPACITY_TYPE,
+        CAPACITY_RESERVATION_ID,
+        CAPACITY_RESERVATION_TYPE,
+        CAPACITY_RESERVATION_INTERRUPTIBLE,
+    ];
+
+    /// Whether `key` is one of [`OFFERING_DEFINED`].
+    pub fn defined_by_offering(key: &str) -> bool {
+        OFFERING_DEFINED.contains(&key)
+    }
 
     /// Labels an instance type defines itself, as Karpenter's AWS provider does: a type without
     /// one of them (no GPU, no local NVMe) does not have the label at all, so a requirement on

@@ -17,6 +17,7 @@ use joiner_controller::cloud::{
 use joiner_model::api::EC2NodeClass;
 
 use crate::network::{self, SimulatedNetwork};
+use crate::reservations::Reservations;
 
 /// When the kubelet of an instance registers its Node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +63,8 @@ struct State {
     resolution_failures: u32,
     /// Instance profiles by name, with the role each holds.
     profiles: BTreeMap<String, String>,
+    /// The account's capacity reservations and Capacity Blocks.
+    reservations: Reservations,
 }
 
 /// A cloud in memory. Instance ids count up from `i-00000000000000001` in launch order.
@@ -156,6 +159,18 @@ impl SimulatedCloud {
             }
         }
         s
+    }
+
+    /// Adds a capacity reservation (or, with `reservationType: capacity-block` and an end
+    /// time, a Capacity Block) of `total` instances, carrying `tags`; `state` and
+    /// `availableInstanceCount` are the cloud's to say.
+    pub fn add_capacity_reservation(
+        &self,
+        reservation: joiner_model::api::nodeclass_status::CapacityReservation,
+        tags: BTreeMap<String, String>,
+        total: u32,
+    ) {
+        self.lock().reservations.add(reservation, tags, total);
     }
 
     /// The cloud takes the instance back `notice` from now (a spot interruption: EC2 gives two
@@ -362,6 +377,44 @@ impl CloudProvider for SimulatedCloud {
         }
         let mut insufficient = Vec::new();
         for offer in &request.offers {
+            if let Some(r) = &offer.reservation {
+                // Launched into the reservation or not at all (`ReservationCapacityExceeded`).
+                let next = SimulatedCloud::instance_id(s.launched + 1);
+                let now = self.clock.now();
+                let instances = s.instances.clone();
+                let running = |id: &str| {
+                    instances
+                        .get(id)
+                        .is_some_and(|i| i.state != InstanceState::Terminated)
+                };
+                let key = &offer.offering;
+                let taken = s.reservations.take(
+                    &r.id,
+                    (&key.instance_type, &key.zone),
+                    &next,
+                    now,
+                    running,
+                );
+                match taken {
+                    Err(()) => {
+                        insufficient.push(offer.offering.clone());
+                        continue;
+                    }
+                    Ok(reclaim) => {
+                        let instance =
+                            self.start_instance(&mut s, &offer.offering, request.tags.clone());
+                        if let Some(at) = reclaim {
+                            s.reclaims.insert(instance.id.clone(), at);
+                        }
+                        s.tokens
+                            .insert(request.client_token.clone(), instance.id.clone());
+                        return Ok(Launched {
+                            instance,
+                            insufficient,
+                        });
+                    }
+                }
+            }
             if !self.sells(&offer.offering) {
                 continue;
             }
@@ -503,7 +556,18 @@ impl CloudProvider for SimulatedCloud {
                 Resolved::NotFound("neither spec.role nor spec.instanceProfile is set".into())
             }
         };
+        let running = |id: &str| {
+            s.instances
+                .get(id)
+                .is_some_and(|i| i.state != InstanceState::Terminated)
+        };
+        let capacity_reservations = Resolved::Found(s.reservations.select(
+            &spec.capacity_reservation_selector_terms,
+            self.clock.now(),
+            running,
+        ));
         NodeClassResolution {
+            capacity_reservations,
             subnets: network::subnets(s.network.as_ref(), &zones, &spec.subnet_selector_terms),
             security_groups: network::security_groups(
                 s.network.as_ref(),
@@ -539,6 +603,7 @@ mod tests {
                 capacity_type: CapacityType::OnDemand,
             },
             price: joiner_model::Price::ZERO,
+            reservation: None,
         }
     }
 

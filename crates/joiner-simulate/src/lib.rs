@@ -26,6 +26,7 @@ pub mod kubelet;
 pub mod network;
 mod progress;
 pub mod report;
+mod reservations;
 pub mod run;
 pub mod scenario;
 pub mod scheduler;

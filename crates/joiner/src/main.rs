@@ -218,8 +218,11 @@ fn read_input(
     let options = joiner_engine::snapshot::Options {
         builtin_catalog: !input.settings.no_builtin_catalog,
     };
+    // Now, for what depends on the time: a Capacity Block closes 40 minutes before its end.
     let snapshot =
-        joiner_engine::snapshot::ClusterSnapshot::build(&manifests, &settings, &options)?;
+        joiner_engine::snapshot::ClusterSnapshot::builder(&manifests, &settings, &options)
+            .at(k8s_openapi::jiff::Timestamp::now())
+            .build()?;
     // An object that cannot be read is an error in the input file: every one is named and
     // nothing is planned. References that lead nowhere (a claim or an EC2NodeClass not created
     // yet) are not: they hold back only their own object, with a warning or a reason.

@@ -230,3 +230,100 @@ spec:
             .is_some_and(|p| p > 29)
     );
 }
+
+/// A training NodePool whose class's status (as the controller writes it) holds an on-demand
+/// capacity reservation with one free instance and a Capacity Block: two pods take both, the
+/// third goes on-demand, and each launch targets its reservation.
+#[test]
+fn reserved_nodes_preview_launches_into_their_reservations() {
+    let s = joiner_test_support::Scratch::new("launch-e2e-reserved");
+    let file = s.write(
+        "train.yaml",
+        r#"apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: train}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: train}
+      requirements:
+      - {key: node.kubernetes.io/instance-type, operator: In, values: [p5.48xlarge]}
+      - {key: karpenter.sh/capacity-type, operator: In, values: [reserved, on-demand]}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: train}
+spec:
+  role: KarpenterNodeRole-lab
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: lab}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: lab}}]
+  capacityReservationSelectorTerms: [{tags: {team: ml}}]
+status:
+  capacityReservations:
+  - {id: cr-0aaa, availabilityZone: us-east-1a, instanceType: p5.48xlarge, instanceMatchCriteria: targeted,
+     ownerID: "012345678901", reservationType: default, state: active, availableInstanceCount: 1}
+  - {id: cr-0bbb, availabilityZone: us-east-1b, instanceType: p5.48xlarge, instanceMatchCriteria: targeted,
+     ownerID: "012345678901", reservationType: capacity-block, state: active, endTime: "2099-01-01T00:00:00Z",
+     availableInstanceCount: 1}
+"#,
+    );
+    let pods = s.write(
+        "pods.yaml",
+        &(0..3)
+            .map(|i| format!("---\napiVersion: v1\nkind: Pod\nmetadata: {{name: t{i}, namespace: ml}}\nspec:\n  containers:\n  - name: t\n    resources: {{requests: {{nvidia.com/gpu: \"8\"}}, limits: {{nvidia.com/gpu: \"8\"}}}}\n"))
+            .collect::<String>(),
+    );
+    let (file, pods) = (file.display().to_string(), pods.display().to_string());
+    let mut args = vec!["plan", "-f", &file, "-f", &pods, "-o", "json", "--launch"];
+    args.extend(CLUSTER_SETTINGS);
+    let plan = run_json(JOINER, &args);
+    let claims = plan["nodeClaims"].as_array().expect("claims");
+    assert_eq!(claims.len(), 3, "{plan:#}");
+    let by_reservation = |id: &str| {
+        claims
+            .iter()
+            .find(|c| c["capacityReservationId"] == id)
+            .unwrap_or_else(|| panic!("no NodeClaim in {id}: {plan:#}"))
+    };
+    let odcr = by_reservation("cr-0aaa");
+    assert_eq!(odcr["capacityType"], "reserved");
+    assert_eq!(odcr["zone"], "us-east-1a");
+    assert_eq!(
+        odcr["labels"]["karpenter.k8s.aws/capacity-reservation-type"],
+        "default"
+    );
+    assert_eq!(odcr["launch"]["targetCapacityType"], "on-demand");
+    assert_eq!(
+        odcr["launch"]["launchTemplates"][0]["capacityReservation"],
+        "target: cr-0aaa"
+    );
+    let block = by_reservation("cr-0bbb");
+    assert_eq!(block["launch"]["targetCapacityType"], "capacity-block");
+    let t = &block["launch"]["launchTemplates"][0];
+    assert_eq!(t["capacityReservation"], "target: cr-0bbb");
+    assert_eq!(t["marketType"], "capacity-block");
+    assert_eq!(t["overrides"][0]["zone"], "us-east-1b");
+    let on_demand = claims
+        .iter()
+        .find(|c| c["capacityType"] == "on-demand")
+        .expect("the third pod goes on-demand");
+    // The class selects reservations: its other launches keep out of open ones.
+    assert_eq!(
+        on_demand["launch"]["launchTemplates"][0]["capacityReservation"],
+        "preference: none"
+    );
+    assert!(on_demand.get("capacityReservationId").is_none());
+
+    // `joiner catalog` lists the reservations beside the type's other offerings.
+    let listing = run_json(JOINER, &["catalog", "-f", &file, "-o", "json"]);
+    let offerings = listing["nodePools"][0]["instanceTypes"][0]["offerings"]
+        .as_array()
+        .expect("offerings");
+    let reserved: Vec<&serde_json::Value> = offerings
+        .iter()
+        .filter(|o| o["capacityType"] == "reserved")
+        .collect();
+    assert_eq!(reserved.len(), 2, "{listing:#}");
+    assert_eq!(reserved[0]["capacityReservation"]["freeInstances"], 1);
+}

@@ -58,6 +58,7 @@ pub fn offer(t: &str, zone: &str, capacity_type: CapacityType, usd: f64) -> Offe
             capacity_type,
         },
         price: joiner_model::Price::from_usd(usd).expect("price"),
+        reservation: None,
     }
 }
 

@@ -23,6 +23,9 @@ pub use joiner_engine::catalog::OfferingKey;
 pub struct Offer {
     pub offering: OfferingKey,
     pub price: Price,
+    /// For a `reserved` offering: the capacity reservation to launch into (EC2's
+    /// `CapacityReservationTarget`, and the `capacity-block` market type for a Capacity Block).
+    pub reservation: Option<joiner_engine::scheduling::OfferedReservation>,
 }
 
 /// Launch one instance for one NodeClaim.

@@ -4,6 +4,7 @@
 //! found, and a read that failed never reads as "nothing matches".
 
 use joiner_model::api::ec2nodeclass::{Ami, SecurityGroup, Subnet};
+use joiner_model::api::nodeclass_status::CapacityReservation;
 
 use super::CloudError;
 
@@ -28,6 +29,10 @@ pub struct NodeClassResolution {
     /// The profile nodes get: `spec.instanceProfile` as given, or the one created or adopted
     /// for `spec.role`.
     pub instance_profile: Resolved<String>,
+    /// The active reservations `capacityReservationSelectorTerms` select, with their free
+    /// counts. Not finding any is no fault of the class (no condition depends on it): the
+    /// class launches without reservations.
+    pub capacity_reservations: Resolved<Vec<CapacityReservation>>,
 }
 
 impl NodeClassResolution {
@@ -37,7 +42,8 @@ impl NodeClassResolution {
             subnets: Resolved::Failed(error.clone()),
             security_groups: Resolved::Failed(error.clone()),
             amis: Resolved::Failed(error.clone()),
-            instance_profile: Resolved::Failed(error),
+            instance_profile: Resolved::Failed(error.clone()),
+            capacity_reservations: Resolved::Failed(error),
         }
     }
 }

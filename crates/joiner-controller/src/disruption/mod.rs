@@ -5,7 +5,8 @@
 //!
 //! 0. Bookkeeping: NodeClaims without this version's NodePool/EC2NodeClass hashes are stamped,
 //!    and the `Drifted` condition is set (or cleared) as [`drift::drift_of`] finds.
-//! 1. Interruptions ([`crate::interruption`] marked the NodeClaims in this same step): the pods
+//! 1. Interruptions ([`crate::interruption`] marked the NodeClaims in this same step, or this
+//!    step marked them because their Capacity Block ends soon): the pods
 //!    of every newly interrupted node get replacement capacity, planned without those nodes and
 //!    launched at once, whatever the budgets; then the nodes are tainted and drained in the same
 //!    step. Karpenter drains an interrupted node at once too; Joiner launches first so the
@@ -159,6 +160,8 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     state: &mut DisruptionState,
 ) -> Result<(), ControllerError> {
+    // A Capacity Block about to end takes its nodes as an interruption does.
+    crate::interruption::mark_ending_capacity_blocks(ctx)?;
     let view = View {
         pools: by_name(ctx.store.list::<NodePool>()?, |p| p.metadata.name.clone()),
         classes: by_name(ctx.store.list::<EC2NodeClass>()?, |c| {

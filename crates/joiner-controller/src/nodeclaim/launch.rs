@@ -13,52 +13,88 @@ use joiner_model::wellknown::{annotations, labels, resources, tags};
 
 use crate::cloud::{CloudInstanceType, LaunchRequest, Offer, OfferingKey};
 use crate::error::ControllerError;
+use joiner_engine::catalog::CapacityType;
+
+/// The reservations the NodeClaim's class offers for the types and reservations it allows, as
+/// the step's view has them (reservations belong to the class, not to what the cloud sells).
+/// Their free counts are not checked: the view counts this very NodeClaim as holding its place,
+/// and EC2 has the last word.
+pub fn reserved_offers(claim: &NodeClaim, view: &ClusterSnapshot) -> Vec<Offer> {
+    let Some(pool) = claim.label(labels::NODEPOOL) else {
+        return Vec::new();
+    };
+    let ids = claim.requirement_values(labels::CAPACITY_RESERVATION_ID);
+    claim
+        .requirement_values(labels::INSTANCE_TYPE)
+        .iter()
+        .filter_map(|t| view.launch_option(pool, t))
+        .flat_map(|option| {
+            option.offerings.iter().filter_map(|o| {
+                let r = o.reservation.as_ref()?;
+                (ids.is_empty() || ids.contains(&r.id)).then(|| Offer {
+                    offering: OfferingKey {
+                        instance_type: option.instance_type.clone(),
+                        zone: o.zone.clone(),
+                        capacity_type: CapacityType::Reserved,
+                    },
+                    price: o.price,
+                    reservation: Some(r.clone()),
+                })
+            })
+        })
+        .collect()
+}
 
 /// The offerings the NodeClaim allows, cheapest first, without unavailable ones (the cloud's
-/// or `unavailable`'s). Ties keep the order of the requirements (the planned type and zone
-/// first).
+/// or `unavailable`'s): what the cloud sells (`cloud_types`) and the class's reservations
+/// (`reserved`, see [`reserved_offers`]). Ties keep the order of the requirements (the planned
+/// type and zone first).
 pub fn offers_for(
     claim: &NodeClaim,
     cloud_types: &[CloudInstanceType],
+    reserved: Vec<Offer>,
     unavailable: impl Fn(&OfferingKey) -> bool,
 ) -> Vec<Offer> {
     let types = claim.requirement_values(labels::INSTANCE_TYPE);
     let zones = claim.requirement_values(labels::ZONE);
     let capacity_types = claim.requirement_values(labels::CAPACITY_TYPE);
+    let sold = types.iter().flat_map(|t| {
+        cloud_types
+            .iter()
+            .filter(move |c| &c.name == t)
+            .flat_map(|c| c.offerings.iter().filter(|o| o.available))
+            .map(move |o| Offer {
+                offering: OfferingKey {
+                    instance_type: t.clone(),
+                    zone: o.zone.clone(),
+                    capacity_type: o.capacity_type,
+                },
+                price: o.price,
+                reservation: None,
+            })
+    });
     let mut ranked = Vec::new();
-    for (ti, t) in types.iter().enumerate() {
-        let Some(it) = cloud_types.iter().find(|c| &c.name == t) else {
+    for offer in sold.chain(reserved) {
+        let key = &offer.offering;
+        let Some(ti) = types.iter().position(|t| *t == key.instance_type) else {
             continue;
         };
-        for o in it.offerings.iter().filter(|o| o.available) {
-            let zi = match zones.iter().position(|z| z == &o.zone) {
-                Some(i) => i,
-                None if zones.is_empty() => 0,
-                None => continue,
-            };
-            if !capacity_types.is_empty()
-                && !capacity_types.iter().any(|c| c == o.capacity_type.as_str())
-            {
-                continue;
-            }
-            let key = OfferingKey {
-                instance_type: t.clone(),
-                zone: o.zone.clone(),
-                capacity_type: o.capacity_type,
-            };
-            if unavailable(&key) {
-                continue;
-            }
-            ranked.push((
-                o.price,
-                ti,
-                zi,
-                Offer {
-                    offering: key,
-                    price: o.price,
-                },
-            ));
+        let zi = match zones.iter().position(|z| *z == key.zone) {
+            Some(i) => i,
+            None if zones.is_empty() => 0,
+            None => continue,
+        };
+        if !capacity_types.is_empty()
+            && !capacity_types
+                .iter()
+                .any(|c| c == key.capacity_type.as_str())
+        {
+            continue;
         }
+        if unavailable(key) {
+            continue;
+        }
+        ranked.push((offer.price, ti, zi, offer));
     }
     ranked.sort_by_key(|a| (a.0, a.1, a.2));
     ranked.into_iter().map(|r| r.3).collect()

@@ -68,7 +68,10 @@ pub fn node_claim_for(
     let (name, hash) = need_name(&planned.node_pool, &planned.pods);
     let template = &pool.spec.template;
     let its_pods: Vec<&Pod> = planned.pods.iter().filter_map(|p| pods.get(p)).collect();
-    let zones = if pins_zone(&its_pods) {
+    // A reservation is for one type in one zone: a NodeClaim planned into one launches
+    // there or not at all, so no other NodeClaim's place in it is taken.
+    let reserved = planned.capacity_reservation_id.as_ref();
+    let zones = if reserved.is_some() || pins_zone(&its_pods) {
         vec![planned.zone.clone()]
     } else {
         zones
@@ -78,6 +81,7 @@ pub fn node_claim_for(
         labels::ZONE,
         labels::CAPACITY_TYPE,
         labels::NODEPOOL,
+        labels::CAPACITY_RESERVATION_ID,
     ];
     let mut requirements: Vec<_> = template
         .spec
@@ -92,8 +96,17 @@ pub fn node_claim_for(
     ));
     requirements.push(requirement(
         labels::INSTANCE_TYPE,
-        instance_types_of(planned),
+        match reserved {
+            Some(_) => vec![planned.instance_type.clone()],
+            None => instance_types_of(planned),
+        },
     ));
+    if let Some(id) = reserved {
+        requirements.push(requirement(
+            labels::CAPACITY_RESERVATION_ID,
+            vec![id.clone()],
+        ));
+    }
     requirements.push(requirement(labels::ZONE, zones));
     requirements.push(requirement(
         labels::CAPACITY_TYPE,

@@ -222,3 +222,24 @@ fn without_node_pools_the_whole_catalog_is_listed() {
     assert!(last.price_per_hour.is_none(), "{}", last.name);
     assert!(types[0].price_per_hour.is_some());
 }
+
+#[test]
+fn bottlerocket_keeps_ephemeral_storage_on_its_data_volume() {
+    let volumes = "blockDeviceMappings: [{deviceName: /dev/xvda, ebs: {volumeSize: 4Gi}}, {deviceName: /dev/xvdb, ebs: {volumeSize: 100Gi}}]";
+    let type_ = "{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}";
+    let storage = |class_extra: &str| {
+        let s = snapshot(&pool(type_, class_extra), serde_json::json!({}));
+        s.listing().node_pools[0].instance_types[0].allocatable["ephemeral-storage"]
+    };
+    let bottlerocket = storage(&format!("amiFamily: Bottlerocket\n  {volumes}"));
+    let al2023 = storage(volumes);
+    // 100Gi on Bottlerocket's /dev/xvdb; AL2023 keeps it on its 4Gi root volume.
+    assert!(
+        bottlerocket.nanos() > 80 * (1i128 << 30) * 1_000_000_000,
+        "{bottlerocket:?}"
+    );
+    assert!(
+        al2023.nanos() < 4 * (1i128 << 30) * 1_000_000_000,
+        "{al2023:?}"
+    );
+}

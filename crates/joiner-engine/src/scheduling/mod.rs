@@ -69,11 +69,59 @@ pub enum Consolidation {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LaunchOffering {
     pub zone: String,
+    /// The zone's ID (`use1-az1`, the `topology.k8s.aws/zone-id` label), when the NodePool's
+    /// EC2NodeClass status names a subnet in the zone.
+    pub zone_id: Option<String>,
     pub capacity_type: String,
     pub price: Price,
     /// How the price is known; a stand-in price orders offerings all the same, and the plan
     /// says it is one.
     pub price_basis: PriceBasis,
+    /// The capacity reservation behind a `reserved` offering; `None` for every other.
+    pub reservation: Option<OfferedReservation>,
+}
+
+impl LaunchOffering {
+    /// The value the offering gives a label that belongs to offerings
+    /// ([`joiner_model::wellknown::labels::OFFERING_DEFINED`]); `None` when it does not carry
+    /// the label (the reservation labels of an offering that is not reserved).
+    pub fn label(&self, key: &str) -> Option<&str> {
+        allowed::offering_label(self, key)
+    }
+}
+
+/// A capacity reservation (an on-demand capacity reservation or a Capacity Block for ML) as one
+/// instance type's offering in its zone. Reserved capacity is paid for whether used or not, so
+/// it is priced near zero ([`reserved_price`]) and fills first; it holds only `free` more
+/// instances, which the planner shares out across every NodeClaim it plans.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OfferedReservation {
+    /// The reservation's ID: the `karpenter.k8s.aws/capacity-reservation-id` label.
+    pub id: String,
+    /// A Capacity Block for ML (`capacity-reservation-type: capacity-block`), launched with the
+    /// `capacity-block` market type; else an on-demand capacity reservation (`default`).
+    pub capacity_block: bool,
+    pub interruptible: bool,
+    /// Instances it can still take, less the NodeClaims already bound for it.
+    pub free: u32,
+}
+
+impl OfferedReservation {
+    /// The `karpenter.k8s.aws/capacity-reservation-type` value.
+    pub fn reservation_type(&self) -> &'static str {
+        if self.capacity_block {
+            "capacity-block"
+        } else {
+            "default"
+        }
+    }
+}
+
+/// What a reserved offering is planned at: the type's on-demand price divided by ten million,
+/// as Karpenter prices reservations "near zero". Not zero, so that a smaller reserved type
+/// still costs less than a larger one and consolidation can move pods off a big reservation.
+pub fn reserved_price(on_demand: Price) -> Price {
+    Price::from_nano_usd(on_demand.nano_usd() / 10_000_000)
 }
 
 /// An instance type as a NodePool would launch it.

@@ -41,9 +41,11 @@ mod explain;
 mod finish;
 mod pools;
 mod rejections;
+mod reservations;
 
 use pools::{Pool, build_pool, cheapest_offering, copies_that_fit, option_price};
 use rejections::{NewRejections, Rejected, Rejection, clear_bits, set_bit};
+use reservations::Reservations;
 
 /// How many of the most recent compatible NodeClaims are considered for growing to a larger
 /// instance type. Growing is rarely cheaper than a new node except for the newest, least full
@@ -84,6 +86,8 @@ struct Claim {
     zone: Option<u32>,
     /// Holds DRA allocations, so its instance type (and so its devices) may not change.
     devices_pinned: bool,
+    /// The capacity reservation it has an instance of booked, if its offering is reserved.
+    reservation: Option<String>,
 }
 
 impl Claim {
@@ -165,6 +169,8 @@ struct Planner<'a> {
     dra: Option<Dra>,
     /// Per existing node: the bound pods on it.
     bound: Rc<Vec<Vec<usize>>>,
+    /// Capacity reservations and how many instances of each the NodeClaims have booked.
+    reservations: Reservations,
 }
 
 /// The orders in which pending pods may be taken. Packing largest-first is a heuristic, and which
@@ -356,6 +362,7 @@ impl<'a> Planner<'a> {
             pin_cache: RefCell::new(HashMap::new()),
             bindings: Vec::new(),
             bound: Rc::new(Vec::new()),
+            reservations: Reservations::of(input),
             dra: input
                 .dra
                 .as_ref()
@@ -805,8 +812,7 @@ impl<'a> Planner<'a> {
     fn defined(&self, pool: &Pool, alt: &Requirements) -> bool {
         alt.iter().all(|(k, r)| {
             !r.requires_presence()
-                || k == labels::ZONE
-                || k == labels::CAPACITY_TYPE
+                || labels::defined_by_offering(k)
                 || pool.defined_keys.contains(k)
                 || pool.options.iter().any(|o| o.labels.contains_key(k))
         })
@@ -921,6 +927,9 @@ impl<'a> Planner<'a> {
                 let hostname = self.claim_domain(change.claim);
                 self.topology.place(p, Domains { hostname, zone });
                 self.bindings.push((p, name));
+                if old != new {
+                    self.rebook(change.claim);
+                }
             }
             Placement::New(n) => {
                 let pool = &mut self.pools[n.pool];
@@ -948,9 +957,40 @@ impl<'a> Planner<'a> {
                     pods: vec![p],
                     zone: n.zone,
                     devices_pinned: false,
+                    reservation: None,
                 });
+                self.rebook(self.claims.len() - 1);
                 self.give_devices(p);
             }
+        }
+    }
+
+    /// Books NodeClaim `c` into the reservation of its cheapest offering, giving back the one it
+    /// held. A reservation that fills, or stops being full, changes the prices of the options
+    /// that offer it, so the cached option lists are dropped.
+    fn rebook(&mut self, c: usize) {
+        let mut changed = false;
+        if let Some(old) = self.claims[c].reservation.take() {
+            changed |= self.reservations.release(&old);
+        }
+        let claim = &self.claims[c];
+        let pool = &self.pools[claim.pool];
+        let booked = claim
+            .allowed
+            .get(claim.chosen)
+            .and_then(|&(_, o)| cheapest_offering(pool, o, &claim.requirements, &self.reservations))
+            .and_then(|off| off.reservation.as_ref())
+            .map(|r| r.id.clone());
+        if let Some(id) = &booked {
+            changed |= self.reservations.book(id);
+        }
+        self.claims[c].reservation = booked;
+        if changed {
+            self.allowed_cache
+                .borrow_mut()
+                .iter_mut()
+                .for_each(HashMap::clear);
+            self.pin_cache.borrow_mut().clear();
         }
     }
 

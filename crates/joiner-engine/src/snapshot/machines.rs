@@ -237,11 +237,22 @@ fn price_of(
         .and_then(|c| CapacityType::parse(c))
         .unwrap_or(CapacityType::OnDemand);
     let zone = node_labels.get(labels::ZONE).map(String::as_str);
-    it.offerings
+    // A reserved node is paid for already: priced near zero, as it was planned.
+    let (sold_as, reserved) = match capacity {
+        CapacityType::Reserved => (CapacityType::OnDemand, true),
+        other => (other, false),
+    };
+    let price = it
+        .offerings
         .iter()
-        .filter(|o| o.capacity_type == capacity && zone.is_none_or(|z| z == o.zone))
+        .filter(|o| o.capacity_type == sold_as && zone.is_none_or(|z| z == o.zone))
         .map(|o| o.price)
-        .min()
+        .min()?;
+    Some(if reserved {
+        crate::scheduling::reserved_price(price)
+    } else {
+        price
+    })
 }
 
 #[cfg(test)]

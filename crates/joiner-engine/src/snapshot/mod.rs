@@ -17,6 +17,7 @@
 mod dra;
 pub mod machines;
 mod pools;
+mod reservations;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -82,6 +83,7 @@ pub struct SnapshotBuilder<'a> {
     unavailable: Option<&'a BTreeSet<OfferingKey>>,
     candidates: Option<&'a BTreeSet<String>>,
     sold: Option<&'a BTreeMap<String, Vec<Offering>>>,
+    now: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 impl<'a> SnapshotBuilder<'a> {
@@ -97,6 +99,14 @@ impl<'a> SnapshotBuilder<'a> {
     /// objects keep their own.
     pub fn sold(mut self, offerings: &'a BTreeMap<String, Vec<Offering>>) -> Self {
         self.sold = Some(offerings);
+        self
+    }
+
+    /// The time now, for what depends on it: a Capacity Block stops taking nodes
+    /// [`joiner_model::api::nodeclass_status::CAPACITY_BLOCK_DRAIN_LEAD_SECONDS`] before its
+    /// end. Without it, end times are not checked.
+    pub fn at(mut self, now: k8s_openapi::jiff::Timestamp) -> Self {
+        self.now = Some(now);
         self
     }
 
@@ -122,6 +132,7 @@ impl<'a> SnapshotBuilder<'a> {
             unavailable,
             candidates,
             sold,
+            now,
         } = self;
         let mut warnings = Vec::new();
         let mut invalid = Vec::new();
@@ -137,6 +148,7 @@ impl<'a> SnapshotBuilder<'a> {
         let dra_on = !settings.ignore_dra_requests;
         let empty = BTreeSet::new();
         let unavailable = unavailable.unwrap_or(&empty);
+        let reserved_free = reservations::free_counts(&m.node_classes, &m.node_claims, now);
         let mut template_options = BTreeMap::new();
         let mut pools = Vec::new();
         let mut unready = Vec::new();
@@ -185,6 +197,7 @@ impl<'a> SnapshotBuilder<'a> {
                 plugin.as_ref(),
                 devices,
                 unavailable,
+                &reserved_free,
             ) {
                 Ok(pool) => {
                     if let Some(opts) = devices {
@@ -405,6 +418,7 @@ impl ClusterSnapshot {
             unavailable: None,
             candidates: None,
             sold: None,
+            now: None,
         }
     }
 
@@ -631,5 +645,7 @@ fn device_plugin_configs(
 
 #[cfg(test)]
 mod isolation_tests;
+#[cfg(test)]
+mod reservation_tests;
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use joiner_model::api::EC2NodeClass;
 use joiner_model::api::NodeClaim;
-use joiner_model::api::ec2nodeclass::InstanceStorePolicy;
+use joiner_model::api::ec2nodeclass::{AmiFamily, InstanceStorePolicy};
 use joiner_model::api::nodepool::{ConsolidationPolicy, NodePool};
 use joiner_model::wellknown::labels;
 use joiner_model::{InputError, ObjectRef, Quantity, Sourced};
@@ -111,15 +111,20 @@ fn requirements(np: &Sourced<NodePool>) -> Result<Requirements, InputError> {
     Ok(requirements)
 }
 
-/// The EC2NodeClass's root volume size: the mapping marked `rootVolume`, else the AMI's root
-/// device `/dev/xvda`.
+/// The size of the EC2NodeClass's volume that holds ephemeral storage: the mapping marked
+/// `rootVolume`, else the device the AMI family keeps the kubelet's data on: `/dev/xvda` (the
+/// root device), or `/dev/xvdb` on Bottlerocket, whose root volume holds only the OS.
 fn root_volume(class: &EC2NodeClass) -> Option<Quantity> {
+    let data_device = match class.ami_family() {
+        Some(AmiFamily::Bottlerocket) => "/dev/xvdb",
+        _ => "/dev/xvda",
+    };
     let maps = &class.spec.block_device_mappings;
     maps.iter()
         .find(|b| b.root_volume == Some(true))
         .or_else(|| {
             maps.iter()
-                .find(|b| b.device_name.as_deref() == Some("/dev/xvda"))
+                .find(|b| b.device_name.as_deref() == Some(data_device))
         })
         .and_then(|b| b.ebs.as_ref())
         .and_then(|e| e.volume_size)
@@ -151,6 +156,7 @@ pub(super) fn build_pool(
     plugin: Option<&DevicePluginConfigs>,
     devices: Option<TemplateOptions>,
     unavailable: &BTreeSet<OfferingKey>,
+    reserved_free: &BTreeMap<String, u32>,
 ) -> Result<PoolInput, InputError> {
     let name = np.object.metadata.name.clone().unwrap_or_default();
     let spec = &np.object.spec;
@@ -174,6 +180,14 @@ pub(super) fn build_pool(
         None,
         class.object.metadata.name.clone().unwrap_or_default(),
     );
+    // Zone IDs map to zone names per account: only the class's subnets say which is which.
+    let zone_ids: BTreeMap<&str, &str> = class
+        .object
+        .status
+        .iter()
+        .flat_map(|s| s.subnets.iter())
+        .filter_map(|s| Some((s.zone.as_str(), s.zone_id.as_deref()?)))
+        .collect();
     let mut options = Vec::new();
     let mut node_labels = BTreeMap::new();
     for it in pool_catalog.catalog.types() {
@@ -184,8 +198,17 @@ pub(super) fn build_pool(
         {
             continue;
         }
+        let mut reserved = super::reservations::offerings(&class.object, it, reserved_free);
+        for o in &mut reserved {
+            o.zone_id = zone_ids.get(o.zone.as_str()).map(|z| z.to_string());
+        }
+        let sold = Sold {
+            unavailable,
+            reserved,
+            zone_ids: &zone_ids,
+        };
         options.push(
-            launch_option(it, &shape, &labels, plugin, devices, unavailable).map_err(|e| {
+            launch_option(it, &shape, &labels, plugin, devices, sold).map_err(|e| {
                 InputError::new(
                     &class.origin,
                     &class_ref,
@@ -212,14 +235,27 @@ pub(super) fn build_pool(
     })
 }
 
+/// How a type is sold to one NodePool: the offerings known unavailable, the reservations its
+/// class selects, and the zone IDs its subnets give.
+struct Sold<'a> {
+    unavailable: &'a BTreeSet<OfferingKey>,
+    reserved: Vec<LaunchOffering>,
+    zone_ids: &'a BTreeMap<&'a str, &'a str>,
+}
+
 fn launch_option(
     it: &InstanceType,
     shape: &NodeShape,
     template_labels: &BTreeMap<String, String>,
     plugin: Option<&DevicePluginConfigs>,
     devices: Option<TemplateOptions>,
-    unavailable: &BTreeSet<OfferingKey>,
+    sold: Sold,
 ) -> Result<LaunchOption, crate::catalog::CatalogError> {
+    let Sold {
+        unavailable,
+        reserved,
+        zone_ids,
+    } = sold;
     let mut allocatable = it.allocatable(shape)?;
     let capacity = it.capacity_for(shape)?;
     let mut labels = it.labels.clone();
@@ -250,7 +286,17 @@ fn launch_option(
                 capacity_type: o.capacity_type.as_str().to_string(),
                 price: o.price,
                 price_basis: o.price_basis,
+                reservation: None,
+                zone_id: zone_ids.get(o.zone.as_str()).map(|z| z.to_string()),
             })
+            .chain(reserved.into_iter().filter(|o| {
+                // A reservation EC2 just turned a launch away from is not tried again yet.
+                !unavailable.contains(&OfferingKey {
+                    instance_type: it.name.clone(),
+                    zone: o.zone.clone(),
+                    capacity_type: crate::catalog::CapacityType::Reserved,
+                })
+            }))
             .collect(),
         at_most_one_per_pod: at_most_one,
         devices: devices.and_then(|options| {

@@ -434,3 +434,43 @@ fn the_plan_does_not_depend_on_file_order() {
         serde_json::to_string(&other).unwrap()
     );
 }
+
+/// `topology.k8s.aws/zone-id` is an offering label known from the class's subnets: a pod that
+/// selects a zone ID lands in the zone it names, and where no subnet says which zone has that
+/// ID the label does not exist.
+#[test]
+fn zone_ids_come_from_the_class_subnets() {
+    let pool = |status: &str| {
+        format!(
+            r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: web}}
+spec:
+  template:
+    spec:
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: web}}
+      requirements: [{{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}}]
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {{name: web}}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{{alias: al2023@latest}}]
+{status}"#
+        )
+    };
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: w, namespace: default}\nspec:\n  nodeSelector: {topology.k8s.aws/zone-id: use1-az6}\n  containers:\n  - name: c\n    resources: {requests: {cpu: 100m}}\n";
+    let subnets = "status:\n  subnets:\n  - {id: subnet-a, zone: us-east-1a, zoneID: use1-az4}\n  - {id: subnet-c, zone: us-east-1c, zoneID: use1-az6}\n";
+    let plan = plan_with(&[&pool(subnets), pod], false);
+    assert_eq!(plan.node_claims.len(), 1, "{:?}", plan.unschedulable);
+    assert_eq!(plan.node_claims[0].zone, "us-east-1c");
+    assert_eq!(
+        plan.node_claims[0].labels["topology.k8s.aws/zone-id"],
+        "use1-az6"
+    );
+    let unknown = plan_with(&[&pool(""), pod], false);
+    assert!(unknown.node_claims.is_empty());
+    assert_eq!(unknown.unschedulable.len(), 1);
+}

@@ -44,8 +44,9 @@ pub struct EC2NodeClassStatus {
     pub subnets: Vec<Subnet>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub security_groups: Vec<SecurityGroup>,
-    /// Filled from `capacityReservationSelectorTerms` (Karpenter's field; Joiner does not
-    /// resolve reservations yet and keeps what is there).
+    /// The active reservations `capacityReservationSelectorTerms` select, as Karpenter records
+    /// them, with the free count Joiner adds (see
+    /// [`CapacityReservation::available_instance_count`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capacity_reservations: Vec<CapacityReservation>,
     #[serde(default, rename = "amis", skip_serializing_if = "Vec::is_empty")]
@@ -105,6 +106,56 @@ pub struct CapacityReservation {
     /// `active` or `expiring`.
     #[serde(default)]
     pub state: String,
+    /// Joiner's addition to Karpenter's shape: how many instances the reservation can still
+    /// take, as EC2's `availableInstanceCount` said when the class was last resolved. Karpenter
+    /// keeps this count in memory only, so a status it wrote has none; Joiner then assumes
+    /// one free instance (see [`CapacityReservation::free_instances`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_instance_count: Option<u32>,
+}
+
+/// `reservationType` of a Capacity Block for ML.
+pub const CAPACITY_BLOCK: &str = "capacity-block";
+
+/// EC2 begins terminating a Capacity Block's instances 30 minutes before its end and warns 10
+/// minutes before that; Joiner, like Karpenter, drains them from the warning on, and launches
+/// nothing more into the block.
+pub const CAPACITY_BLOCK_DRAIN_LEAD_SECONDS: i64 = 40 * 60;
+
+impl CapacityReservation {
+    pub fn is_capacity_block(&self) -> bool {
+        self.reservation_type == CAPACITY_BLOCK
+    }
+
+    /// Free instances to plan with: the recorded count, or one when none is recorded (a status
+    /// Karpenter wrote, a hand-written manifest).
+    pub fn free_instances(&self) -> u32 {
+        self.available_instance_count.unwrap_or(1)
+    }
+
+    /// When a Capacity Block's nodes start draining: [`CAPACITY_BLOCK_DRAIN_LEAD_SECONDS`]
+    /// before its end. `None` for other reservations and for blocks with no end time.
+    pub fn drain_from(&self) -> Option<k8s_openapi::jiff::Timestamp> {
+        if !self.is_capacity_block() {
+            return None;
+        }
+        let end = self.end_time.as_ref()?.0;
+        end.checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(
+            CAPACITY_BLOCK_DRAIN_LEAD_SECONDS,
+        ))
+        .ok()
+    }
+
+    /// Whether nodes may be launched into it at `now` (when known): it is active (no state
+    /// counts as active: a hand-written manifest) and, for a Capacity Block, not yet draining.
+    pub fn launchable(&self, now: Option<k8s_openapi::jiff::Timestamp>) -> bool {
+        let active = self.state.is_empty() || self.state == "active";
+        let draining = match (now, self.drain_from()) {
+            (Some(now), Some(from)) => now >= from,
+            _ => false,
+        };
+        active && !draining
+    }
 }
 
 /// Whether a class may launch nodes, as its `Ready` condition says.

@@ -325,7 +325,7 @@ impl Planner<'_> {
         }
         let pool = &self.pools[pool_index];
         let mut list: Allowed = (0..pool.options.len())
-            .filter_map(|o| option_price(pool, o, reqs).map(|pr| (pr, o)))
+            .filter_map(|o| option_price(pool, o, reqs, &self.reservations).map(|pr| (pr, o)))
             .collect();
         list.sort();
         let list = Rc::new(list);

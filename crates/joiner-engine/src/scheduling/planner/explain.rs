@@ -176,10 +176,9 @@ fn option_reason(
     let opt = &pool.options[o];
     let req = &pl.requests[p];
     let zero = vec![0; req.len()];
-    let reason: String = if option_price(pool, o, reqs).is_none() {
+    let reason: String = if option_price(pool, o, reqs, &pl.reservations).is_none() {
         let mismatch = reqs.iter().find(|(k, r)| {
-            *k != labels::ZONE
-                && *k != labels::CAPACITY_TYPE
+            !labels::defined_by_offering(k)
                 && !crate::requirements::holds_for_type(
                     k,
                     r,
@@ -192,7 +191,10 @@ fn option_reason(
                 "{k} {} does not satisfy {r}",
                 opt.labels.get(k).map(String::as_str).unwrap_or("(absent)")
             ),
-            None => "no offering in the allowed zones and capacity types".into(),
+            None => {
+                "no offering in the allowed zones and capacity types (or its reservations are full)"
+                    .into()
+            }
         }
     } else if let Some(&r) = opt.at_most_one.iter().find(|&&r| req[r] > 1_000_000_000) {
         format!(
@@ -274,14 +276,14 @@ pub(super) fn account(pl: &Planner, p: usize) -> Vec<String> {
         let mut order: Vec<usize> = (0..pool.options.len()).collect();
         order.sort_by_key(|&o| {
             (
-                option_price(pool, o, &reqs).is_none(),
-                option_price(pool, o, &reqs),
+                option_price(pool, o, &reqs, &pl.reservations).is_none(),
+                option_price(pool, o, &reqs, &pl.reservations),
                 o,
             )
         });
         for o in order {
             let opt = &pool.options[o];
-            let price = option_price(pool, o, &reqs)
+            let price = option_price(pool, o, &reqs, &pl.reservations)
                 .map(|p| format!("{p} USD/h"))
                 .unwrap_or_else(|| "-".into());
             let verdict = option_reason(pl, p, pi, o, &reqs).unwrap_or_else(|| "fits".into());

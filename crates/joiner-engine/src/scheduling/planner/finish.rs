@@ -13,15 +13,24 @@ use joiner_model::wellknown::{annotations, labels};
 impl Planner<'_> {
     pub(super) fn finish(self, unschedulable: Vec<Unschedulable>) -> Plan {
         let mut plan = Plan::new();
+        // Reservations are shared out again in the order the NodeClaims were made, so that no
+        // reservation is planned past its free count whatever growing did to the bookings.
+        let mut reservations = self.reservations.unbooked();
         for claim in &self.claims {
             let pool = &self.pools[claim.pool];
-            let Some(&(price, o)) = claim.allowed.get(claim.chosen) else {
+            let Some(&(_, o)) = claim.allowed.get(claim.chosen) else {
                 continue;
             };
             let opt = &pool.options[o];
-            let Some(offering) = cheapest_offering(pool, o, &claim.requirements) else {
+            let Some(offering) = cheapest_offering(pool, o, &claim.requirements, &reservations)
+            else {
                 continue;
             };
+            let reservation = offering.reservation.as_ref();
+            if let Some(r) = reservation {
+                reservations.book(&r.id);
+            }
+            let price = offering.price;
             let mut labels = opt.labels.clone();
             for (k, r) in claim.requirements.iter() {
                 if !labels.contains_key(k)
@@ -30,8 +39,12 @@ impl Planner<'_> {
                     labels.insert(k.clone(), v.to_string());
                 }
             }
-            labels.insert(labels::ZONE.into(), offering.zone.clone());
-            labels.insert(labels::CAPACITY_TYPE.into(), offering.capacity_type.clone());
+            for key in labels::OFFERING_DEFINED {
+                match offering.label(key) {
+                    Some(v) => labels.insert(key.to_string(), v.to_string()),
+                    None => labels.remove(key),
+                };
+            }
             let mut requested = claim.used.clone();
             resources::add(&mut requested, &opt.daemon);
             let option_input = pool
@@ -70,8 +83,16 @@ impl Planner<'_> {
                 instance_type: opt.name.clone(),
                 capacity_type: offering.capacity_type.clone(),
                 zone: offering.zone.clone(),
+                capacity_reservation_id: reservation.map(|r| r.id.clone()),
                 price_per_hour: price,
-                price_note: offering.price_basis.note().map(str::to_string),
+                price_note: match reservation {
+                    Some(r) => Some(format!(
+                        "reserved capacity ({} {}): paid for already, planned at a near-zero price",
+                        r.reservation_type(),
+                        r.id
+                    )),
+                    None => offering.price_basis.note().map(str::to_string),
+                },
                 pods,
                 resources: ClaimResources {
                     requested: self.index.list(&requested, &like),
@@ -87,6 +108,7 @@ impl Planner<'_> {
                         .map(|off| PlannedOffering {
                             zone: off.zone.clone(),
                             capacity_type: off.capacity_type.clone(),
+                            capacity_reservation_id: off.reservation.as_ref().map(|r| r.id.clone()),
                             price_per_hour: off.price,
                             price_basis: off.price_basis,
                         })

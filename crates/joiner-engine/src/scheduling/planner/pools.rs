@@ -11,6 +11,7 @@ use super::super::taints;
 use super::super::{LaunchOffering, PoolInput, SchedulingInput};
 
 use super::super::allowed;
+use super::reservations::Reservations;
 use crate::requirements::{Labels, Requirements, holds_for_type};
 
 /// An instance type of one NodePool, resolved for packing.
@@ -54,34 +55,50 @@ pub(super) fn copies_that_fit(one: &[i128], room: &[i128], limit: u32) -> u32 {
         .unwrap_or(limit)
 }
 
-/// The cheapest offering of option `o` allowed by `reqs` (zone and capacity type), ties broken
-/// by zone then capacity type so the result is deterministic.
+/// The cheapest offering of option `o` allowed by `reqs` (zone, capacity type, reservation)
+/// that is not a full reservation, ties broken by zone, capacity type and reservation so the
+/// result is deterministic.
 pub(super) fn cheapest_offering<'p>(
     pool: &'p Pool,
     o: usize,
     reqs: &Requirements,
+    reservations: &Reservations,
 ) -> Option<&'p LaunchOffering> {
     pool.offerings[o]
         .iter()
         .copied()
-        .filter(|off| offering_allowed(off, reqs))
+        .filter(|off| offering_allowed(off, reqs) && reservations.has_room(off))
         .min_by(|a, b| {
             a.price
                 .cmp(&b.price)
                 .then_with(|| a.zone.cmp(&b.zone))
                 .then_with(|| a.capacity_type.cmp(&b.capacity_type))
+                .then_with(|| {
+                    a.label(labels::CAPACITY_RESERVATION_ID)
+                        .cmp(&b.label(labels::CAPACITY_RESERVATION_ID))
+                })
         })
 }
 
 pub(super) fn offering_allowed(off: &LaunchOffering, reqs: &Requirements) -> bool {
-    allowed::offering_allowed(&off.zone, &off.capacity_type, reqs)
+    allowed::offering_allowed(
+        (&off.zone, off.zone_id.as_deref()),
+        &off.capacity_type,
+        off.reservation.as_ref(),
+        reqs,
+    )
 }
 
 /// The price of option `o` under `reqs`, or `None` when its labels or offerings do not allow it.
-pub(super) fn option_price(pool: &Pool, o: usize, reqs: &Requirements) -> Option<Price> {
+pub(super) fn option_price(
+    pool: &Pool,
+    o: usize,
+    reqs: &Requirements,
+    reservations: &Reservations,
+) -> Option<Price> {
     let opt = &pool.options[o];
     let labels_ok = reqs.iter().all(|(k, r)| {
-        if k == labels::ZONE || k == labels::CAPACITY_TYPE {
+        if labels::defined_by_offering(k) {
             return true;
         }
         // Keys the NodePool defines take their value from the requirements themselves, unless
@@ -96,7 +113,7 @@ pub(super) fn option_price(pool: &Pool, o: usize, reqs: &Requirements) -> Option
     if !labels_ok {
         return None;
     }
-    cheapest_offering(pool, o, reqs).map(|off| off.price)
+    cheapest_offering(pool, o, reqs, reservations).map(|off| off.price)
 }
 
 pub(super) fn build_pool<'a>(

@@ -50,6 +50,8 @@ fn option(name: &str, cpu: &str, memory: &str, gpus: &str, price: f64) -> Launch
                 capacity_type: "on-demand".into(),
                 price: Price::from_usd(price).unwrap(),
                 price_basis: Default::default(),
+                reservation: None,
+                zone_id: None,
             })
             .collect(),
         at_most_one_per_pod: vec![],
@@ -467,6 +469,8 @@ fn spot_is_used_only_when_the_pool_allows_it() {
         capacity_type: "spot".into(),
         price: Price::from_usd(0.03).unwrap(),
         price_basis: Default::default(),
+        reservation: None,
+        zone_id: None,
     });
     let plan = schedule(&input(
         pods("web", 1, SMALL_POD),
