@@ -124,6 +124,9 @@ pub fn launch<S: ClusterStore, C: CloudProvider>(
             adopted
         }
         None => {
+            if let Some(why) = class_not_ready(ctx, &claim)? {
+                return wait_for_class(ctx, claim, why);
+            }
             let offers = offers(ctx, &claim)?;
             if offers.is_empty() {
                 // Every allowed offering is out of capacity: the NodeClaim goes so its pods are
@@ -207,6 +210,50 @@ fn rejected<S: ClusterStore, C: CloudProvider>(
             &why,
             now.clone(),
         );
+    })
+}
+
+/// Why the NodeClaim's EC2NodeClass cannot launch now, when it says so (`Ready=False` or
+/// `Unknown`): its subnets, AMIs or instance profile went away after the NodeClaim was
+/// planned. A class nobody has resolved, or one that is missing (the launch says so), is not
+/// held back here.
+fn class_not_ready<S: ClusterStore, C>(
+    ctx: &Ctx<'_, S, C>,
+    claim: &NodeClaim,
+) -> Result<Option<String>, ControllerError> {
+    let class = ctx
+        .store
+        .get::<EC2NodeClass>(None, &claim.spec.node_class_ref.name)?;
+    Ok(match class.map(|c| c.readiness()) {
+        Some(joiner_model::api::ec2nodeclass::Readiness::NotReady(why)) => Some(why),
+        _ => None,
+    })
+}
+
+/// The NodeClaim waits, without launching, for its class to be Ready again, as Karpenter's
+/// `NodeClassNotReady` does; its `Launched` condition says why (written once, not every step).
+/// The registration timeout deletes it if the class stays unready, and its pods are planned
+/// again.
+fn wait_for_class<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: NodeClaim,
+    why: String,
+) -> Result<(), ControllerError> {
+    const REASON: &str = "NodeClassNotReady";
+    let message = format!(
+        "EC2NodeClass {} is not ready: {why}",
+        claim.spec.node_class_ref.name
+    );
+    let said = claim
+        .condition(conditions::LAUNCHED)
+        .is_some_and(|c| c.reason == REASON && c.message == message);
+    if said {
+        return Ok(());
+    }
+    tracing::warn!(nodeclaim = claim.name(), "{message}; not launching yet");
+    let now = k8s_time(ctx.now);
+    update_claim(ctx, claim, |c| {
+        c.set_condition(conditions::LAUNCHED, false, REASON, &message, now.clone());
     })
 }
 

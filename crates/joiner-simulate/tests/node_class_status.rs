@@ -217,3 +217,58 @@ fn a_throttled_resolution_keeps_a_ready_class_ready() {
     assert_eq!(after.status, before.status, "the last status stands");
     assert_eq!(after.readiness(), Readiness::Ready);
 }
+
+/// A NodeClaim planned while its class was Ready (by this controller before the class's
+/// subnets went away, or by another leader) is not launched once the class is not: it waits
+/// and says why, as Karpenter's `NodeClassNotReady` does.
+#[test]
+fn a_nodeclaim_of_a_class_that_is_not_ready_waits_without_launching() {
+    let world = World::new(&manifests());
+    world
+        .cloud
+        .set_network(lab_network(&world.config.settings.zones));
+    let claim: NodeClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "cpu-planned", "labels": {
+            "karpenter.sh/nodepool": "cpu", "node.kubernetes.io/instance-type": "m7i.large",
+            "karpenter.sh/capacity-type": "on-demand"},
+            "finalizers": ["karpenter.sh/termination"]},
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "elsewhere"},
+            "requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m7i.large"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["cpu"]}
+            ]
+        }
+    }))
+    .expect("NodeClaim");
+    world.store.create(&claim).expect("create");
+    run(&world, 5);
+    let waiting = world
+        .store
+        .get::<NodeClaim>(None, "cpu-planned")
+        .expect("get")
+        .expect("still there");
+    assert!(waiting.status.provider_id.is_none(), "not launched");
+    let launched = waiting
+        .condition(joiner_model::api::nodeclaim::conditions::LAUNCHED)
+        .expect("Launched");
+    assert_eq!(
+        (launched.status.as_str(), launched.reason.as_str()),
+        ("False", "NodeClassNotReady")
+    );
+    assert!(
+        launched.message.contains("no subnet matches"),
+        "{}",
+        launched.message
+    );
+    assert!(
+        world.cloud.all_instances().iter().all(|i| i
+            .tags
+            .get("karpenter.sh/nodepool")
+            .map(String::as_str)
+            != Some("cpu")),
+        "nothing launched for the cpu pool"
+    );
+}
