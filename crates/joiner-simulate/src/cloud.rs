@@ -173,6 +173,27 @@ impl SimulatedCloud {
         self.lock().reservations.add(reservation, tags, total);
     }
 
+    /// The world the manifests describe: every reservation an EC2NodeClass's status names
+    /// exists, holding as many instances as its `availableInstanceCount` says (one when it says
+    /// none), tagged as the class's first tag term selects, so resolving the class finds it.
+    pub fn add_reservations_of(&self, classes: &[joiner_model::Sourced<EC2NodeClass>]) {
+        for class in classes.iter().map(|c| &c.object) {
+            let tags = class
+                .spec
+                .capacity_reservation_selector_terms
+                .iter()
+                .find(|t| !t.tags.is_empty())
+                .map(|t| t.tags.clone())
+                .unwrap_or_default();
+            let Some(status) = &class.status else {
+                continue;
+            };
+            for r in &status.capacity_reservations {
+                self.add_capacity_reservation(r.clone(), tags.clone(), r.free_instances());
+            }
+        }
+    }
+
     /// The cloud takes the instance back `notice` from now (a spot interruption: EC2 gives two
     /// minutes). Returns false for an instance that is unknown or already terminated.
     pub fn reclaim_after(&self, instance_id: &str, notice: Duration) -> bool {
@@ -659,5 +680,57 @@ mod tests {
             Some(InstanceState::Terminated)
         );
         assert!(!cloud.reclaim_after(&id, Duration::from_secs(120)));
+    }
+
+    /// The reservations a scenario's classes record exist in its world: resolving the class
+    /// finds them with their counts, and launches into them stop at the count.
+    #[test]
+    fn reservations_named_in_class_statuses_exist_and_fill_up() {
+        let class: EC2NodeClass = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": "train"},
+            "spec": {"role": "R", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                     "capacityReservationSelectorTerms": [{"tags": {"team": "ml"}}]},
+            "status": {"capacityReservations": [{
+                "id": "cr-1", "availabilityZone": "us-east-1a", "instanceType": "g4dn.xlarge",
+                "instanceMatchCriteria": "targeted", "ownerID": "0", "availableInstanceCount": 1}]}
+        }))
+        .expect("class");
+        let zones = vec!["us-east-1a".to_string()];
+        let cloud = SimulatedCloud::new(&Catalog::builtin("us-east-1", &zones), ManualClock::new());
+        cloud.add_reservations_of(&[joiner_model::Sourced {
+            origin: joiner_model::Source::new("train.yaml", 1),
+            object: class.clone(),
+        }]);
+        let Resolved::Found(found) = cloud.resolve_node_class(&class).capacity_reservations else {
+            panic!("resolved");
+        };
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].available_instance_count, Some(1));
+        let mut reserved = request("r1");
+        reserved.offers = vec![Offer {
+            offering: OfferingKey {
+                capacity_type: CapacityType::Reserved,
+                ..offer("us-east-1a").offering
+            },
+            price: joiner_model::Price::ZERO,
+            reservation: Some(joiner_engine::scheduling::OfferedReservation {
+                id: "cr-1".into(),
+                capacity_block: false,
+                interruptible: false,
+                free: 1,
+            }),
+        }];
+        let launched = cloud.launch(&reserved).expect("launch");
+        assert_eq!(launched.instance.capacity_type, CapacityType::Reserved);
+        reserved.client_token = "r2".into();
+        assert!(matches!(
+            cloud.launch(&reserved),
+            Err(CloudError::InsufficientCapacity(_))
+        ));
+        let Resolved::Found(full) = cloud.resolve_node_class(&class).capacity_reservations else {
+            panic!("resolved");
+        };
+        assert_eq!(full[0].available_instance_count, Some(0));
     }
 }

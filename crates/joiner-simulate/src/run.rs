@@ -684,6 +684,7 @@ pub fn simulate(
     let clock = ManualClock::at(start);
     let catalog = Catalog::builtin(&config.settings.region, &config.settings.zones);
     let cloud = SimulatedCloud::new(&catalog, clock.clone());
+    cloud.add_reservations_of(&manifests.node_classes);
     let mut prices = BTreeMap::new();
     for t in cloud.instance_types().map_err(ControllerError::Cloud)? {
         for o in &t.offerings {
