@@ -55,6 +55,8 @@ pub(crate) struct Clients {
     pub(crate) ssm: aws_sdk_ssm::Client,
     /// Instance profiles for `spec.role` classes (`profile`).
     pub(crate) iam: aws_sdk_iam::Client,
+    /// On-demand prices (`on_demand`), in the Price List API's own region.
+    pub(crate) pricing: aws_sdk_pricing::Client,
     /// The region of `config`: instance profiles are tagged with it.
     pub(crate) region: String,
     handle: Handle,
@@ -76,13 +78,25 @@ impl Clients {
             .timeout_config(timeouts())
             .retry_config(retries())
             .build();
+        let region = config.region().map(ToString::to_string).unwrap_or_default();
+        let pricing = pricing_config(config, &region).build();
         Clients {
             ec2: aws_sdk_ec2::Client::from_conf(ec2),
             ssm: aws_sdk_ssm::Client::from_conf(ssm),
             iam: aws_sdk_iam::Client::from_conf(iam),
-            region: config.region().map(ToString::to_string).unwrap_or_default(),
+            pricing: aws_sdk_pricing::Client::from_conf(pricing),
+            region,
             handle,
         }
+    }
+
+    /// The Price List API at `endpoint` (tests point it at a stub: moto has no Price List).
+    pub(crate) fn with_pricing_endpoint(mut self, config: &SdkConfig, endpoint: &str) -> Clients {
+        let pricing = pricing_config(config, &self.region)
+            .endpoint_url(endpoint)
+            .build();
+        self.pricing = aws_sdk_pricing::Client::from_conf(pricing);
+        self
     }
 
     /// Runs an SDK future to completion on the runtime: from a thread that is not driving it
@@ -101,6 +115,17 @@ impl Clients {
     pub(crate) fn block_read<F: Future>(&self, f: F) -> F::Output {
         self.handle.block_on(f)
     }
+}
+
+/// The Price List API client's configuration: `config`'s credentials and endpoint, in the
+/// API's region for `region`, with the same limits as every other client.
+fn pricing_config(config: &SdkConfig, region: &str) -> aws_sdk_pricing::config::Builder {
+    aws_sdk_pricing::config::Builder::from(config)
+        .region(aws_types::region::Region::new(
+            crate::on_demand::pricing_region(region),
+        ))
+        .timeout_config(timeouts())
+        .retry_config(retries())
 }
 
 /// Runs `f` on `handle`, given up at what is left of the deadline in force (see
@@ -145,6 +170,10 @@ mod tests {
             (
                 clients.iam.config().timeout_config(),
                 clients.iam.config().retry_config(),
+            ),
+            (
+                clients.pricing.config().timeout_config(),
+                clients.pricing.config().retry_config(),
             ),
         ] {
             let timeout = timeout.expect("timeouts");

@@ -143,6 +143,13 @@ impl AwsCloud {
         })
     }
 
+    /// Reads on-demand prices from the Price List API at `endpoint` instead of AWS's (tests
+    /// serve it from a stub: moto has none).
+    pub fn with_pricing_endpoint(mut self, config: &SdkConfig, endpoint: &str) -> Self {
+        self.clients = self.clients.with_pricing_endpoint(config, endpoint);
+        self
+    }
+
     /// How long reads are cached ([`Ttls::default`] unless told; zero durations turn caching
     /// off).
     pub fn with_cache_ttls(mut self, ttls: Ttls) -> Self {

@@ -6,7 +6,8 @@
 //! into EC2 calls: subnets, security groups and AMIs resolved from the EC2NodeClass, one launch
 //! template per (EC2NodeClass, AMI, EFA layout) with the userData merged the way Karpenter merges
 //! it, `CreateFleet` (type `instant`) over the NodeClaim's offerings, and pricing from
-//! `DescribeSpotPriceHistory` with on-demand prices from the built-in catalog.
+//! `DescribeSpotPriceHistory` with on-demand prices from the Price List API (the built-in
+//! catalog's where it has none).
 //!
 //! The SDK is async and the traits are not: both types hold a [`tokio::runtime::Handle`] and
 //! block on it, so their methods must be called from a thread that is not driving that runtime
@@ -18,18 +19,21 @@
 //! acts on them (`error`: capacity, throttled, rejected, unknown). Only instances and launch
 //! templates carrying every ownership tag of the cluster are listed, terminated or deleted.
 //!
-//! Everything is tested against moto's EC2-compatible server on loopback (`tests/`).
+//! Everything is tested against moto's EC2-compatible server on loopback (`tests/`), the Price
+//! List API (which moto lacks) against a stub.
 
 mod ami;
 mod cache;
 mod clients;
 mod cloud;
 pub mod cluster;
+mod described;
 mod error;
 pub mod fleet;
 mod instances;
 mod network;
 mod nodeclass;
+mod on_demand;
 mod pricing;
 mod profile;
 mod reservations;

@@ -1,9 +1,11 @@
 //! What EC2 sells now: the instance types Joiner knows that EC2 offers in the configured zones,
-//! on-demand at the catalog's price (there is no Pricing API in every partition, nor in moto)
-//! and spot at the latest price EC2 reports per type and zone.
+//! on-demand at the Price List API's price for the region (`on_demand`; the catalog's where it
+//! has none or cannot be read) and spot at the latest price EC2 reports per type and zone.
 //!
-//! Any failure falls back to the built-in catalog's offerings and prices, with a warning: a
-//! controller that cannot read prices should keep launching at known prices rather than stop.
+//! Any failure of the EC2 reads falls back to the built-in catalog's offerings and prices, with
+//! a warning: a controller that cannot read prices should keep launching at known prices rather
+//! than stop. A Price List API that cannot be read costs only the on-demand prices, which then
+//! stay the catalog's.
 //! What EC2 answered is cached for `Ttls::instance_types`; the fallback is not, so the next call
 //! asks EC2 again.
 
@@ -13,7 +15,9 @@ use std::time::SystemTime;
 use aws_sdk_ec2::primitives::DateTime;
 use aws_sdk_ec2::types::{Filter, InstanceType as Ec2InstanceType, LocationType};
 use joiner_controller::cloud::{CloudInstanceType, CloudOffering};
-use joiner_engine::catalog::{CapacityType, Catalog, Offering, PriceBasis};
+use std::sync::Arc;
+
+use joiner_engine::catalog::{CapacityType, Catalog, Ec2Facts, Offering, PriceBasis};
 use joiner_model::Price;
 
 use crate::cache::TtlCache;
@@ -43,6 +47,7 @@ pub(crate) fn catalog_types(catalog: &Catalog) -> Vec<CloudInstanceType> {
         .types()
         .iter()
         .map(|t| CloudInstanceType {
+            facts: None,
             name: t.name.clone(),
             offerings: t
                 .offerings
@@ -58,65 +63,98 @@ pub(crate) fn catalog_types(catalog: &Catalog) -> Vec<CloudInstanceType> {
         .collect()
 }
 
-/// Joins what EC2 offers with the catalog's prices: on-demand at the catalog's price, spot at
-/// EC2's latest price (or the catalog's when EC2 reports none). Types the catalog does not know
-/// are left out: Joiner cannot plan what it cannot size.
+/// What EC2 says about prices now: the latest spot price per (type, zone) and the Price List
+/// API's on-demand price per type.
+#[derive(Debug, Default)]
+pub(crate) struct Prices {
+    pub spot: BTreeMap<(String, String), Price>,
+    pub on_demand: BTreeMap<String, Price>,
+}
+
+/// Joins what EC2 offers with the prices: on-demand at the Price List API's price (or the
+/// catalog's when it has none), spot at EC2's latest price (or the catalog's when EC2 reports
+/// none). Types the catalog does not know are sold only when EC2 described them (`described`,
+/// carried along so the view can size them) and only at prices EC2 gave.
 pub(crate) fn join_offerings(
     catalog: &Catalog,
+    described: &BTreeMap<String, Arc<Ec2Facts>>,
     offered: &BTreeSet<(String, String)>,
-    spot: &BTreeMap<(String, String), Price>,
+    prices: &Prices,
 ) -> Vec<CloudInstanceType> {
+    let known = catalog.types().iter().map(|t| (t.name.as_str(), Some(t)));
+    let new = described
+        .keys()
+        .filter(|n| catalog.get(n).is_none())
+        .map(|n| (n.as_str(), None));
     let mut out = Vec::new();
-    for t in catalog.types() {
-        let mut offerings = Vec::new();
+    for (name, built_in) in known.chain(new) {
         // The set is ordered by type, then zone: this type's zones are one range of it.
         let zones = offered
-            .range((t.name.clone(), String::new())..)
-            .take_while(|(name, _)| name == &t.name)
+            .range((name.to_string(), String::new())..)
+            .take_while(|(n, _)| n == name)
             .map(|(_, zone)| zone);
-        for zone in zones {
-            // A built-in offering with no price known offline carries none to use.
-            let priced = |o: &&Offering| o.price_basis != PriceBasis::Unknown;
-            let catalog_price = |c: CapacityType| {
-                t.offering(zone, c)
-                    .filter(priced)
-                    .or_else(|| {
-                        t.offerings
-                            .iter()
-                            .filter(priced)
-                            .find(|o| o.capacity_type == c)
-                    })
-                    .map(|o| o.price)
-            };
-            if let Some(price) = catalog_price(CapacityType::OnDemand) {
-                offerings.push(CloudOffering {
-                    zone: zone.clone(),
-                    capacity_type: CapacityType::OnDemand,
-                    price,
-                    available: true,
-                });
-            }
-            let spot_price = spot
-                .get(&(t.name.clone(), zone.clone()))
-                .copied()
-                .or_else(|| catalog_price(CapacityType::Spot));
-            if let Some(price) = spot_price {
-                offerings.push(CloudOffering {
-                    zone: zone.clone(),
-                    capacity_type: CapacityType::Spot,
-                    price,
-                    available: true,
-                });
-            }
-        }
+        let offerings: Vec<CloudOffering> = zones
+            .flat_map(|zone| offerings_in(name, zone, built_in, prices))
+            .collect();
         if !offerings.is_empty() {
             out.push(CloudInstanceType {
-                name: t.name.clone(),
+                name: name.to_string(),
                 offerings,
+                facts: match built_in {
+                    Some(_) => None,
+                    None => described.get(name).cloned(),
+                },
             });
         }
     }
     out
+}
+
+/// The on-demand and spot offerings of `name` in `zone` that have a price.
+fn offerings_in(
+    name: &str,
+    zone: &str,
+    built_in: Option<&joiner_engine::catalog::InstanceType>,
+    prices: &Prices,
+) -> Vec<CloudOffering> {
+    // A built-in offering with no price known offline carries none to use.
+    let priced = |o: &&Offering| o.price_basis != PriceBasis::Unknown;
+    let catalog_price = |c: CapacityType| {
+        let t = built_in?;
+        t.offering(zone, c)
+            .filter(priced)
+            .or_else(|| {
+                t.offerings
+                    .iter()
+                    .filter(priced)
+                    .find(|o| o.capacity_type == c)
+            })
+            .map(|o| o.price)
+    };
+    let on_demand = prices
+        .on_demand
+        .get(name)
+        .copied()
+        .or_else(|| catalog_price(CapacityType::OnDemand));
+    let spot = prices
+        .spot
+        .get(&(name.to_string(), zone.to_string()))
+        .copied()
+        .or_else(|| catalog_price(CapacityType::Spot));
+    [
+        (CapacityType::OnDemand, on_demand),
+        (CapacityType::Spot, spot),
+    ]
+    .into_iter()
+    .filter_map(|(capacity_type, price)| {
+        Some(CloudOffering {
+            zone: zone.to_string(),
+            capacity_type,
+            price: price?,
+            available: true,
+        })
+    })
+    .collect()
 }
 
 /// Only the configured zones (all zones when none are configured).
@@ -170,17 +208,29 @@ impl Clients {
         let known: BTreeSet<String> = catalog.types().iter().map(|t| t.name.clone()).collect();
         let zone_set: BTreeSet<&String> = zones.iter().collect();
 
-        // The types EC2 has (and that Joiner knows).
+        // The types EC2 has: those Joiner knows, and the facts of those it does not.
         let mut existing = BTreeSet::new();
+        let mut described = BTreeMap::new();
         let mut pages = self.ec2.describe_instance_types().into_paginator().send();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| AwsError::api("DescribeInstanceTypes", "all", e))?;
-            existing.extend(
-                page.instance_types()
-                    .iter()
-                    .filter_map(|i| i.instance_type().map(|t| t.as_str().to_string()))
-                    .filter(|n| known.contains(n)),
-            );
+            for info in page.instance_types() {
+                let Some(name) = info.instance_type().map(|t| t.as_str().to_string()) else {
+                    continue;
+                };
+                if !known.contains(&name) {
+                    match crate::described::facts_of(info) {
+                        Some(f) => {
+                            described.insert(name.clone(), Arc::new(f));
+                        }
+                        None => {
+                            tracing::warn!(instance_type = %name, "EC2 describes the type without vCPUs or memory; not planned");
+                            continue;
+                        }
+                    }
+                }
+                existing.insert(name);
+            }
         }
 
         // Where each is offered.
@@ -244,7 +294,15 @@ impl Clients {
             }
         }
         let spot = latest_spot_prices(&history);
-        Ok(join_offerings(catalog, &offered, &spot))
+        let on_demand = match self.on_demand_prices(&self.region).await {
+            Ok(prices) => prices,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read on-demand prices from the Price List API; using the built-in ones");
+                BTreeMap::new()
+            }
+        };
+        let prices = Prices { spot, on_demand };
+        Ok(join_offerings(catalog, &described, &offered, &prices))
     }
 }
 
@@ -294,7 +352,11 @@ mod tests {
             ("g4dn.xlarge".to_string(), "us-east-1a".to_string()),
             ("not-a-type.large".to_string(), "us-east-1a".to_string()),
         ]);
-        let types = join_offerings(&catalog, &offered, &spot);
+        let prices = Prices {
+            spot: spot.clone(),
+            ..Prices::default()
+        };
+        let types = join_offerings(&catalog, &BTreeMap::new(), &offered, &prices);
         assert_eq!(types.len(), 1, "unknown types are skipped");
         let offerings = &types[0].offerings;
         assert_eq!(offerings.len(), 2, "one zone offered, two capacity types");
@@ -315,14 +377,56 @@ mod tests {
             ("g4dn.xlarge".to_string(), "us-east-1b".to_string()),
             ("g5.xlarge".to_string(), "us-east-1a".to_string()),
         ]);
-        let zones: BTreeMap<String, BTreeSet<String>> = join_offerings(&catalog, &offered, &spot)
-            .into_iter()
-            .map(|t| (t.name, t.offerings.into_iter().map(|o| o.zone).collect()))
-            .collect();
+        let zones: BTreeMap<String, BTreeSet<String>> =
+            join_offerings(&catalog, &BTreeMap::new(), &offered, &prices)
+                .into_iter()
+                .map(|t| (t.name, t.offerings.into_iter().map(|o| o.zone).collect()))
+                .collect();
         let of = |t: &str| zones[t].iter().map(String::as_str).collect::<Vec<_>>();
         assert_eq!(of("g4dn.2xlarge"), ["us-east-1b"]);
         assert_eq!(of("g4dn.xlarge"), ["us-east-1a", "us-east-1b"]);
         assert_eq!(of("g5.xlarge"), ["us-east-1a"]);
         assert_eq!(zones.len(), 3);
+    }
+
+    /// A type newer than the catalog is sold with its facts, at the prices EC2 gives: on-demand
+    /// from the Price List, spot from the history; with neither it is not sold.
+    #[test]
+    fn a_described_type_is_sold_only_at_prices_ec2_gives() {
+        let catalog = Catalog::builtin("us-east-1", &["us-east-1a".to_string()]);
+        let facts: Ec2Facts = serde_json::from_value(serde_json::json!({
+            "name": "g9dn.xlarge", "arch": ["x86_64"], "cpuManufacturer": "Intel", "vcpu": 4,
+            "memoryMiB": 16384, "enis": 3, "ipv4PerEni": 10, "efa": 0,
+            "encryptionInTransit": true, "usage": ["on-demand", "spot"]
+        }))
+        .expect("facts");
+        let described = BTreeMap::from([
+            ("g9dn.xlarge".to_string(), Arc::new(facts.clone())),
+            ("g9dn.2xlarge".to_string(), Arc::new(facts)),
+        ]);
+        let offered = BTreeSet::from([
+            ("g9dn.2xlarge".to_string(), "us-east-1a".to_string()),
+            ("g9dn.xlarge".to_string(), "us-east-1a".to_string()),
+        ]);
+        let p = |usd| Price::from_usd(usd).expect("price");
+        let prices = Prices {
+            spot: BTreeMap::from([(
+                ("g9dn.xlarge".to_string(), "us-east-1a".to_string()),
+                p(0.1),
+            )]),
+            on_demand: BTreeMap::from([("g9dn.xlarge".to_string(), p(0.4))]),
+        };
+        let types = join_offerings(&catalog, &described, &offered, &prices);
+        assert_eq!(types.len(), 1, "g9dn.2xlarge has no price");
+        let t = &types[0];
+        assert_eq!(t.name, "g9dn.xlarge");
+        assert!(t.facts.is_some());
+        let by_type: BTreeMap<CapacityType, Price> = t
+            .offerings
+            .iter()
+            .map(|o| (o.capacity_type, o.price))
+            .collect();
+        assert_eq!(by_type[&CapacityType::OnDemand], p(0.4));
+        assert_eq!(by_type[&CapacityType::Spot], p(0.1));
     }
 }

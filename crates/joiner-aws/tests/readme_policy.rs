@@ -68,6 +68,7 @@ fn the_policy_grants_every_call_the_aws_edge_makes() {
         "ec2:DescribeInstanceTypeOfferings",
         "ec2:DescribeSpotPriceHistory",
         "ec2:DescribeCapacityReservations",
+        "pricing:GetProducts",
         "ssm:GetParameter",
         "eks:DescribeCluster",
         "iam:PassRole",

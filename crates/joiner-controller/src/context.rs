@@ -70,12 +70,18 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
             mark_unresolved(&mut m.node_classes, crate::clock::k8s_time(self.now));
             let unavailable = self.unavailable.active(self.now);
             let sold = self.sold();
+            let described: Vec<joiner_engine::catalog::Ec2Facts> = self
+                .instance_types
+                .iter()
+                .flatten()
+                .filter_map(|t| t.facts.as_deref().cloned())
+                .collect();
             let mut builder =
                 ClusterSnapshot::builder(&m, &self.config.settings, &self.config.options)
                     .unavailable(&unavailable)
                     .at(self.now);
             if let Some(sold) = &sold {
-                builder = builder.sold(sold);
+                builder = builder.sold(sold).described(&described);
             }
             if let Some(candidates) = &self.candidates {
                 builder = builder.consolidation_candidates(candidates);

@@ -196,6 +196,7 @@ fn cloud_types(view: &ClusterSnapshot, planned: &PlannedNodeClaim) -> Vec<CloudI
         .filter_map(|t| view.launch_option(&planned.node_pool, t))
         .map(|o| CloudInstanceType {
             name: o.instance_type.clone(),
+            facts: None,
             offerings: o
                 .offerings
                 .iter()

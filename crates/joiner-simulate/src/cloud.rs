@@ -92,6 +92,7 @@ impl SimulatedCloud {
             .types()
             .iter()
             .map(|t| CloudInstanceType {
+                facts: None,
                 name: t.name.clone(),
                 offerings: t
                     .offerings

@@ -116,6 +116,9 @@ pub struct Launched {
 pub struct CloudInstanceType {
     pub name: String,
     pub offerings: Vec<CloudOffering>,
+    /// EC2's facts about a type the built-in catalog lacks (newer than its data), so the view
+    /// can size it; `None` for the types the catalog has.
+    pub facts: Option<std::sync::Arc<joiner_engine::catalog::Ec2Facts>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

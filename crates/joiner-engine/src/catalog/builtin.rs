@@ -41,6 +41,17 @@ pub(super) fn instance_types(region: &str, zones: &[String], vm_ppm: u32) -> Vec
         .collect()
 }
 
+/// A type the built-in data does not have, from EC2's live facts: sized and labelled as the
+/// built-in ones are (Karpenter's published figures, where it has some for the name), with no
+/// offerings. `None` for the Mac types, which Karpenter does not list.
+pub(super) fn described(t: &Ec2Type, region: &str, vm_ppm: u32) -> Option<InstanceType> {
+    let arch = t.kube_arch()?;
+    let extra = published().get(&t.name);
+    let mut it = instance_type(t, arch, extra, catalog(), region, &[], vm_ppm);
+    it.offerings.clear();
+    Some(it)
+}
+
 /// Built catalogs kept for reuse: a process uses one or two settings, a fuzzer many, so a few
 /// are kept and the oldest goes first.
 const CACHED_CATALOGS: usize = 4;

@@ -20,10 +20,12 @@ struct Data {
     offerings: BTreeMap<String, BTreeMap<String, Vec<String>>>,
 }
 
-/// One type as EC2 describes it (field meanings in `data/README.md`).
-#[derive(Debug, Deserialize)]
+/// One type as EC2 describes it (field meanings in `data/README.md`): the built-in data's
+/// shape, and what the AWS edge makes of a live `DescribeInstanceTypes` answer for a type the
+/// data does not have ([`super::Catalog::describe`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(super) struct Ec2Type {
+pub struct Ec2Type {
     pub name: String,
     /// EC2's architectures in EC2's order (`x86_64`, `arm64`, `i386`, `x86_64_mac`).
     pub arch: Vec<String>,
@@ -52,9 +54,9 @@ pub(super) struct Ec2Type {
     pub on_demand_usd: Option<Price>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(super) struct Ec2Gpu {
+pub struct Ec2Gpu {
     pub manufacturer: String,
     pub name: String,
     /// Whole GPUs: 0 on the fractional (vGPU) types.
@@ -66,15 +68,15 @@ pub(super) struct Ec2Gpu {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(super) enum AcceleratorKind {
+pub enum AcceleratorKind {
     /// EC2's `InferenceAcceleratorInfo`.
     Inference,
     /// EC2's `NeuronInfo` (Trainium): what the Neuron device plugin advertises.
     Neuron,
 }
 
-#[derive(Debug, Deserialize)]
-pub(super) struct Ec2Accelerator {
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Ec2Accelerator {
     pub kind: AcceleratorKind,
     pub manufacturer: String,
     pub name: String,
@@ -84,9 +86,9 @@ pub(super) struct Ec2Accelerator {
     pub cores: u32,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(super) struct Ec2Storage {
+pub struct Ec2Storage {
     #[serde(rename = "totalGB")]
     pub total_gb: u64,
     /// `required`, `supported` or `unsupported`.

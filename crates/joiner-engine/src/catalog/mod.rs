@@ -34,6 +34,7 @@ use joiner_model::{Format, Price, Quantity, QuantityError, ResourceList};
 use devices::DeviceTemplates;
 
 pub use builtin::{BUILTIN_PRICE_REGION, DEFAULT_VM_MEMORY_OVERHEAD_PPM, builtin_regions};
+pub use ec2::{AcceleratorKind, Ec2Accelerator, Ec2Gpu, Ec2Storage, Ec2Type as Ec2Facts};
 pub use overhead::Overhead;
 pub use price::PriceBasis;
 pub use user::user_instance_type;
@@ -365,6 +366,21 @@ impl Catalog {
                 }
             }
             t.offerings = now;
+        }
+    }
+
+    /// Adds the types EC2 describes that the catalog lacks (types newer than the built-in
+    /// data), sized from `facts` exactly as the built-in types are from theirs, labelled for
+    /// `region`, with no offerings (what the cloud sells gives them some, [`Catalog::sell_as`]).
+    /// Types the catalog has, and Mac types, are left as they are.
+    pub fn describe(&mut self, facts: &[Ec2Facts], region: &str, vm_memory_overhead_ppm: u32) {
+        for f in facts {
+            if self.get(&f.name).is_some() {
+                continue;
+            }
+            if let Some(it) = builtin::described(f, region, vm_memory_overhead_ppm) {
+                self.upsert(it);
+            }
         }
     }
 

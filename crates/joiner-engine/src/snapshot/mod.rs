@@ -83,6 +83,7 @@ pub struct SnapshotBuilder<'a> {
     unavailable: Option<&'a BTreeSet<OfferingKey>>,
     candidates: Option<&'a BTreeSet<String>>,
     sold: Option<&'a BTreeMap<String, Vec<Offering>>>,
+    described: &'a [crate::catalog::Ec2Facts],
     now: Option<k8s_openapi::jiff::Timestamp>,
 }
 
@@ -99,6 +100,13 @@ impl<'a> SnapshotBuilder<'a> {
     /// objects keep their own.
     pub fn sold(mut self, offerings: &'a BTreeMap<String, Vec<Offering>>) -> Self {
         self.sold = Some(offerings);
+        self
+    }
+
+    /// Types the cloud describes that the built-in data lacks (newer ones), with EC2's facts:
+    /// sized like the built-in types and planned on where [`SnapshotBuilder::sold`] offers them.
+    pub fn described(mut self, facts: &'a [crate::catalog::Ec2Facts]) -> Self {
+        self.described = facts;
         self
     }
 
@@ -132,11 +140,19 @@ impl<'a> SnapshotBuilder<'a> {
             unavailable,
             candidates,
             sold,
+            described,
             now,
         } = self;
         let mut warnings = Vec::new();
         let mut invalid = Vec::new();
-        let catalog = build_catalog(m, settings, options, sold, &mut warnings, &mut invalid);
+        let catalog = build_catalog(
+            m,
+            settings,
+            options,
+            (sold, described),
+            &mut warnings,
+            &mut invalid,
+        );
         let plugin = device_plugin_configs(m, settings)?;
         let classes: BTreeMap<&str, &Sourced<EC2NodeClass>> = m
             .node_classes
@@ -418,6 +434,7 @@ impl ClusterSnapshot {
             unavailable: None,
             candidates: None,
             sold: None,
+            described: &[],
             now: None,
         }
     }
@@ -546,7 +563,10 @@ fn build_catalog(
     m: &Manifests,
     settings: &Settings,
     options: &Options,
-    sold: Option<&BTreeMap<String, Vec<Offering>>>,
+    (sold, described): (
+        Option<&BTreeMap<String, Vec<Offering>>>,
+        &[crate::catalog::Ec2Facts],
+    ),
     warnings: &mut Vec<String>,
     invalid: &mut Vec<InputError>,
 ) -> Catalog {
@@ -554,7 +574,9 @@ fn build_catalog(
         let ppm = (settings.vm_memory_overhead_percent * 1_000_000.0)
             .round()
             .clamp(0.0, 1_000_000.0) as u32;
-        Catalog::builtin_with(&settings.region, &settings.zones, ppm)
+        let mut catalog = Catalog::builtin_with(&settings.region, &settings.zones, ppm);
+        catalog.describe(described, &settings.region, ppm);
+        catalog
     } else {
         Catalog::empty()
     };

@@ -474,3 +474,75 @@ spec:
     assert!(unknown.node_claims.is_empty());
     assert_eq!(unknown.unschedulable.len(), 1);
 }
+
+/// A type the built-in data lacks, described by the cloud and sold by it, is planned like any
+/// other; described but not sold, it is not.
+#[test]
+fn a_type_the_cloud_describes_and_sells_is_planned() {
+    use crate::catalog::{CapacityType, Ec2Facts, Offering, PriceBasis};
+    let facts: Ec2Facts = serde_json::from_value(serde_json::json!({
+        "name": "g9dn.xlarge", "arch": ["x86_64"], "cpuManufacturer": "Intel", "vcpu": 4,
+        "memoryMiB": 16384, "hypervisor": "nitro", "enis": 3, "ipv4PerEni": 10,
+        "bandwidthMbps": 5000, "efa": 0, "encryptionInTransit": true, "usage": ["on-demand"],
+        "gpus": [{"manufacturer": "NVIDIA", "name": "T9", "count": 1, "memoryMiB": 16384}]
+    }))
+    .expect("facts");
+    let text = r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: gpu}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: gpu}
+      requirements: [{key: karpenter.k8s.aws/instance-gpu-name, operator: In, values: [t9]}]
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: gpu}
+spec:
+  role: R
+  amiSelectorTerms: [{alias: al2023@latest}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: default}
+spec:
+  containers:
+  - name: c
+    resources: {requests: {nvidia.com/gpu: "1"}, limits: {nvidia.com/gpu: "1"}}
+"#;
+    let mut m = Manifests::default();
+    for (origin, doc) in parse_documents("new.yaml", text).unwrap() {
+        m.add_document(origin, doc).unwrap();
+    }
+    m.finish();
+    let settings = Settings::default();
+    let options = Options::default();
+    let sold = std::collections::BTreeMap::from([(
+        "g9dn.xlarge".to_string(),
+        vec![Offering {
+            zone: "us-east-1a".into(),
+            capacity_type: CapacityType::OnDemand,
+            price: joiner_model::Price::from_usd(0.40).unwrap(),
+            available: true,
+            price_basis: PriceBasis::Listed,
+        }],
+    )]);
+    let described = [facts];
+    let plan = ClusterSnapshot::builder(&m, &settings, &options)
+        .sold(&sold)
+        .described(&described)
+        .build()
+        .unwrap()
+        .plan();
+    assert_eq!(plan.node_claims.len(), 1, "{:?}", plan.unschedulable);
+    assert_eq!(plan.node_claims[0].instance_type, "g9dn.xlarge");
+    let unsold = ClusterSnapshot::builder(&m, &settings, &options)
+        .sold(&std::collections::BTreeMap::new())
+        .described(&described)
+        .build()
+        .unwrap()
+        .plan();
+    assert!(unsold.node_claims.is_empty());
+}
