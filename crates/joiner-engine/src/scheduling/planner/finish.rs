@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use super::super::resources;
 use super::pools::offering_allowed;
+use super::reservations::Reservations;
 use super::{Planner, cheapest_offering};
 use crate::plan::{
     Binding, ClaimResources, Plan, PlannedNodeClaim, PlannedOffering, Unschedulable,
@@ -23,6 +24,9 @@ impl Planner<'_> {
             };
             let opt = &pool.options[o];
             let Some(offering) = cheapest_offering(pool, o, &claim.requirements, &reservations)
+                .or_else(|| {
+                    cheapest_offering(pool, o, &claim.requirements, &Reservations::uncounted())
+                })
             else {
                 continue;
             };

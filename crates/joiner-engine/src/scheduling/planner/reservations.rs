@@ -15,6 +15,8 @@ use super::super::{LaunchOffering, SchedulingInput};
 pub(super) struct Reservations {
     free: Rc<BTreeMap<String, u32>>,
     booked: BTreeMap<String, u32>,
+    /// Counts ignored: every reservation has room (see [`Reservations::uncounted`]).
+    uncounted: bool,
 }
 
 impl Reservations {
@@ -35,6 +37,18 @@ impl Reservations {
         Reservations {
             free: Rc::new(free),
             booked: BTreeMap::new(),
+            uncounted: false,
+        }
+    }
+
+    /// Every reservation with room: the last resort of a NodeClaim whose only offerings are
+    /// reservations that filled after it chose its type. EC2 refuses the launch if it is full,
+    /// and the pods are planned again; a NodeClaim dropped from the plan would leave its pods
+    /// bound to nothing.
+    pub(super) fn uncounted() -> Reservations {
+        Reservations {
+            uncounted: true,
+            ..Reservations::default()
         }
     }
 
@@ -43,15 +57,17 @@ impl Reservations {
         Reservations {
             free: self.free.clone(),
             booked: BTreeMap::new(),
+            uncounted: false,
         }
     }
 
     /// Whether the offering can be used: it is not reserved, or its reservation has room.
     pub(super) fn has_room(&self, offering: &LaunchOffering) -> bool {
-        offering.reservation.as_ref().is_none_or(|r| {
-            let booked = self.booked.get(&r.id).copied().unwrap_or(0);
-            booked < self.free.get(&r.id).copied().unwrap_or(0)
-        })
+        self.uncounted
+            || offering.reservation.as_ref().is_none_or(|r| {
+                let booked = self.booked.get(&r.id).copied().unwrap_or(0);
+                booked < self.free.get(&r.id).copied().unwrap_or(0)
+            })
     }
 
     /// Books one instance of reservation `id`; true when that filled it.
