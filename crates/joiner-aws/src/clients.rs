@@ -117,13 +117,20 @@ impl Clients {
     }
 }
 
+/// Where the Price List API answers for a cluster in `region`: it lives in a few regions only.
+pub(crate) fn pricing_region(region: &str) -> &'static str {
+    if region.starts_with("cn-") {
+        "cn-northwest-1"
+    } else {
+        "us-east-1"
+    }
+}
+
 /// The Price List API client's configuration: `config`'s credentials and endpoint, in the
 /// API's region for `region`, with the same limits as every other client.
 fn pricing_config(config: &SdkConfig, region: &str) -> aws_sdk_pricing::config::Builder {
     aws_sdk_pricing::config::Builder::from(config)
-        .region(aws_types::region::Region::new(
-            crate::on_demand::pricing_region(region),
-        ))
+        .region(aws_types::region::Region::new(pricing_region(region)))
         .timeout_config(timeouts())
         .retry_config(retries())
 }
@@ -148,6 +155,13 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_price_list_answers_from_its_own_regions() {
+        assert_eq!(pricing_region("eu-west-1"), "us-east-1");
+        assert_eq!(pricing_region("us-east-1"), "us-east-1");
+        assert_eq!(pricing_region("cn-north-1"), "cn-northwest-1");
+    }
 
     #[test]
     fn every_client_gets_the_documented_limits() {

@@ -18,15 +18,6 @@ use serde::Deserialize;
 use crate::clients::Clients;
 use crate::error::AwsError;
 
-/// Where the Price List API answers for a cluster in `region`.
-pub(crate) fn pricing_region(region: &str) -> &'static str {
-    if region.starts_with("cn-") {
-        "cn-northwest-1"
-    } else {
-        "us-east-1"
-    }
-}
-
 /// One product document: just what a price needs.
 #[derive(Debug, Deserialize)]
 struct Product {
@@ -183,12 +174,5 @@ mod tests {
         assert_eq!(usd("c5.large"), None, "zero is no price");
         assert_eq!(usd("p5.48xlarge"), None);
         assert_eq!(prices.len(), 2);
-    }
-
-    #[test]
-    fn the_price_list_answers_from_its_own_regions() {
-        assert_eq!(pricing_region("eu-west-1"), "us-east-1");
-        assert_eq!(pricing_region("us-east-1"), "us-east-1");
-        assert_eq!(pricing_region("cn-north-1"), "cn-northwest-1");
     }
 }
