@@ -221,7 +221,7 @@ fn read_input(
     // Now, for what depends on the time: a Capacity Block closes 40 minutes before its end.
     let snapshot =
         joiner_engine::snapshot::ClusterSnapshot::builder(&manifests, &settings, &options)
-            .at(k8s_openapi::jiff::Timestamp::now())
+            .at(now())
             .build()?;
     // An object that cannot be read is an error in the input file: every one is named and
     // nothing is planned. References that lead nowhere (a claim or an EC2NodeClass not created
@@ -314,4 +314,14 @@ fn explain_pod(input: &InputArgs, pod: &str) -> anyhow::Result<()> {
     }
     std::io::stdout().write_all(text.as_bytes())?;
     Ok(())
+}
+
+/// The time now. `jiff`'s own clock needs its `std` feature, which the plan-only build (no
+/// `controller` feature) does not turn on.
+fn now() -> k8s_openapi::jiff::Timestamp {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    k8s_openapi::jiff::Timestamp::from_second(secs)
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
 }
