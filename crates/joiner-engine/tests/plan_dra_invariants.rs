@@ -126,6 +126,7 @@ fn option(r: &mut Rng, i: usize) -> LaunchOption {
         pools: vec![TemplatePool {
             driver: DRIVER.into(),
             pool: "gpus".into(),
+            published: None,
             devices,
             shared_counters: counters.into_iter().collect(),
         }],

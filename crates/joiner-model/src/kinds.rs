@@ -59,6 +59,14 @@ const WORKLOAD: Live = Live::NotRead(
      expand it into pods",
 );
 
+/// The versions of the DRA kinds the API server still serves; files in the older two are
+/// converted (`crate::dra::convert`).
+const DRA_VERSIONS: &[&str] = &[
+    "resource.k8s.io/v1",
+    "resource.k8s.io/v1beta2",
+    "resource.k8s.io/v1beta1",
+];
+
 /// Every kind Joiner reads, one row per [`Kind`] in the variants' order.
 pub const KINDS: &[KindInfo] = &[
     info(Kind::Pod, "Pod", &["v1"], true, Live::Required),
@@ -115,28 +123,28 @@ pub const KINDS: &[KindInfo] = &[
     info(
         Kind::DeviceClass,
         "DeviceClass",
-        &["resource.k8s.io/v1"],
+        DRA_VERSIONS,
         false,
         Live::Optional,
     ),
     info(
         Kind::ResourceClaim,
         "ResourceClaim",
-        &["resource.k8s.io/v1"],
+        DRA_VERSIONS,
         true,
         Live::Optional,
     ),
     info(
         Kind::ResourceClaimTemplate,
         "ResourceClaimTemplate",
-        &["resource.k8s.io/v1"],
+        DRA_VERSIONS,
         true,
         Live::Optional,
     ),
     info(
         Kind::ResourceSlice,
         "ResourceSlice",
-        &["resource.k8s.io/v1"],
+        DRA_VERSIONS,
         false,
         Live::Optional,
     ),

@@ -15,6 +15,7 @@ pub use quantity::{Format, Quantity, QuantityError};
 pub mod api;
 pub mod resources;
 pub use resources::{ResourceList, pod_requests};
+pub mod dra;
 pub mod duration;
 pub mod kinds;
 pub mod manifests;

@@ -25,6 +25,7 @@ use serde_json::Value;
 
 use crate::api::nodepool::NodePoolV1Beta1;
 use crate::api::{EC2NodeClass, FieldError, InstanceType, NodeClaim, NodePool};
+use crate::dra;
 use crate::kinds::Kind;
 use crate::{InputError, ObjectRef, Source};
 
@@ -81,6 +82,9 @@ pub struct Manifests {
     seen: HashMap<ObjectRef, Source>,
     /// Kinds skipped so far, in first-seen order: kind, its first apiVersion and origin, count.
     skipped: Vec<(String, String, Source, usize)>,
+    /// Objects read in a deprecated version, in first-seen order: kind, version, first origin,
+    /// count.
+    deprecated: Vec<(Kind, String, Source, usize)>,
     /// Pods the workloads added so far will expand into (bounded by [`MAX_WORKLOAD_PODS`]).
     workload_pods: i64,
 }
@@ -152,6 +156,18 @@ impl Manifests {
     /// Emits the warnings collected across documents (one line per skipped kind). Call once all
     /// documents are added; calling it again adds nothing new.
     pub fn finish(&mut self) {
+        for (kind, api_version, origin, count) in self.deprecated.drain(..) {
+            let objects = if count == 1 { "object" } else { "objects" };
+            self.warnings.push(Warning {
+                origin,
+                message: format!(
+                    "{api_version} {kind} is deprecated; read {count} {objects} as \
+                     resource.k8s.io/v1, as the API server converts them (write v1: the API \
+                     server stops serving the beta versions in a future release)"
+                ),
+                object: None,
+            });
+        }
         for (kind, api_version, origin, count) in self.skipped.drain(..) {
             let objects = if count == 1 { "object" } else { "objects" };
             self.warnings.push(Warning {
@@ -343,19 +359,50 @@ impl Manifests {
             Kind::DaemonSet => self.daemon_sets.push(sourced(o, decode(o, object, doc)?)),
             Kind::Job => self.jobs.push(sourced(o, decode(o, object, doc)?)),
             Kind::ConfigMap => self.config_maps.push(sourced(o, decode(o, object, doc)?)),
-            Kind::DeviceClass => self
-                .device_classes
-                .push(sourced(o, decode(o, object, doc)?)),
-            Kind::ResourceClaim => self
-                .resource_claims
-                .push(sourced(o, decode(o, object, doc)?)),
+            Kind::DeviceClass => {
+                let c = self.decode_dra(
+                    o,
+                    object,
+                    kind,
+                    api_version,
+                    doc,
+                    dra::validate::device_class,
+                )?;
+                self.device_classes.push(sourced(o, c));
+            }
+            Kind::ResourceClaim => {
+                let c = self.decode_dra(
+                    o,
+                    object,
+                    kind,
+                    api_version,
+                    doc,
+                    dra::validate::resource_claim,
+                )?;
+                self.resource_claims.push(sourced(o, c));
+            }
             Kind::ResourceClaimTemplate => {
-                let t = decode(o, object, doc)?;
+                let t = self.decode_dra(
+                    o,
+                    object,
+                    kind,
+                    api_version,
+                    doc,
+                    dra::validate::resource_claim_template,
+                )?;
                 self.resource_claim_templates.push(sourced(o, t));
             }
-            Kind::ResourceSlice => self
-                .resource_slices
-                .push(sourced(o, decode(o, object, doc)?)),
+            Kind::ResourceSlice => {
+                let sl = self.decode_dra(
+                    o,
+                    object,
+                    kind,
+                    api_version,
+                    doc,
+                    dra::validate::resource_slice,
+                )?;
+                self.resource_slices.push(sourced(o, sl));
+            }
             Kind::PodDisruptionBudget => {
                 let p = decode(o, object, doc)?;
                 self.pod_disruption_budgets.push(sourced(o, p));
@@ -398,6 +445,60 @@ impl Manifests {
             }
         }
         Ok(())
+    }
+
+    /// Reads a DRA object of any served version as `resource.k8s.io/v1`, validated as the API
+    /// server validates it. Errors name the field where the file has it; fields the type does
+    /// not know are warned about (kubectl's strict field validation would refuse them).
+    fn decode_dra<T: DeserializeOwned>(
+        &mut self,
+        origin: &Source,
+        object: &ObjectRef,
+        kind: Kind,
+        api_version: &str,
+        mut doc: Value,
+        validate: fn(&T) -> Result<(), FieldError>,
+    ) -> Result<T, InputError> {
+        let conversion = dra::to_v1(kind, api_version, &mut doc);
+        let written = |field: &str| dra::written_field(kind, api_version, field);
+        let mut unknown = Vec::new();
+        let mut track = serde_path_to_error::Track::new();
+        let value: T = serde_ignored::deserialize(
+            serde_path_to_error::Deserializer::new(doc, &mut track),
+            |path| unknown.push(ignored_path(&path)),
+        )
+        .map_err(|e| InputError::new(origin, object, written(&track.path().to_string()), e))?;
+        validate(&value)
+            .map_err(|e| InputError::new(origin, object, written(&e.field), e.message))?;
+        for field in unknown {
+            self.warnings.push(Warning {
+                origin: origin.clone(),
+                object: Some(object.clone()),
+                message: format!(
+                    "{}: unknown field, ignored (kubectl's strict field validation would refuse it)",
+                    written(&field)
+                ),
+            });
+        }
+        if conversion == dra::Conversion::Deprecated {
+            self.deprecated_version(origin, kind, api_version);
+        }
+        Ok(value)
+    }
+
+    /// Counts an object in a deprecated version; one warning per kind and version is emitted by
+    /// [`Manifests::finish`].
+    fn deprecated_version(&mut self, origin: &Source, kind: Kind, api_version: &str) {
+        match self
+            .deprecated
+            .iter_mut()
+            .find(|(k, v, _, _)| *k == kind && v == api_version)
+        {
+            Some((_, _, _, count)) => *count += 1,
+            None => self
+                .deprecated
+                .push((kind, api_version.to_string(), origin.clone(), 1)),
+        }
     }
 
     /// Reads one of our CRDs, warning about each field the type does not know: the API server

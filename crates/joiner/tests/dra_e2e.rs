@@ -98,7 +98,7 @@ fn specific_gpu_launches_the_cheapest_type_with_such_a_gpu() {
         claims(&p)[0]["annotations"]["karpenter.sh/requested-dra-drivers"],
         "gpu.nvidia.com"
     );
-    assert_eq!(p["claims"][0]["claim"], "default/inference-gpu");
+    assert_eq!(p["claims"][0]["claim"], "default/inference-gpu-*");
     let d = devices(&p);
     assert_eq!(d.len(), 1);
     assert_eq!(d[0].1, "gpu.nvidia.com");
@@ -130,7 +130,7 @@ fn gpu_and_efa_on_one_pcie_root() {
     assert_eq!(claims(&p).len(), 1);
     assert_eq!(claims(&p)[0]["instanceType"], "p5.4xlarge");
     assert_eq!(claims(&p)[0]["pricePerHour"], 6.88);
-    assert_eq!(p["claims"][0]["claim"], "default/trainer-devices");
+    assert_eq!(p["claims"][0]["claim"], "default/trainer-devices-*");
     let drivers: std::collections::BTreeSet<String> =
         devices(&p).into_iter().map(|d| d.1).collect();
     assert_eq!(
@@ -272,8 +272,8 @@ fn explain_pod_gives_every_instance_type_its_verdict() {
         text.contains("NodePool gpu-dra / p5.4xlarge (6.88 USD/h): fits"),
         "{text}"
     );
-    assert!(text.contains("NodePool gpu-dra / g6.xlarge (0.8048 USD/h): claim default/trainer-devices, request efa: no device matches"), "{text}");
-    assert!(text.contains("g6.12xlarge (4.6016 USD/h): claim default/trainer-devices, request efa: no combination of devices satisfies constraint matchAttribute: resource.kubernetes.io/pcieRoot"), "{text}");
+    assert!(text.contains("NodePool gpu-dra / g6.xlarge (0.8048 USD/h): claim default/trainer-devices-*, request efa: no device matches"), "{text}");
+    assert!(text.contains("g6.12xlarge (4.6016 USD/h): claim default/trainer-devices-*, request efa: no combination of devices satisfies constraint matchAttribute: resource.kubernetes.io/pcieRoot"), "{text}");
     let missing = Command::new(env!("CARGO_BIN_EXE_joiner"))
         .args([
             "explain",

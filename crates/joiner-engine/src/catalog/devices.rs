@@ -57,6 +57,10 @@ pub struct TemplatePool {
     /// The template's pool name (`gpus`, `network`, or the user's); a node's slices are pooled
     /// under the node's name instead (see [`DeviceTemplates::node_slices`]).
     pub pool: String,
+    /// How the driver names this pool on a node, with `{node}` for the node's name, when an
+    /// InstanceType declares it; otherwise the node's name (`<node>/<pool>` where one driver has
+    /// several template pools).
+    pub published: Option<String>,
     pub devices: Vec<Device>,
     /// Counters that partitionable devices of this pool draw from (none on built-in types:
     /// Karpenter does not model MIG partitions).

@@ -104,6 +104,62 @@ fn a_claim_already_generated_is_used_even_when_its_template_is_gone() {
     assert_eq!(plan.claims[0].claim, "default/a-gpu-x7k2p");
 }
 
+/// A status entry naming a claim that is not listed yet: the pod waits for it, and no copy of
+/// the template is planned (the real claim may hold devices already).
+#[test]
+fn a_generated_claim_not_yet_listed_holds_back_its_pod() {
+    let a = one_gpu("a");
+    let b = one_gpu("b")
+        + "status:\n  resourceClaimStatuses: [{name: gpu, resourceClaimName: b-gpu-q8w2z}]\n";
+    let plan = snapshot(&[GPU, &a, &b], true).plan();
+    let r = reason(&plan, "default/b");
+    assert!(
+        r.contains(r#"resourceclaim.resource.k8s.io "b-gpu-q8w2z" not found"#),
+        "{r}"
+    );
+    assert!(
+        r.contains("status.resourceClaimStatuses[gpu].resourceClaimName"),
+        "{r}"
+    );
+    assert_eq!(plan.node_claims.len(), 1);
+    assert!(
+        plan.claims
+            .iter()
+            .all(|c| !c.claim.starts_with("default/b-"))
+    );
+}
+
+/// An entry without a claim name says no claim was needed: the pod is planned without one.
+#[test]
+fn a_status_entry_without_a_claim_name_needs_no_claim() {
+    let a = one_gpu("a") + "status:\n  resourceClaimStatuses: [{name: gpu}]\n";
+    let plan = snapshot(&[GPU, &a], true).plan();
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    assert!(plan.claims.is_empty(), "{:?}", plan.claims);
+}
+
+/// A claim planned from a template goes by a name no real object can have, so a claim that
+/// happens to be called `<pod>-<claim>` keeps its own allocation and devices.
+#[test]
+fn a_planned_claim_never_takes_a_real_claims_name() {
+    let real = "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: a-gpu, namespace: default}\nspec:\n  devices:\n    requests:\n    - name: gpu\n      exactly: {deviceClassName: gpu.nvidia.com, count: 2}\n";
+    let a = one_gpu("a");
+    let plan = snapshot(&[GPU, real, &a], true).plan();
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    let names: Vec<_> = plan.claims.iter().map(|c| c.claim.as_str()).collect();
+    assert_eq!(names, ["default/a-gpu-*"]);
+    let devices = plan.claims[0]
+        .allocation
+        .devices
+        .as_ref()
+        .and_then(|d| d.results.as_ref())
+        .map_or(0, Vec::len);
+    assert_eq!(
+        devices, 1,
+        "the template asks for one GPU, the unrelated claim for two"
+    );
+}
+
 #[test]
 fn a_running_pod_whose_claim_is_gone_keeps_its_node_with_a_warning() {
     let node = "apiVersion: v1\nkind: Node\nmetadata: {name: node-a, labels: {kubernetes.io/arch: amd64, kubernetes.io/os: linux}}\nstatus: {allocatable: {cpu: \"1\", memory: 4Gi, pods: \"10\"}}\n";

@@ -110,7 +110,7 @@ fn existing_nodes_serve_claims_from_their_slices_first() {
     assert_eq!(node_of(&plan, "default/c"), plan.node_claims[0].name);
     let on_a: Vec<_> = plan.claims.iter().filter(|c| c.node == "node-a").collect();
     assert_eq!(on_a.len(), 2);
-    assert_eq!(on_a[0].claim, "default/a-gpu");
+    assert_eq!(on_a[0].claim, "default/a-gpu-*");
     let result = &on_a[0]
         .allocation
         .devices
@@ -158,7 +158,7 @@ fn allocated_claims_hold_their_devices() {
                 .map(|r| (c.node.clone(), r.device.clone()))
         })
     };
-    let taken: Vec<_> = ["default/a-gpu", "default/b-gpu"]
+    let taken: Vec<_> = ["default/a-gpu-*", "default/b-gpu-*"]
         .iter()
         .filter_map(|c| device(c))
         .filter(|(n, _)| n == "node-a")

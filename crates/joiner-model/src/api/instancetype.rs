@@ -99,12 +99,17 @@ impl CapacityType {
     }
 }
 
+/// What a device template's pool name writes for the name of the node that publishes it.
+pub const NODE_PLACEHOLDER: &str = "{node}";
+
 /// The devices one DRA driver publishes on each node of this type, as a ResourceSlice would.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceTemplate {
     pub driver: String,
-    /// The resource pool's name; the driver's name when not given.
+    /// The name of the resource pool the driver publishes on each node, with `{node}` standing
+    /// for the node's name (node-local drivers name their pool after the node, so each node's
+    /// pool is its own); `{node}` when not given, as the NVIDIA GPU driver and DRANET do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
     #[serde(default)]
@@ -114,8 +119,9 @@ pub struct DeviceTemplate {
 }
 
 impl DeviceTemplate {
+    /// The pool name pattern (see [`DeviceTemplate::pool`]).
     pub fn pool_name(&self) -> &str {
-        self.pool.as_deref().unwrap_or(&self.driver)
+        self.pool.as_deref().unwrap_or(NODE_PLACEHOLDER)
     }
 }
 
@@ -233,7 +239,7 @@ spec:
         assert_eq!(s.offerings[0].price, Price::from_usd(1.5).unwrap());
         assert!(s.offerings[0].available);
         assert!(!s.offerings[1].available);
-        assert_eq!(s.devices[0].pool_name(), "gpu.example.com");
+        assert_eq!(s.devices[0].pool_name(), NODE_PLACEHOLDER);
         assert_eq!(s.devices[0].devices.len(), 2);
         assert_eq!(s.runtime_attributes[0].devices, ["gpu-0", "gpu-1"]);
     }

@@ -114,6 +114,7 @@ fn pool(driver: &str, name: &str, devices: Vec<Device>) -> TemplatePool {
     TemplatePool {
         driver: driver.to_string(),
         pool: name.to_string(),
+        published: None,
         devices,
         shared_counters: Vec::new(),
     }

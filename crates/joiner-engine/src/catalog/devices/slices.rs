@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use joiner_model::api::instancetype::NODE_PLACEHOLDER;
 use k8s_openapi::api::resource::v1::{
     Device, DeviceAttribute, ResourcePool, ResourceSlice, ResourceSliceSpec,
 };
@@ -52,11 +53,10 @@ impl DeviceTemplates {
             .iter()
             .filter(|p| opts.driver_enabled(&p.driver))
             .map(|p| {
-                let single = self.pools_of(&p.driver).count() == 1;
-                let pool_name = if single {
-                    node_name.to_string()
-                } else {
-                    format!("{node_name}/{}", p.pool)
+                let pool_name = match &p.published {
+                    Some(pattern) => pattern.replace(NODE_PLACEHOLDER, node_name),
+                    None if self.pools_of(&p.driver).count() == 1 => node_name.to_string(),
+                    None => format!("{node_name}/{}", p.pool),
                 };
                 self.slice(p, node_name, pool_name, opts)
             })

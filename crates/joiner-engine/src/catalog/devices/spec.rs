@@ -5,7 +5,9 @@
 use std::collections::BTreeSet;
 
 use joiner_model::api::FieldError;
-use joiner_model::api::instancetype::{DeviceTemplate, RuntimeAttribute as SpecRuntimeAttribute};
+use joiner_model::api::instancetype::{
+    DeviceTemplate, NODE_PLACEHOLDER, RuntimeAttribute as SpecRuntimeAttribute,
+};
 
 use super::{DeviceTemplates, RuntimeAttribute, TemplatePool, same_attribute};
 
@@ -42,6 +44,7 @@ impl DeviceTemplates {
             pools.push(TemplatePool {
                 driver: t.driver.clone(),
                 pool: t.pool_name().to_string(),
+                published: Some(t.pool_name().to_string()),
                 devices: t.devices.clone(),
                 shared_counters: t.shared_counters.clone(),
             });
@@ -62,8 +65,16 @@ fn check_pool(t: &DeviceTemplate, at: &str) -> Result<(), FieldError> {
     if t.driver.is_empty() {
         return Err(FieldError::new(format!("{at}.driver"), "must not be empty"));
     }
-    if t.pool_name().is_empty() {
-        return Err(FieldError::new(format!("{at}.pool"), "must not be empty"));
+    if !t.pool_name().contains(NODE_PLACEHOLDER) {
+        return Err(FieldError::new(
+            format!("{at}.pool"),
+            format!(
+                "{:?} does not contain {NODE_PLACEHOLDER}: every node of the type publishes a pool \
+                 of its own, so the name must contain the node's name as the driver writes it \
+                 (for example \"{NODE_PLACEHOLDER}-fpgas\"); leave it out for a pool named after the node",
+                t.pool_name()
+            ),
+        ));
     }
     let counter_sets: BTreeSet<&str> = t.shared_counters.iter().map(|c| c.name.as_str()).collect();
     let mut names = BTreeSet::new();

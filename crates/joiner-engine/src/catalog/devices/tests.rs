@@ -386,7 +386,7 @@ spec:
       attributes: {productName: {string: X100}}
       capacity: {memory: {value: 80Gi}}
   - driver: fpga.example.com
-    pool: fpgas
+    pool: "{node}-fpgas"
     sharedCounters:
     - name: fabric
       counters: {lanes: {value: "8"}}
@@ -413,10 +413,10 @@ fn user_defined_templates_are_built_from_the_spec() {
     let t = from_yaml(USER).unwrap();
     assert_eq!(t.pools.len(), 2);
     assert_eq!(
-        t.pools[0].pool, NVIDIA_GPU_DRIVER,
-        "pool defaults to the driver name"
+        t.pools[0].pool, "{node}",
+        "pool defaults to the node's name, as node-local drivers publish it"
     );
-    assert_eq!(t.pools[1].pool, "fpgas");
+    assert_eq!(t.pools[1].pool, "{node}-fpgas");
     assert_eq!(t.pools[1].shared_counters[0].name, "fabric");
     assert_eq!(
         t.runtime_attributes[0].devices,
@@ -436,7 +436,10 @@ fn user_defined_templates_are_built_from_the_spec() {
         "gpu.nvidia.com is switched off; other drivers always run"
     );
     assert_eq!(slices[0].spec.driver, "fpga.example.com");
-    assert_eq!(slices[0].spec.pool.name, "claim-1");
+    assert_eq!(
+        slices[0].spec.pool.name, "claim-1-fpgas",
+        "as the template declares it"
+    );
     assert_eq!(
         slices[0].spec.shared_counters.as_ref().unwrap()[0].name,
         "fabric"
@@ -465,8 +468,8 @@ fn user_defined_templates_are_built_from_the_spec() {
 fn several_pools_of_one_driver_get_distinct_node_pools() {
     let yaml = USER
         .replace(
-            "driver: fpga.example.com\n    pool: fpgas",
-            "driver: gpu.nvidia.com\n    pool: fpgas",
+            "driver: fpga.example.com\n    pool: \"{node}-fpgas\"",
+            "driver: gpu.nvidia.com\n    pool: \"{node}-fpgas\"",
         )
         .replace(
             "{driver: fpga.example.com, attribute: bitstream",
@@ -475,7 +478,11 @@ fn several_pools_of_one_driver_get_distinct_node_pools() {
     let t = from_yaml(&yaml).unwrap();
     let slices = t.node_slices("n1", &all());
     let pools: Vec<&str> = slices.iter().map(|s| s.spec.pool.name.as_str()).collect();
-    assert_eq!(pools, ["n1/gpu.nvidia.com", "n1/fpgas"]);
+    assert_eq!(
+        pools,
+        ["n1", "n1-fpgas"],
+        "each as its template declares it"
+    );
 }
 
 #[test]
@@ -544,12 +551,16 @@ fn user_defined_templates_are_checked() {
         assert!(e.message.contains(words), "{to}: {e}");
     }
     let dup_pool = USER.replace(
-        "driver: fpga.example.com\n    pool: fpgas",
+        "driver: fpga.example.com\n    pool: \"{node}-fpgas\"",
         "driver: gpu.nvidia.com",
     );
     let e = from_yaml(&dup_pool).unwrap_err();
     assert_eq!(e.field, "spec.devices[1].pool");
     assert!(e.message.contains("twice"), "{e}");
+    let fixed_pool = USER.replace("pool: \"{node}-fpgas\"", "pool: fpgas");
+    let e = from_yaml(&fixed_pool).unwrap_err();
+    assert_eq!(e.field, "spec.devices[1].pool");
+    assert!(e.message.contains("{node}"), "{e}");
 }
 
 #[test]

@@ -52,16 +52,24 @@ pub(super) fn pod_claim_keys(
             }
             keys.push(k);
         } else if let Some(template) = &r.resource_claim_template_name {
-            // The claim the resource claim controller created for the pod, when it recorded
-            // one; the template matters only until then.
-            let recorded = generated
-                .into_iter()
-                .flatten()
-                .find(|s| s.name == r.name)
-                .and_then(|s| s.resource_claim_name.as_ref())
-                .map(|name| format!("{ns}/{name}"))
-                .filter(|k| claims.contains_key(k));
-            if let Some(k) = recorded {
+            // Once the resource claim controller has handled the pod, its status names the
+            // claim it created (or says none was needed); only before that does the template
+            // stand for the claim.
+            let recorded = generated.into_iter().flatten().find(|s| s.name == r.name);
+            if let Some(entry) = recorded {
+                let Some(name) = &entry.resource_claim_name else {
+                    // "Generating a ResourceClaim was not necessary": the entry is ignored.
+                    continue;
+                };
+                let k = format!("{ns}/{name}");
+                if !claims.contains_key(&k) {
+                    // Never a fresh copy from the template: the real claim exists (or is
+                    // being created) and may hold devices already.
+                    return Err(Missing::Generated {
+                        field: format!("status.resourceClaimStatuses[{}]", r.name),
+                        key: k,
+                    });
+                }
                 keys.push(k);
                 continue;
             }
@@ -71,8 +79,7 @@ pub(super) fn pod_claim_keys(
                     name: template.clone(),
                 });
             };
-            // Until it exists, the claim is named here after the pod and the pod's claim name.
-            let name = format!("{pod_name}-{}", r.name);
+            let name = planned_claim_name(pod_name, &r.name);
             let k = format!("{ns}/{name}");
             claims.entry(k.clone()).or_insert_with(|| ResourceClaim {
                 metadata: ObjectMeta {
@@ -95,6 +102,14 @@ pub(super) fn pod_claim_keys(
     Ok(keys)
 }
 
+/// The name a claim the resource claim controller has not created yet goes by in a plan.
+/// Kubernetes will name it `<pod>-<claim>-<five random characters>`; the `*` stands for the
+/// suffix, and since no object name may contain it, a planned claim never shares its name (and
+/// so its devices) with a real one.
+pub(super) fn planned_claim_name(pod: &str, claim: &str) -> String {
+    format!("{pod}-{claim}-*")
+}
+
 /// A pod's claim reference that leads nowhere. kube-scheduler keeps such a pod pending (and
 /// only that pod) until the object appears; the reasons are worded as it and the resource
 /// claim controller word them.
@@ -104,6 +119,9 @@ pub(super) enum Missing {
     /// `resourceClaimTemplateName` names a template that does not exist, and no claim was
     /// generated from it yet.
     Template { field: String, name: String },
+    /// The pod's status names the claim generated for it, and that claim is not in the input
+    /// (not created yet, or not listed yet).
+    Generated { field: String, key: String },
     /// Neither is set: the API server refuses such a pod.
     Neither {
         field: String,
@@ -123,6 +141,7 @@ impl Missing {
         match self {
             Missing::Claim { field, .. } => format!("{field}.resourceClaimName"),
             Missing::Template { field, .. } => format!("{field}.resourceClaimTemplateName"),
+            Missing::Generated { field, .. } => format!("{field}.resourceClaimName"),
             Missing::Neither { field, .. } => field.clone(),
         }
     }
@@ -130,6 +149,10 @@ impl Missing {
     fn message(&self) -> String {
         match self {
             Missing::Claim { key, .. } => format!("could not find ResourceClaim {key:?}"),
+            Missing::Generated { key, .. } => {
+                let name = key.split_once('/').map_or(key.as_str(), |(_, n)| n);
+                format!("resourceclaim.resource.k8s.io {name:?} not found")
+            }
             Missing::Template { name, .. } => format!(
                 "resource claim template {name:?}: resourceclaimtemplate.resource.k8s.io {name:?} not found"
             ),
@@ -143,6 +166,7 @@ impl Missing {
     pub(super) fn reason(&self) -> String {
         let wait = match self {
             Missing::Claim { .. } => "the pod waits until the claim exists",
+            Missing::Generated { .. } => "the pod waits until the claim generated for it is listed",
             Missing::Template { .. } => {
                 "its ResourceClaim is not created until the template exists"
             }

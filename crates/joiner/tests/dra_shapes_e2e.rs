@@ -1,0 +1,230 @@
+//! End-to-end: DRA objects in the shapes other projects write them (NVIDIA's DRA quickstart in
+//! `resource.k8s.io/v1beta1`, the Kubernetes documentation's `v1beta2` DeviceClass, generated
+//! claim names, mistakes the API server refuses), through the built `joiner` binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use joiner_test_support::example_dir;
+
+/// The `dra-specific-gpu` example's NodePool, EC2NodeClass and values with `workload` as the only
+/// other file, in a fresh directory.
+fn scenario(name: &str, workload: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("joiner-dra-shapes-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let example = example_dir("dra-specific-gpu");
+    for file in ["nodepool.yaml", "values.yaml"] {
+        std::fs::copy(example.join(file), dir.join(file)).unwrap();
+    }
+    std::fs::write(dir.join("workload.yaml"), workload).unwrap();
+    dir
+}
+
+fn run(dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .args(["plan", "-o", "json", "-f"])
+        .arg(dir)
+        .arg("--values")
+        .arg(dir.join("values.yaml"))
+        .output()
+        .unwrap()
+}
+
+fn plan(dir: &Path) -> (serde_json::Value, String) {
+    let out = run(dir);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    (serde_json::from_slice(&out.stdout).unwrap(), stderr)
+}
+
+fn refused(dir: &Path) -> String {
+    let out = run(dir);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+const V1BETA1_CLASS: &str = r#"apiVersion: resource.k8s.io/v1beta1
+kind: DeviceClass
+metadata:
+  name: gpu.nvidia.com
+spec:
+  selectors:
+  - cel:
+      expression: "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+"#;
+
+const TOLERATIONS: &str =
+    "  tolerations:\n  - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}\n";
+
+/// The quickstart's `gpu-test1` and `gpu-test2` shapes: a `v1beta1` template whose request
+/// holds `deviceClassName` at its top level, pods with one claim each and a pod whose two
+/// containers share one claim.
+#[test]
+fn nvidia_quickstart_v1beta1_shapes_plan_as_v1() {
+    let workload = format!(
+        r#"{V1BETA1_CLASS}---
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceClaimTemplate
+metadata: {{namespace: gpu-test1, name: single-gpu}}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        deviceClassName: gpu.nvidia.com
+        selectors:
+        - cel: {{expression: "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0"}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{namespace: gpu-test1, name: pod1}}
+spec:
+{TOLERATIONS}  containers:
+  - name: ctr
+    image: ubuntu:22.04
+    resources: {{claims: [{{name: gpu}}]}}
+  resourceClaims:
+  - {{name: gpu, resourceClaimTemplateName: single-gpu}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{namespace: gpu-test1, name: pod2}}
+spec:
+{TOLERATIONS}  containers:
+  - {{name: ctr0, image: ubuntu:22.04, resources: {{claims: [{{name: shared-gpu}}]}}}}
+  - {{name: ctr1, image: ubuntu:22.04, resources: {{claims: [{{name: shared-gpu}}]}}}}
+  resourceClaims:
+  - {{name: shared-gpu, resourceClaimTemplateName: single-gpu}}
+"#
+    );
+    let (p, stderr) = plan(&scenario("quickstart", &workload));
+    assert!(p["unschedulable"].as_array().unwrap().is_empty(), "{p}");
+    let claims = p["claims"].as_array().unwrap();
+    let names: Vec<&str> = claims
+        .iter()
+        .map(|c| c["claim"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["gpu-test1/pod1-gpu-*", "gpu-test1/pod2-shared-gpu-*"]
+    );
+    for c in claims {
+        let results = c["allocation"]["devices"]["results"].as_array().unwrap();
+        assert_eq!(results.len(), 1, "{c}");
+        assert_eq!(results[0]["driver"], "gpu.nvidia.com");
+        // The pool is the node's, as the NVIDIA driver names it.
+        assert_eq!(results[0]["pool"], c["node"]);
+    }
+    assert!(
+        stderr.contains("resource.k8s.io/v1beta1 ResourceClaimTemplate is deprecated"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("resource.k8s.io/v1beta1 DeviceClass is deprecated"),
+        "{stderr}"
+    );
+}
+
+/// The Kubernetes documentation's DeviceClass is `v1beta2`; its shape is v1's.
+#[test]
+fn a_v1beta2_device_class_is_read() {
+    let workload = std::fs::read_to_string(example_dir("dra-specific-gpu").join("workload.yaml"))
+        .unwrap()
+        + "---\n"
+        + &V1BETA1_CLASS.replace("v1beta1", "v1beta2");
+    let (p, stderr) = plan(&scenario("v1beta2", &workload));
+    assert_eq!(p["nodeClaims"].as_array().unwrap().len(), 1, "{p}");
+    assert!(!stderr.contains("DeviceClass gpu.nvidia.com is not in the input"), "{stderr}");
+    assert!(
+        stderr.contains("v1beta2 DeviceClass is deprecated"),
+        "{stderr}"
+    );
+}
+
+/// `expression` indented beside `cel:` rather than under it: the API server refuses the
+/// object, so the plan does too, naming the file, the object and the field as written.
+#[test]
+fn a_selector_without_its_cel_expression_is_refused() {
+    let workload = format!(
+        r#"{V1BETA1_CLASS}---
+apiVersion: resource.k8s.io/v1beta1
+kind: ResourceClaimTemplate
+metadata: {{namespace: default, name: big-gpu}}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        deviceClassName: gpu.nvidia.com
+        selectors:
+        - cel:
+          expression: "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('80Gi')) >= 0"
+"#
+    );
+    let stderr = refused(&scenario("malformed-selector", &workload));
+    assert!(stderr.contains("workload.yaml"), "{stderr}");
+    assert!(
+        stderr.contains("ResourceClaimTemplate/default/big-gpu"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("spec.spec.devices.requests[0].selectors[0].cel: Required value"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn duplicate_request_names_and_unknown_modes_are_refused() {
+    let template = |requests: &str| {
+        format!(
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{namespace: default, name: t}}\nspec:\n  spec:\n    devices:\n      requests:\n{requests}"
+        )
+    };
+    let twice = template(
+        "      - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}\n      - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}\n",
+    );
+    let stderr = refused(&scenario("duplicate-request", &twice));
+    assert!(
+        stderr.contains("spec.spec.devices.requests[1].name: Duplicate value: \"gpu\""),
+        "{stderr}"
+    );
+    let mode = template(
+        "      - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com, allocationMode: Any}}\n",
+    );
+    let stderr = refused(&scenario("unknown-mode", &mode));
+    assert!(
+        stderr.contains(
+            "spec.spec.devices.requests[0].exactly.allocationMode: Unsupported value: \"Any\""
+        ),
+        "{stderr}"
+    );
+}
+
+/// Kubernetes names a generated claim `<pod>-<claim>-<suffix>` and records it in the pod's
+/// status. A pod whose recorded claim is not listed yet waits for it (exit 0); no fresh copy of
+/// the template is planned that could take a second set of devices.
+#[test]
+fn a_claim_recorded_with_its_random_suffix_is_waited_for_not_copied() {
+    let workload = std::fs::read_to_string(example_dir("dra-specific-gpu").join("workload.yaml"))
+        .unwrap()
+        + "status:\n  resourceClaimStatuses:\n  - {name: gpu, resourceClaimName: inference-gpu-9kq4x}\n";
+    let (p, _) = plan(&scenario("suffix-missing", &workload));
+    assert!(p["nodeClaims"].as_array().unwrap().is_empty(), "{p}");
+    let reason = p["unschedulable"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(r#"resourceclaim.resource.k8s.io "inference-gpu-9kq4x" not found"#),
+        "{reason}"
+    );
+
+    // Once listed, that claim is the one planned, under its real name.
+    let claim = "---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: inference-gpu-9kq4x, namespace: default}\nspec:\n  devices:\n    requests:\n    - name: gpu\n      exactly: {deviceClassName: gpu.nvidia.com}\n";
+    let (p, _) = plan(&scenario("suffix-listed", &(workload + claim)));
+    assert_eq!(p["nodeClaims"].as_array().unwrap().len(), 1, "{p}");
+    assert_eq!(p["claims"][0]["claim"], "default/inference-gpu-9kq4x");
+}
