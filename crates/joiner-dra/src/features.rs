@@ -79,6 +79,17 @@ impl Features {
         }
     }
 
+    /// Whether kube-scheduler picks its "incubating" (or "experimental") structured allocator
+    /// rather than the "stable" one: upstream uses the first variant that supports every
+    /// enabled feature, and only the newer variants know consumable capacity, binding
+    /// conditions (with device status) and list-typed attributes. The variants differ in
+    /// behaviour (pool order), so the allocator must know which one it imitates.
+    pub fn uses_incubating_allocator(&self) -> bool {
+        self.consumable_capacity
+            || (self.device_binding_conditions && self.resource_claim_device_status)
+            || self.list_type_attributes
+    }
+
     /// Everything on: what tests of individual semantics use.
     pub fn all() -> Features {
         Features {

@@ -123,6 +123,9 @@ pub struct Pool {
     /// The node every device of the pool is local to, if there is one: lets a node's view
     /// skip other nodes' pools without looking at their devices.
     pub local_node: Option<String>,
+    /// Whether some device of the pool has binding conditions: kube-scheduler searches such
+    /// pools last, so the allocator needs to find them without scanning every device.
+    pub has_binding_conditions: bool,
 }
 
 /// A counter of a shared counter set.
@@ -443,8 +446,14 @@ impl Inventory {
                 }
             }
         }
+        let has_binding_conditions = devices.iter().any(|d| {
+            self.devices
+                .get(d.0 as usize)
+                .is_some_and(|d| !d.binding_conditions.is_empty())
+        });
         self.pools.push(Pool {
             local_node,
+            has_binding_conditions,
             id: pool_id,
             driver,
             name: pool_name,

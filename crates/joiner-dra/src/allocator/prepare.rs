@@ -162,6 +162,8 @@ struct RequestFields<'a> {
     admin_access: Option<bool>,
     tolerations: &'a Option<Vec<DeviceToleration>>,
     capacity: Option<&'a BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    /// A `firstAvailable` entry rather than `exactly`.
+    subrequest: bool,
 }
 
 impl Allocator {
@@ -195,18 +197,23 @@ impl Allocator {
     ) -> Result<ClaimState, AllocationFailure> {
         let devices = &claim.spec.devices;
         let mut requests = Vec::new();
+        // Upstream (`minDevicesPerClaim`) adds up the fewest devices each request can take:
+        // a `firstAvailable` request counts with its smallest subrequest, so one
+        // subrequest over the limit does not fail the claim. "All" depends on the node and
+        // is checked during the search.
         let mut fixed_total = 0usize;
         for request in devices.iter().flat_map(|d| d.requests.iter().flatten()) {
             let r = self.prepare_request(key, request)?;
-            if let [
-                Alternative {
-                    mode: Mode::Exact(n),
-                    ..
-                },
-            ] = r.alternatives.as_slice()
-            {
-                fixed_total += n;
-            }
+            let fewest = r
+                .alternatives
+                .iter()
+                .map(|a| match a.mode {
+                    Mode::Exact(n) => n,
+                    Mode::All => 0,
+                })
+                .min()
+                .unwrap_or(0);
+            fixed_total = fixed_total.saturating_add(fewest);
             requests.push(r);
         }
         if fixed_total > MAX_RESULTS_PER_CLAIM {
@@ -269,6 +276,7 @@ impl Allocator {
                         admin_access: e.admin_access,
                         tolerations: &e.tolerations,
                         capacity: e.capacity.as_ref().and_then(|c| c.requests.as_ref()),
+                        subrequest: false,
                     },
                 )?);
             }
@@ -304,6 +312,7 @@ impl Allocator {
                             admin_access: None,
                             tolerations: &sub.tolerations,
                             capacity: sub.capacity.as_ref().and_then(|c| c.requests.as_ref()),
+                            subrequest: true,
                         },
                     )?);
                 }
@@ -343,7 +352,10 @@ impl Allocator {
                     }));
                 }
                 let count = usize::try_from(count).unwrap_or(usize::MAX);
-                if count > MAX_RESULTS_PER_CLAIM {
+                // A subrequest over the limit is only skipped during the search (upstream's
+                // `errAllocationResultMaxSizeExceeded` moves on to the next subrequest);
+                // the claim-level check above catches a claim no subrequest can serve.
+                if count > MAX_RESULTS_PER_CLAIM && !f.subrequest {
                     return Err(err(FailureReason::TooManyResults {
                         count,
                         limit: MAX_RESULTS_PER_CLAIM,

@@ -252,6 +252,21 @@ impl<'a> Search<'a> {
         cands: &Candidates,
         claim_index: Option<usize>,
     ) -> Result<Option<bool>, AllocationFailure> {
+        // Upstream decides what "all" is before the search: with consumable capacity, a
+        // shareable device whose remaining capacity (after the allocations already made,
+        // not those of this search) cannot serve the request is not part of it.
+        let with_room;
+        let cands = if a.mode == Mode::All && self.alloc.features.consumable_capacity {
+            match self.without_full_devices(cands) {
+                Some(c) => {
+                    with_room = c;
+                    &with_room
+                }
+                None => cands,
+            }
+        } else {
+            cands
+        };
         let need = match a.mode {
             Mode::Exact(n) => n,
             Mode::All => {
@@ -309,6 +324,44 @@ impl<'a> Search<'a> {
             },
         );
         Ok(Some(false))
+    }
+
+    /// `cands` less the shareable devices that have no room left in the committed state for
+    /// what the request would consume; `None` when every device has room (the usual case,
+    /// which then copies nothing).
+    fn without_full_devices(&self, cands: &Candidates) -> Option<Candidates> {
+        let full = |entry: &Entry| match entry {
+            Entry::Device(d, Some(consumed)) => self.inv.device(*d).is_some_and(|dev| {
+                consumed.iter().any(|(cap, amount)| {
+                    let total = dev.capacity.get(cap).map_or(Quantity::ZERO, |c| c.value);
+                    self.state
+                        .capacity_consumed(*d, cap)
+                        .saturating_add(*amount)
+                        > total
+                })
+            }),
+            _ => false,
+        };
+        if !cands.entries.iter().any(full) {
+            return None;
+        }
+        let mut out = Candidates {
+            entries: Vec::with_capacity(cands.entries.len()),
+            matching: cands.matching,
+            tainted: cands.tainted,
+            capacity_unfit: cands.capacity_unfit,
+            incomplete_pool: cands.incomplete_pool,
+            invalid_pool: cands.invalid_pool,
+        };
+        for entry in &cands.entries {
+            if full(entry) {
+                out.matching = out.matching.saturating_sub(1);
+                out.capacity_unfit += 1;
+            } else {
+                out.entries.push(entry.clone());
+            }
+        }
+        Some(out)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -557,7 +610,7 @@ impl<'a> Search<'a> {
         if self.cache.sets.len() <= set {
             self.cache.sets.resize(set + 1, Vec::new());
         }
-        for (pool_id, devices) in &self.view.pools {
+        for (pool_id, devices) in self.pool_order() {
             let Some(pool) = self.inv.pool(*pool_id) else {
                 continue;
             };
@@ -602,7 +655,11 @@ impl<'a> Search<'a> {
                     Some(c) => c,
                     None => {
                         out.capacity_unfit += 1;
-                        if all {
+                        // With consumable capacity, upstream leaves a device whose capacity
+                        // cannot serve the request out of "all" (`validateDeviceRequest`
+                        // skips it when `CmpRequestOverCapacity` fails); without the gate
+                        // capacity requests are dropped, so this is not reached for them.
+                        if all && !features.consumable_capacity {
                             out.entries.push(Entry::Blocked(d));
                         }
                         continue;
@@ -613,6 +670,50 @@ impl<'a> Search<'a> {
             }
         }
         out
+    }
+
+    /// The view's pools in the order upstream searches them. The incubating and
+    /// experimental allocators (`GatherPools`) put pools with a device that has binding
+    /// conditions after all others, each group by driver then name, so that devices usable
+    /// at once win over devices that must wait for their conditions; the stable allocator
+    /// keeps the plain order. A pool counts when such a device is in one of the pool's
+    /// slices that reach the node (upstream looks at the slices targeting the node, not
+    /// only at the devices visible to it).
+    fn pool_order(&self) -> Vec<&'a (PoolId, Vec<DeviceId>)> {
+        let view: &'a NodeView = self.view;
+        let pools = &view.pools;
+        let reorder = self.alloc.features.uses_incubating_allocator()
+            && pools
+                .iter()
+                .any(|(id, _)| self.inv.pool(*id).is_some_and(|p| p.has_binding_conditions));
+        if !reorder {
+            return pools.iter().collect();
+        }
+        let (mut first, last): (Vec<_>, Vec<_>) = pools
+            .iter()
+            .partition(|(id, visible)| !self.binds_on_node(*id, visible));
+        first.extend(last);
+        first
+    }
+
+    /// Whether a pool has a device with binding conditions in a slice that has a device
+    /// visible to the node.
+    fn binds_on_node(&self, pool: PoolId, visible: &[DeviceId]) -> bool {
+        let Some(pool) = self.inv.pool(pool) else {
+            return false;
+        };
+        if !pool.has_binding_conditions {
+            return false;
+        }
+        let slices: Vec<&str> = visible
+            .iter()
+            .filter_map(|d| self.inv.device(*d).map(|d| d.slice.as_str()))
+            .collect();
+        pool.devices.iter().any(|d| {
+            self.inv.device(*d).is_some_and(|d| {
+                !d.binding_conditions.is_empty() && slices.contains(&d.slice.as_str())
+            })
+        })
     }
 
     /// Selector result through the cache: `None` for a CEL runtime error.

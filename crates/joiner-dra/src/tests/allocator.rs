@@ -1552,3 +1552,203 @@ fn state_records_devices_it_does_not_know() {
     let state = AllocationState::from_claims(&inventory, [&c]);
     assert_eq!(state.unknown_devices, vec![format!("{DRIVER}/{NODE}/gone")]);
 }
+
+fn all_cap_request(name: &str, memory: &str) -> DeviceRequest {
+    let mut r = all_request(name);
+    if let Some(e) = r.exactly.as_mut() {
+        e.capacity = Some(CapacityRequirements {
+            requests: Some(
+                [("memory".to_string(), Q(memory.into()))]
+                    .into_iter()
+                    .collect(),
+            ),
+        });
+    }
+    r
+}
+
+fn named_shareable(name: &str) -> Device {
+    let mut d = shareable(None);
+    d.name = name.to_string();
+    d
+}
+
+/// Upstream (`validateDeviceRequest`, `allocationMode: All` with DRAConsumableCapacity)
+/// counts a device in "all" only when `CmpRequestOverCapacity` passes against what is
+/// already allocated; a device without room is left out rather than failing the request.
+#[test]
+fn all_mode_with_consumable_capacity_takes_only_devices_with_room() {
+    let mut s = setup(&[node_slice(vec![
+        named_shareable("shared-0"),
+        named_shareable("shared-1"),
+    ])]);
+    // 60Gi of shared-0's 80Gi is taken.
+    let first = s
+        .run(
+            &allocator(),
+            &[claim("ns", "a", vec![cap_request("gpu", Some("60Gi"))])],
+        )
+        .unwrap();
+    assert_eq!(picked(&first[0]), pairs(&[("gpu", "shared-0")]));
+    s.commit(&first);
+    // "All" with 40Gi each: shared-0 has no room left, so "all" is shared-1 alone.
+    let out = s
+        .run(
+            &allocator(),
+            &[claim("ns", "b", vec![all_cap_request("gpu", "40Gi")])],
+        )
+        .unwrap();
+    assert_eq!(picked(&out[0]), pairs(&[("gpu", "shared-1")]));
+    // With room on both, "all" is both.
+    let fresh = setup(&[node_slice(vec![
+        named_shareable("shared-0"),
+        named_shareable("shared-1"),
+    ])]);
+    let out = fresh
+        .run(
+            &allocator(),
+            &[claim("ns", "b", vec![all_cap_request("gpu", "40Gi")])],
+        )
+        .unwrap();
+    assert_eq!(
+        picked(&out[0]),
+        pairs(&[("gpu", "shared-0"), ("gpu", "shared-1")])
+    );
+    // No device with room: nothing to allocate, the request fails.
+    assert!(
+        s.run(
+            &allocator(),
+            &[claim("ns", "b", vec![all_cap_request("gpu", "81Gi")])]
+        )
+        .is_err()
+    );
+}
+
+/// With DRAConsumableCapacity, an exclusive device whose capacity cannot serve an `All`
+/// request's capacity request is not part of "all" either (upstream skips it the same way).
+#[test]
+fn all_mode_with_consumable_capacity_skips_exclusive_devices_that_are_too_small() {
+    let big = builders::with_capacity(builders::device("big"), "memory", "160Gi");
+    let s = setup(&[node_slice(vec![gpu("small", "A", 0), big])]);
+    let out = s
+        .run(
+            &allocator(),
+            &[claim("ns", "c", vec![all_cap_request("gpu", "100Gi")])],
+        )
+        .unwrap();
+    assert_eq!(picked(&out[0]), pairs(&[("gpu", "big")]));
+    // Without the gate the capacity request is dropped and "all" is every device.
+    let mut off = Features::all();
+    off.consumable_capacity = false;
+    let out = s
+        .run(
+            &allocator_with(off),
+            &[claim("ns", "c", vec![all_cap_request("gpu", "100Gi")])],
+        )
+        .unwrap();
+    assert_eq!(picked(&out[0]), pairs(&[("gpu", "small"), ("gpu", "big")]));
+}
+
+fn with_binding_conditions(mut d: Device) -> Device {
+    d.binding_conditions = Some(vec!["Attached".into()]);
+    d
+}
+
+/// Upstream `GatherPools` (incubating and experimental allocators) puts pools that have a
+/// device with binding conditions after every other pool, so that devices which are ready
+/// at once are preferred.
+#[test]
+fn pools_with_binding_conditions_are_searched_last() {
+    let a = builders::slice(
+        "a",
+        DRIVER,
+        "a-pool",
+        Some(NODE),
+        vec![
+            with_binding_conditions(gpu("bound", "A", 0)),
+            gpu("plain-a", "A", 0),
+        ],
+    );
+    let b = builders::slice(
+        "b",
+        DRIVER,
+        "b-pool",
+        Some(NODE),
+        vec![gpu("plain-b", "A", 0)],
+    );
+    let s = setup(&[a, b]);
+    let c = claim("ns", "c", vec![exact("gpu", "gpu", 1, &[])]);
+    assert_eq!(
+        one(std::slice::from_ref(&c), &s),
+        pairs(&[("gpu", "plain-b")])
+    );
+    // Once b-pool is used up, a-pool serves, in its own order.
+    let c3 = claim("ns", "c", vec![exact("gpu", "gpu", 3, &[])]);
+    assert_eq!(
+        one(&[c3], &s),
+        pairs(&[("gpu", "plain-b"), ("gpu", "bound"), ("gpu", "plain-a")])
+    );
+    // The stable allocator (no consumable capacity, binding conditions or list attributes)
+    // keeps pools by name; the device with binding conditions is not selectable there.
+    let mut stable = Features::all();
+    stable.consumable_capacity = false;
+    stable.device_binding_conditions = false;
+    stable.list_type_attributes = false;
+    let out = s.run(&allocator_with(stable), &[c]).unwrap();
+    assert_eq!(picked(&out[0]), pairs(&[("gpu", "plain-a")]));
+}
+
+/// Upstream tries the next `firstAvailable` subrequest when one needs more than
+/// `AllocationResultsMaxSize` devices (`errAllocationResultMaxSizeExceeded`); only the
+/// smallest subrequest counts towards the claim's limit (`minDevicesPerClaim`).
+#[test]
+fn first_available_subrequest_over_the_limit_is_skipped() {
+    let s = setup(&[node_slice(gpus(4))]);
+    let r = first_available(
+        "gpu",
+        vec![sub("huge", "gpu", 64, &[]), sub("one", "gpu", 1, &[])],
+    );
+    assert_eq!(
+        one(&[claim("ns", "c", vec![r])], &s),
+        pairs(&[("gpu/one", "gpu-0")])
+    );
+    // Every subrequest over the limit: the claim cannot be allocated.
+    let r = first_available(
+        "gpu",
+        vec![sub("huge", "gpu", 64, &[]), sub("big", "gpu", 40, &[])],
+    );
+    let err = s
+        .run(&allocator(), &[claim("ns", "c", vec![r])])
+        .unwrap_err();
+    assert!(
+        matches!(
+            err.reason,
+            FailureReason::TooManyResults {
+                count: 40,
+                limit: 32
+            }
+        ),
+        "{err}"
+    );
+    // The smallest subrequest plus the fixed requests must fit as well.
+    let r = first_available(
+        "gpu",
+        vec![sub("huge", "gpu", 64, &[]), sub("two", "gpu", 2, &[])],
+    );
+    let err = s
+        .run(
+            &allocator(),
+            &[claim("ns", "c", vec![exact("fixed", "gpu", 31, &[]), r])],
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err.reason,
+            FailureReason::TooManyResults {
+                count: 33,
+                limit: 32
+            }
+        ),
+        "{err}"
+    );
+}
