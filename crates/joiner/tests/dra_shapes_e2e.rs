@@ -140,7 +140,10 @@ fn a_v1beta2_device_class_is_read() {
         + &V1BETA1_CLASS.replace("v1beta1", "v1beta2");
     let (p, stderr) = plan(&scenario("v1beta2", &workload));
     assert_eq!(p["nodeClaims"].as_array().unwrap().len(), 1, "{p}");
-    assert!(!stderr.contains("DeviceClass gpu.nvidia.com is not in the input"), "{stderr}");
+    assert!(
+        !stderr.contains("DeviceClass gpu.nvidia.com is not in the input"),
+        "{stderr}"
+    );
     assert!(
         stderr.contains("v1beta2 DeviceClass is deprecated"),
         "{stderr}"

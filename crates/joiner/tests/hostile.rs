@@ -266,17 +266,33 @@ fn count_of_2147483647_is_unschedulable_quickly() {
 }
 
 /// An existing node with a node-local slice of `devices` devices of `dev.example.com`.
-fn big_slice_dir(case: &str, devices: usize, pods: usize, count: i64) -> PathBuf {
-    let mut slice = String::from(
-        "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: big}\nspec:\n  \
-         driver: dev.example.com\n  nodeName: big-node\n  pool: {name: big-node, generation: 1, \
-         resourceSliceCount: 1}\n  devices:\n",
-    );
-    for i in 0..devices {
-        slice.push_str(&format!(
-            "  - {{name: d{i}, attributes: {{index: {{int: {i}}}}}}}\n"
+/// Most devices one ResourceSlice may list (the API server refuses more).
+const MAX_DEVICES_PER_SLICE: usize = 128;
+
+/// A pool of `node` published as as many ResourceSlices as its devices need, each at the
+/// API server's limit, as a driver with a large pool publishes it.
+fn pool_slices(node: &str, devices: &[String]) -> String {
+    let chunks: Vec<&[String]> = devices.chunks(MAX_DEVICES_PER_SLICE).collect();
+    let mut out = String::new();
+    for (i, chunk) in chunks.iter().enumerate() {
+        out.push_str(&format!(
+            "---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: \
+             {node}-{i}}}\nspec:\n  driver: dev.example.com\n  nodeName: {node}\n  pool: {{name: \
+             {node}, generation: 1, resourceSliceCount: {}}}\n  devices:\n",
+            chunks.len()
         ));
+        for device in *chunk {
+            out.push_str(&format!("  - {device}\n"));
+        }
     }
+    out
+}
+
+fn big_slice_dir(case: &str, devices: usize, pods: usize, count: i64) -> PathBuf {
+    let devices: Vec<String> = (0..devices)
+        .map(|i| format!("{{name: d{i}, attributes: {{index: {{int: {i}}}}}}}"))
+        .collect();
+    let slice = pool_slices("big-node", &devices);
     let node = "apiVersion: v1\nkind: Node\nmetadata: {name: big-node, labels: \
                 {kubernetes.io/hostname: big-node}}\nstatus:\n  allocatable: {cpu: '1000', \
                 memory: 4000Gi, pods: '20000'}\n  capacity: {cpu: '1000', memory: 4000Gi, \
@@ -310,8 +326,9 @@ fn big_slice_dir(case: &str, devices: usize, pods: usize, count: i64) -> PathBuf
 }
 
 #[test]
-fn a_100000_device_slice_is_handled_in_bounded_time() {
-    // A 5 MB file: about 5 s of CPU in a debug build, half of it reading the YAML.
+fn a_100000_device_pool_is_handled_in_bounded_time() {
+    // A 5 MB file of 782 slices: about 5 s of CPU in a debug build, half of it reading the
+    // YAML.
     let d = big_slice_dir("big-slice", 100_000, 2, 3);
     let run = plan(&d, DRA, BIG_LIMIT);
     let plan = run.json();
@@ -324,6 +341,31 @@ fn a_100000_device_slice_is_handled_in_bounded_time() {
     assert_eq!(bindings.len(), 2);
     assert!(bindings.iter().all(|b| b["node"] == "big-node"));
     assert_eq!(plan["claims"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn a_slice_listing_more_devices_than_the_api_server_allows_is_refused() {
+    let d = big_slice_dir("oversized-slice", 3, 1, 1);
+    let devices: Vec<String> = (0..=MAX_DEVICES_PER_SLICE)
+        .map(|i| format!("{{name: d{i}}}"))
+        .collect();
+    let one_slice =
+        pool_slices("big-node", &devices).replace("resourceSliceCount: 2", "resourceSliceCount: 1");
+    let one_slice = one_slice.split("---\n").nth(1).unwrap().to_string()
+        + &devices[MAX_DEVICES_PER_SLICE..]
+            .iter()
+            .map(|d| format!("  - {d}\n"))
+            .collect::<String>();
+    std::fs::write(d.join("slice.yaml"), one_slice).unwrap();
+    let run = plan(&d, DRA, LIMIT);
+    assert!(!run.ok, "{}", run.stdout);
+    assert!(
+        run.stderr.contains(
+            "ResourceSlice/big-node-0: spec.devices: Too many: 129: must have at most 128 items"
+        ),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -446,18 +488,13 @@ fn replicas_of_2147483647_are_an_input_error() {
 /// An existing node whose devices fall into `groups` groups of `per_group` (attribute
 /// `group`), and a pod whose one claim asks for `count` devices that all share a group.
 fn search_budget_dir(case: &str, groups: usize, per_group: usize, count: usize) -> PathBuf {
-    let mut slice = String::from(
-        "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: grouped}\nspec:\n  \
-         driver: dev.example.com\n  nodeName: grouped-node\n  pool: {name: grouped-node, \
-         generation: 1, resourceSliceCount: 1}\n  devices:\n",
-    );
-    for g in 0..groups {
-        for i in 0..per_group {
-            slice.push_str(&format!(
-                "  - {{name: d{g}-{i}, attributes: {{group: {{int: {g}}}}}}}\n"
-            ));
-        }
-    }
+    let devices: Vec<String> = (0..groups)
+        .flat_map(|g| {
+            (0..per_group)
+                .map(move |i| format!("{{name: d{g}-{i}, attributes: {{group: {{int: {g}}}}}}}"))
+        })
+        .collect();
+    let slice = pool_slices("grouped-node", &devices);
     let node = "apiVersion: v1\nkind: Node\nmetadata: {name: grouped-node, labels: \
                 {kubernetes.io/hostname: grouped-node}}\nstatus:\n  allocatable: {cpu: '64', \
                 memory: 256Gi, pods: '110'}\n  capacity: {cpu: '64', memory: 256Gi, pods: '110'}\n"
