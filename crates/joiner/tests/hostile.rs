@@ -245,6 +245,78 @@ fn cel_over_the_cost_limit_fails_its_claim() {
 }
 
 #[test]
+fn a_costly_regex_against_the_whole_catalog_and_1000_devices_stays_fast() {
+    // `\w{200}` once cost a regex compile per device and call (about 100 ms each); two such
+    // pods against 1,000 devices and every GPU type of the catalog passed 30 s. The pattern
+    // compiles once now, with RE2's ASCII `\w`, so the plan takes well under a second.
+    let nodepool = std::fs::read_to_string(example_dir("dra-specific-gpu").join("nodepool.yaml"))
+        .unwrap()
+        .replace(
+            "      - key: karpenter.k8s.aws/instance-family\n        operator: In\n        \
+             values: [\"g6\", \"g6e\", \"p5\", \"p5en\", \"p6-b200\"]\n",
+            "      - key: karpenter.sh/capacity-type\n        operator: In\n        \
+             values: [\"on-demand\"]\n",
+        );
+    assert!(
+        nodepool.contains("capacity-type"),
+        "the example's requirements changed"
+    );
+    let devices: Vec<String> = (0..1000)
+        .map(|i| {
+            format!(
+                "{{name: gpu-{i}, attributes: {{type: {{string: gpu}}, productName: {{string: \
+                 NVIDIA H100 80GB HBM3}}, index: {{int: {i}}}}}}}"
+            )
+        })
+        .collect();
+    let slices = pool_slices("big-node", &devices).replace("dev.example.com", "gpu.nvidia.com");
+    let node = "apiVersion: v1\nkind: Node\nmetadata: {name: big-node, labels: \
+                {kubernetes.io/hostname: big-node}}\nstatus:\n  allocatable: {cpu: '1000', \
+                memory: 4000Gi, pods: '20000'}\n  capacity: {cpu: '1000', memory: 4000Gi, \
+                pods: '20000'}\n";
+    let hostile = template(
+        "          deviceClassName: gpu.nvidia.com\n          selectors:\n          - cel: \
+         {expression: 'device.attributes[\"gpu.nvidia.com\"].productName.matches(\"\\\\w{200}\")'}\n",
+    );
+    let plain =
+        template("          deviceClassName: gpu.nvidia.com\n").replace("name: t,", "name: plain,");
+    let plain_pod = claim_pod("plain").replace(
+        "resourceClaimTemplateName: t",
+        "resourceClaimTemplateName: plain",
+    );
+    let d = dir(
+        "costly-regex",
+        &[
+            ("nodepool.yaml", nodepool),
+            (
+                "deviceclasses.yaml",
+                std::fs::read_to_string(example_dir("dra-specific-gpu").join("deviceclasses.yaml"))
+                    .unwrap(),
+            ),
+            ("slices.yaml", slices),
+            ("node.yaml", node.to_string()),
+            (
+                "workload.yaml",
+                format!(
+                    "{hostile}---\n{plain}---\n{}---\n{}---\n{plain_pod}",
+                    claim_pod("hostile-a"),
+                    claim_pod("hostile-b")
+                ),
+            ),
+        ],
+    );
+    let run = plan(&d, DRA, LIMIT);
+    let plan = run.json();
+    let u = unschedulable(&plan);
+    let names: Vec<&str> = u.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["default/hostile-a", "default/hostile-b"], "{u:?}");
+    let bindings = plan["bindings"].as_array().unwrap();
+    assert_eq!(bindings.len(), 1, "{bindings:?}");
+    assert_eq!(bindings[0]["node"], "big-node");
+    eprintln!("costly regex against the catalog: {:?}", run.took);
+}
+
+#[test]
 fn count_of_2147483647_is_unschedulable_quickly() {
     let request = "          deviceClassName: gpu.nvidia.com\n          count: 2147483647\n";
     let d = dra_dir(

@@ -47,6 +47,8 @@ const STRING_FUNCTIONS: &[&str] = &[
     "startsWith",
     "endsWith",
     "matches",
+    "find",
+    "findAll",
     "indexOf",
     "lastIndexOf",
     "lowerAscii",
@@ -161,14 +163,19 @@ fn walk(expr: &IdedExpr, scope: &mut HashMap<String, f64>) -> Estimate {
             if STRING_FUNCTIONS.contains(&name) {
                 cost += total / 10.0;
             }
-            if name == "matches" {
-                // A regular expression costs its pattern's size for each input character.
-                cost += sizes.iter().product::<f64>() / 10.0;
+            if let ("matches" | "find" | "findAll", [subject, pattern, ..]) = (name, &sizes[..]) {
+                // Kubernetes' cost of a regular expression: a tenth of the subject's length
+                // times a quarter of the pattern's (RE2 runs in linear time, and a pattern
+                // compiles once, so its length stands for the work per input character).
+                cost += ((1.0 + subject) * 0.1).ceil() * (pattern * 0.25).ceil();
             }
             let size = match name {
                 "_+_" => total,
                 "replace" => widest * widest.max(1.0),
-                "split" | "join" | "lowerAscii" | "upperAscii" | "trim" | "substring"
+                "findAll" => sizes.first().copied().unwrap_or(1.0),
+                // A two-variable comprehension's range, and an element of a list or map.
+                super::comprehensions::KEYS | "_[_]" => widest,
+                "find" | "split" | "join" | "lowerAscii" | "upperAscii" | "trim" | "substring"
                 | "reverse" | "format" | "quote" | "string" => widest,
                 "_?_:_" => widest,
                 _ => 1.0,

@@ -4,14 +4,18 @@
 //! pre-converted device fast enough (hundreds of thousands of evaluations a second on one
 //! core). What Kubernetes adds and `cel` lacks is added here: the `device` variable with
 //! domain-scoped attribute and capacity maps ([`device`]), `semver()` ([`semver`]) and
-//! `quantity()` ([`quantity`]), the `cel.bind` macro, and an estimated-cost limit ([`cost`]).
+//! `quantity()` ([`quantity`]), the `cel.bind` macro, two-variable comprehensions
+//! ([`comprehensions`]), regular expressions compiled once and bounded ([`pattern`]), and an
+//! estimated-cost limit ([`cost`]).
 //!
 //! Each distinct expression compiles once per [`CelEnvironment`]; the compiled form carries a
 //! small dense id so that callers can cache per-(expression, device) results.
 
 pub mod collections;
+pub mod comprehensions;
 pub mod cost;
 pub mod device;
+pub mod pattern;
 pub mod quantity;
 pub mod semver;
 
@@ -184,6 +188,12 @@ impl CelEnvironment {
                 });
             }
         }
+        if let Some(message) = pattern::first_bad_literal(program.expression()) {
+            return Err(CelError::Compile {
+                expression: expression.to_string(),
+                message,
+            });
+        }
         let estimated_cost = cost::estimate(program.expression());
         if estimated_cost > self.cost_limit {
             return Err(CelError::CostLimit {
@@ -236,6 +246,8 @@ fn build_env() -> Env {
         env.add_extension(semver::extension),
         env.add_extension(quantity::extension),
         env.add_extension(collections::extension),
+        env.add_extension(pattern::extension),
+        env.add_extension(comprehensions::extension),
         env.add_macro(bind_macro()),
     ];
     debug_assert!(results.iter().all(Result::is_ok), "{results:?}");

@@ -214,3 +214,71 @@ fn sets_and_lists() {
         Err(CelError::Runtime { .. })
     ));
 }
+
+#[test]
+fn regex_library_find_and_find_all() {
+    yes(r#"device.attributes["gpu.nvidia.com"].productName.find("[0-9]+GB") == "80GB""#);
+    yes(r#"device.attributes["gpu.nvidia.com"].productName.find("A100") == """#);
+    yes(r#""a1 b22 c333".findAll("[0-9]+") == ["1", "22", "333"]"#);
+    yes(r#""a1 b22 c333".findAll("[0-9]+", 2) == ["1", "22"]"#);
+    yes(r#""a1 b22".findAll("[0-9]+", 0) == [] && "a1".findAll("[0-9]+", -1) == ["1"]"#);
+    yes(r#"matches("H100", "^H[0-9]+$") && "H100".matches("^H[0-9]+$")"#);
+    yes(r#""%d GPUs of %s".format([8, "H100"]) == "8 GPUs of H100""#);
+    // RE2's classes: `\w` does not match a non-ASCII letter.
+    no(r#""é".matches("^\\w$")"#);
+}
+
+#[test]
+fn a_bad_literal_pattern_refuses_the_selector_at_compile_time() {
+    for pattern in ["(foo", "a{1001}", r"(\\pL{1000}){1000}"] {
+        let expr =
+            format!(r#"device.attributes["gpu.nvidia.com"].productName.matches("{pattern}")"#);
+        match eval(&expr) {
+            Err(CelError::Compile { message, .. }) => {
+                assert!(
+                    message.contains("regular expression") || message.contains("too complex"),
+                    "{message}"
+                )
+            }
+            other => panic!("{expr}: {other:?}"),
+        }
+    }
+    // A pattern built at run time can only fail at run time, on the device.
+    assert!(matches!(
+        eval(r#""x".matches(device.attributes["gpu.nvidia.com"].productName + "(")"#),
+        Err(CelError::Runtime { .. })
+    ));
+}
+
+#[test]
+fn a_wide_repetition_is_cheap_and_evaluates() {
+    let env = CelEnvironment::new();
+    let c = env
+        .compile(r#"device.attributes["gpu.nvidia.com"].productName.matches("\\w{200}")"#)
+        .unwrap();
+    // Kubernetes' estimate: ceil(65 * 0.1) * ceil(7 * 0.25) for the call, plus the lookups.
+    assert!(c.estimated_cost() < 100, "{}", c.estimated_cost());
+    for _ in 0..1000 {
+        assert_eq!(env.evaluate(&c, &gpu()), Ok(false));
+    }
+}
+
+#[test]
+fn two_variable_comprehensions() {
+    yes("[10, 20, 30].all(i, v, v == (i + 1) * 10)");
+    yes("[10, 20, 30].exists(i, v, i == 2 && v == 30)");
+    no("[10, 20, 30].exists(i, v, i == 1 && v == 30)");
+    yes("[1, 2, 3].existsOne(i, v, v > i + 1) == false && [1, 3].existsOne(i, v, v > i + 1)");
+    yes(r#"{"a": 1, "b": 2}.all(k, v, (k == "a" && v == 1) || (k == "b" && v == 2))"#);
+    yes("[1, 2, 3].transformList(i, v, v * i) == [0, 2, 6]");
+    yes("[1, 2, 3].transformList(i, v, i > 0, v * 10) == [20, 30]");
+    // Nested, the inner range shadowing the outer.
+    yes("[[1], [2, 3]].all(i, row, row.all(j, x, x == i + j + 1))");
+    yes(
+        r#"device.attributes["gpu.nvidia.com"].productName.split(" ").exists(i, w, i == 1 && w == "H100")"#,
+    );
+    assert!(matches!(
+        eval("[1].all(x, x, true)"),
+        Err(CelError::Compile { .. })
+    ));
+}
