@@ -57,6 +57,7 @@ pub(crate) fn catalog_types(catalog: &Catalog) -> Vec<CloudInstanceType> {
                     capacity_type: o.capacity_type,
                     price: o.price,
                     available: o.available,
+                    price_basis: o.price_basis,
                 })
                 .collect(),
         })
@@ -129,29 +130,32 @@ fn offerings_in(
                     .filter(priced)
                     .find(|o| o.capacity_type == c)
             })
-            .map(|o| o.price)
+            .map(|o| (o.price, o.price_basis))
     };
+    let listed = |p: &Price| (*p, PriceBasis::Listed);
     let on_demand = prices
         .on_demand
         .get(name)
-        .copied()
+        .map(listed)
         .or_else(|| catalog_price(CapacityType::OnDemand));
     let spot = prices
         .spot
         .get(&(name.to_string(), zone.to_string()))
-        .copied()
+        .map(listed)
         .or_else(|| catalog_price(CapacityType::Spot));
     [
         (CapacityType::OnDemand, on_demand),
         (CapacityType::Spot, spot),
     ]
     .into_iter()
-    .filter_map(|(capacity_type, price)| {
+    .filter_map(|(capacity_type, priced)| {
+        let (price, price_basis) = priced?;
         Some(CloudOffering {
             zone: zone.to_string(),
             capacity_type,
-            price: price?,
+            price,
             available: true,
+            price_basis,
         })
     })
     .collect()
@@ -387,6 +391,41 @@ mod tests {
         assert_eq!(of("g4dn.xlarge"), ["us-east-1a", "us-east-1b"]);
         assert_eq!(of("g5.xlarge"), ["us-east-1a"]);
         assert_eq!(zones.len(), 3);
+    }
+
+    /// Outside us-east-1 the built-in on-demand price is us-east-1's, an estimate. A Price List
+    /// price makes it listed even when it is the very same figure; without one the estimate is
+    /// sold and still said to be one.
+    #[test]
+    fn a_live_price_equal_to_the_built_in_estimate_is_listed() {
+        let zones = vec!["eu-west-1a".to_string()];
+        let catalog = Catalog::builtin("eu-west-1", &zones);
+        let built_in = catalog
+            .get("g5.xlarge")
+            .and_then(|t| t.offering("eu-west-1a", CapacityType::OnDemand))
+            .expect("g5.xlarge sold on demand in eu-west-1a")
+            .clone();
+        assert_eq!(built_in.price_basis, PriceBasis::OtherRegion);
+        let offered = BTreeSet::from([("g5.xlarge".to_string(), "eu-west-1a".to_string())]);
+        let on_demand_basis = |prices: &Prices| {
+            join_offerings(&catalog, &BTreeMap::new(), &offered, prices)[0]
+                .offerings
+                .iter()
+                .find(|o| o.capacity_type == CapacityType::OnDemand)
+                .map(|o| (o.price, o.price_basis))
+        };
+        let live = Prices {
+            on_demand: BTreeMap::from([("g5.xlarge".to_string(), built_in.price)]),
+            ..Prices::default()
+        };
+        assert_eq!(
+            on_demand_basis(&live),
+            Some((built_in.price, PriceBasis::Listed))
+        );
+        assert_eq!(
+            on_demand_basis(&Prices::default()),
+            Some((built_in.price, PriceBasis::OtherRegion))
+        );
     }
 
     /// A type newer than the catalog is sold with its facts, at the prices EC2 gives: on-demand

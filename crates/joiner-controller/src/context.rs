@@ -149,7 +149,7 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
                                 capacity_type: o.capacity_type,
                                 price: o.price,
                                 available: o.available,
-                                price_basis: PriceBasis::Listed,
+                                price_basis: o.price_basis,
                             })
                             .collect();
                         (t.name.clone(), offerings)

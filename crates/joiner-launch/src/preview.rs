@@ -208,6 +208,7 @@ fn cloud_types(view: &ClusterSnapshot, planned: &PlannedNodeClaim) -> Vec<CloudI
                         capacity_type: CapacityType::parse(&off.capacity_type)?,
                         price: off.price,
                         available: true,
+                        price_basis: off.price_basis,
                     })
                 })
                 .collect(),

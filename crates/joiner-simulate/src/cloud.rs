@@ -102,6 +102,7 @@ impl SimulatedCloud {
                         capacity_type: o.capacity_type,
                         price: o.price,
                         available: o.available,
+                        price_basis: o.price_basis,
                     })
                     .collect(),
             })

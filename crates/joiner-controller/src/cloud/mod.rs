@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use joiner_engine::catalog::CapacityType;
+use joiner_engine::catalog::{CapacityType, PriceBasis};
 use joiner_model::Price;
 use joiner_model::api::EC2NodeClass;
 use k8s_openapi::api::core::v1::Taint;
@@ -127,6 +127,10 @@ pub struct CloudOffering {
     pub capacity_type: CapacityType,
     pub price: Price,
     pub available: bool,
+    /// How the price is known: `Listed` when the cloud gave it (the Price List API, the spot
+    /// price history), the catalog's basis when it fell back to the catalog's figure. Carried,
+    /// never guessed from a price: a live price may equal a built-in estimate.
+    pub price_basis: PriceBasis,
 }
 
 /// Why a cloud call failed. The reconcilers act differently on each: insufficient capacity

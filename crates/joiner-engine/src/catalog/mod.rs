@@ -348,24 +348,17 @@ impl Catalog {
     }
 
     /// Puts what the cloud sells now in place of the built-in offerings: a type the cloud lists
-    /// gets the cloud's offerings at the cloud's prices (a price equal to the catalog's keeps
-    /// how the catalog knew it: a spot price EC2 did not report is still a stand-in); a type it
-    /// does not list is not sold in these zones and keeps no offering.
+    /// gets the cloud's offerings at the cloud's prices, each with the basis the cloud gave it
+    /// (a spot price EC2 did not report is still the catalog's stand-in; a live price equal to
+    /// a built-in estimate is live); a type it does not list is not sold in these zones and
+    /// keeps no offering.
     pub fn sell_as(&mut self, sold: &BTreeMap<String, Vec<Offering>>) {
         for t in Arc::make_mut(&mut self.types).iter_mut() {
             let Some(offerings) = sold.get(&t.name) else {
                 t.offerings.clear();
                 continue;
             };
-            let mut now = offerings.clone();
-            for o in &mut now {
-                if let Some(known) = t.offering(&o.zone, o.capacity_type)
-                    && known.price == o.price
-                {
-                    o.price_basis = known.price_basis;
-                }
-            }
-            t.offerings = now;
+            t.offerings = offerings.clone();
         }
     }
 

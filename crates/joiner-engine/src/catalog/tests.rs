@@ -583,8 +583,9 @@ fn capacity_type_labels() {
     assert!(Catalog::empty().is_empty());
 }
 
-/// What the cloud sells replaces the built-in offerings: its prices, its zones, and nothing for
-/// a type it does not list; a price it repeats keeps how the catalog knew it.
+/// What the cloud sells replaces the built-in offerings: its prices, its zones, the basis it
+/// gives each price, and nothing for a type it does not list. A live price equal to the
+/// built-in figure is still a live price.
 #[test]
 fn the_clouds_offerings_replace_the_built_in_ones() {
     let mut c = catalog();
@@ -603,21 +604,23 @@ fn the_clouds_offerings_replace_the_built_in_ones() {
         available: true,
         price_basis: PriceBasis::Listed,
     };
-    let repeated = Offering {
+    // EC2's spot history gave the snapshot's very figure: a live price all the same.
+    let live_equal = Offering {
         price_basis: PriceBasis::Listed,
+        ..spot.clone()
+    };
+    // EC2 reported no spot price in this zone, so the cloud fell back on the stand-in.
+    let fallback = Offering {
+        zone: "us-east-1b".into(),
         ..spot.clone()
     };
     c.sell_as(&BTreeMap::from([(
         "g4dn.xlarge".to_string(),
-        vec![cheaper.clone(), repeated],
+        vec![cheaper.clone(), live_equal.clone(), fallback.clone()],
     )]));
     let g4 = c.get("g4dn.xlarge").unwrap();
-    assert_eq!(g4.offerings.len(), 2);
-    assert_eq!(g4.offerings[0], cheaper);
-    assert_eq!(
-        g4.offerings[1].price_basis,
-        PriceBasis::SpotSnapshot,
-        "EC2 reported no spot price of its own: still the stand-in"
-    );
+    assert_eq!(g4.offerings, vec![cheaper, live_equal, fallback]);
+    assert_eq!(g4.offerings[1].price_basis, PriceBasis::Listed);
+    assert_eq!(g4.offerings[2].price_basis, PriceBasis::SpotSnapshot);
     assert!(c.get("g5.xlarge").unwrap().offerings.is_empty());
 }
