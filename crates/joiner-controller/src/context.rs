@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use joiner_engine::catalog::{Offering, PriceBasis};
+use joiner_engine::catalog::Offering;
 use joiner_engine::snapshot::ClusterSnapshot;
 use joiner_model::Sourced;
 use joiner_model::api::EC2NodeClass;
