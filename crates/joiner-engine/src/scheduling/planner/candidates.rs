@@ -182,9 +182,13 @@ impl Planner<'_> {
             let allowed = self.allowed_for(pool_index, &requirements);
             (None, requirements, allowed)
         };
-        if let Some(found) =
-            self.new_in_zone(p, pool_index, (zone, &requirements, &allowed), strict, zones)
-        {
+        if let Some(found) = self.new_in_zone(
+            p,
+            pool_index,
+            (zone, &requirements, &allowed),
+            strict,
+            zones,
+        ) {
             return Some(found);
         }
         // Network-attached devices that serve some zones only: a NodeClaim pinned to one of

@@ -25,10 +25,10 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 
+use joiner_dra::inventory::Visibility;
 use joiner_dra::{
     AllocationState, Allocator, ClaimAllocation, Inventory, NodeInfo, NodeView, PreparedClaims,
 };
-use joiner_dra::inventory::Visibility;
 use joiner_model::wellknown::labels::ZONE;
 use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceClaimStatus};
@@ -444,8 +444,7 @@ impl Dra {
             return text;
         }
         // For a selector that matched nothing, what this type has instead.
-        if let Some(Some(templates)) = self.templates.get(at.pool).and_then(|v| v.get(at.option))
-        {
+        if let Some(Some(templates)) = self.templates.get(at.pool).and_then(|v| v.get(at.option)) {
             let values = self.referenced_values(p, templates);
             if !values.is_empty() {
                 text.push_str(&format!(" (its devices have {values})"));
@@ -705,12 +704,9 @@ fn referenced_names(text: &str) -> Vec<(&'static str, String, String)> {
 
 /// The label keys a node selector reads.
 fn selector_keys(sel: &NodeSelector) -> impl Iterator<Item = &str> {
-    sel.node_selector_terms.iter().flat_map(|t| {
-        t.match_expressions
-            .iter()
-            .flatten()
-            .map(|e| e.key.as_str())
-    })
+    sel.node_selector_terms
+        .iter()
+        .flat_map(|t| t.match_expressions.iter().flatten().map(|e| e.key.as_str()))
 }
 
 /// A node selector in a line: terms joined by "or", a term's expressions by "and", e.g.
@@ -720,12 +716,16 @@ fn describe_selector(sel: &NodeSelector) -> String {
         .node_selector_terms
         .iter()
         .map(|t| {
-            let exprs = t.match_expressions.iter().flatten().map(|e| {
-                (e.key.as_str(), e.operator.as_str(), e.values.as_deref())
-            });
-            let fields = t.match_fields.iter().flatten().map(|e| {
-                (e.key.as_str(), e.operator.as_str(), e.values.as_deref())
-            });
+            let exprs = t
+                .match_expressions
+                .iter()
+                .flatten()
+                .map(|e| (e.key.as_str(), e.operator.as_str(), e.values.as_deref()));
+            let fields = t
+                .match_fields
+                .iter()
+                .flatten()
+                .map(|e| (e.key.as_str(), e.operator.as_str(), e.values.as_deref()));
             let parts: Vec<String> = exprs
                 .chain(fields)
                 .map(|(key, op, values)| match values {

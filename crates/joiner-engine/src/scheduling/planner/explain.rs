@@ -236,7 +236,10 @@ fn option_reason(
             && pl
                 .pod_zones(std::slice::from_ref(reqs))
                 .into_iter()
-                .any(|z| dra.probe_copies(p, pl.class_of[p], probe_at(Some(z)), labels_at(Some(z)), 1) > 0))
+                .any(|z| {
+                    dra.probe_copies(p, pl.class_of[p], probe_at(Some(z)), labels_at(Some(z)), 1)
+                        > 0
+                }))
     {
         let source = &pool.input.options[opt.source];
         if source.devices.is_none()

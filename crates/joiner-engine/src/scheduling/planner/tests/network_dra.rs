@@ -79,7 +79,10 @@ fn network_input(
 }
 
 fn cpu_pool() -> PoolInput {
-    pool("general", vec![option("m5.large", "1930m", "7Gi", "0", 0.096)])
+    pool(
+        "general",
+        vec![option("m5.large", "1930m", "7Gi", "0", 0.096)],
+    )
 }
 
 /// The pools of the devices each claim was allocated, by claim.
@@ -134,7 +137,12 @@ fn network_devices_are_shared_by_every_new_node_of_the_plan() {
     let mut devices: Vec<String> = plan
         .claims
         .iter()
-        .flat_map(|c| c.allocation.devices.iter().flat_map(|d| d.results.iter().flatten()))
+        .flat_map(|c| {
+            c.allocation
+                .devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+        })
         .map(|r| r.device.clone())
         .collect();
     devices.sort();
@@ -144,11 +152,7 @@ fn network_devices_are_shared_by_every_new_node_of_the_plan() {
 #[test]
 fn devices_allocated_in_the_cluster_are_not_free_for_new_nodes() {
     let slice = network_slice("nics", 2, None);
-    let mut held = builders::claim(
-        "other",
-        "held",
-        vec![builders::exact("nic", CLASS, 1, &[])],
-    );
+    let mut held = builders::claim("other", "held", vec![builders::exact("nic", CLASS, 1, &[])]);
     held.status = Some(ResourceClaimStatus {
         allocation: Some(AllocationResult {
             devices: Some(DeviceAllocationResult {
@@ -177,7 +181,12 @@ fn devices_allocated_in_the_cluster_are_not_free_for_new_nodes() {
     let devices: Vec<String> = plan
         .claims
         .iter()
-        .flat_map(|c| c.allocation.devices.iter().flat_map(|d| d.results.iter().flatten()))
+        .flat_map(|c| {
+            c.allocation
+                .devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+        })
         .map(|r| r.device.clone())
         .collect();
     assert_eq!(devices, ["nics-1"]);
