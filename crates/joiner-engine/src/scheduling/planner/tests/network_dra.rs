@@ -243,3 +243,55 @@ fn without_network_slices_a_type_without_devices_still_says_so() {
         "{reason}"
     );
 }
+
+#[test]
+fn a_device_an_existing_node_takes_is_not_free_for_a_new_node() {
+    // Room for one pod only: the second needs a new node, and the slice's one other device.
+    let node = ExistingNode {
+        name: "node-a".into(),
+        labels: Labels::from([("kubernetes.io/arch".into(), "amd64".into())]),
+        taints: vec![],
+        allocatable: resources(&[("cpu", "1"), ("memory", "4Gi"), ("pods", "1")]),
+        capacity: ResourceList::new(),
+        node_pool: None,
+        price: None,
+        do_not_disrupt: false,
+        consolidation_candidate: true,
+        node_claim: None,
+        in_flight: false,
+    };
+    let mut inp = network_input(
+        "net",
+        3,
+        vec![cpu_pool()],
+        vec![network_slice("nics", 2, None)],
+        vec![],
+    );
+    inp.nodes.push(node);
+    let plan = schedule(&inp);
+    assert_eq!(plan.bindings.len(), 2, "{:?}", plan.unschedulable);
+    assert_eq!(
+        plan.bindings.iter().filter(|b| b.node == "node-a").count(),
+        1
+    );
+    assert_eq!(plan.node_claims.len(), 1);
+    assert_eq!(plan.unschedulable.len(), 1);
+    let mut devices: Vec<(String, String)> = plan
+        .claims
+        .iter()
+        .flat_map(|c| {
+            c.allocation
+                .devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+                .map(|r| (c.node.clone(), r.device.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    devices.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(devices.len(), 2);
+    assert_ne!(
+        devices[0].0, devices[1].0,
+        "one device per node: {devices:?}"
+    );
+}
