@@ -182,6 +182,48 @@ impl Planner<'_> {
             let allowed = self.allowed_for(pool_index, &requirements);
             (None, requirements, allowed)
         };
+        if let Some(found) = self.new_in_zone(
+            p,
+            pool_index,
+            (zone, &requirements, &allowed),
+            strict,
+            zones,
+        ) {
+            return Some(found);
+        }
+        // Network-attached devices that serve some zones only: a NodeClaim pinned to one of
+        // them may serve the claims where one whose zone is open does not.
+        let dra_zones = zone.is_none()
+            && self
+                .dra
+                .as_ref()
+                .is_some_and(|d| d.uses_claims(p) && d.zone_scoped());
+        if !dra_zones {
+            return None;
+        }
+        self.pod_zones(std::slice::from_ref(&requirements))
+            .into_iter()
+            .find_map(|z| {
+                let (merged, list) = self.pinned(pool_index, &requirements, z)?;
+                if list.is_empty() {
+                    return None;
+                }
+                self.new_in_zone(p, pool_index, (Some(z), &merged, &list), strict, zones)
+            })
+    }
+
+    /// The best new NodeClaim for `p` in `pool_index` with its zone pinned or open, under
+    /// requirements whose options are `allowed`, if topology allows it there.
+    fn new_in_zone(
+        &self,
+        p: usize,
+        pool_index: usize,
+        (zone, requirements, allowed): (Option<u32>, &Requirements, &Rc<Allowed>),
+        strict: bool,
+        zones: &[u32],
+    ) -> Option<NewClaim> {
+        let pool = &self.pools[pool_index];
+        let hostname = self.claim_domain(self.claims.len());
         self.topology
             .check(p, Domains { hostname, zone }, strict, zones)
             .ok()?;
@@ -207,18 +249,24 @@ impl Planner<'_> {
             }
             if !(self.option_holds(pool, o, &used, p)
                 && self.within_limits(pool_index, None, o)
-                && self.min_values_ok(pool, &allowed, i, &used, &requirements))
+                && self.min_values_ok(pool, allowed, i, &used, requirements))
             {
                 continue;
             }
             let mut copies = copies_that_fit(&used, &pool.options[o].room, expected);
             if let Some(dra) = self.dra.as_ref().filter(|d| d.uses_claims(p)) {
-                // The node must serve the pod's claims from the devices its type publishes.
+                // The node must serve the pod's claims from the devices its type publishes
+                // and the network-attached devices it would see.
+                let at = super::dra::ProbeAt {
+                    pool: pool_index,
+                    option: pool.options[o].source,
+                    zone,
+                };
                 let served = dra.probe_copies(
                     p,
                     self.class_of[p],
-                    pool_index,
-                    pool.options[o].source,
+                    at,
+                    || self.new_node_labels(pool_index, o, zone),
                     expected,
                 );
                 if served == 0 {
@@ -240,13 +288,41 @@ impl Planner<'_> {
         let price = allowed[chosen].0;
         Some(NewClaim {
             pool: pool_index,
-            requirements,
-            allowed,
+            requirements: requirements.clone(),
+            allowed: allowed.clone(),
             chosen,
             zone,
             price,
             copies,
         })
+    }
+
+    /// The labels a new node of option `o` of `pool_index` is sure to have, as network-attached
+    /// slices' node selectors see it before launch: the instance type's labels and the
+    /// NodePool's template labels (the option's), the NodePool's requirements that allow one
+    /// value only (a capacity type, a zone), and `zone` when the NodeClaim's zone is pinned.
+    pub(super) fn new_node_labels(
+        &self,
+        pool_index: usize,
+        o: usize,
+        zone: Option<u32>,
+    ) -> std::collections::BTreeMap<String, String> {
+        let pool = &self.pools[pool_index];
+        let mut out = pool.options[o].labels.clone();
+        for (key, r) in pool.requirements.iter() {
+            if out.contains_key(key) {
+                continue;
+            }
+            if let Some(mut values) = r.allowed_values()
+                && let (Some(only), None) = (values.next(), values.next())
+            {
+                out.insert(key.clone(), only.to_string());
+            }
+        }
+        if let Some(name) = zone.and_then(|z| self.zone_names.get(z as usize)) {
+            out.insert(labels::ZONE.to_string(), name.clone());
+        }
+        out
     }
 
     /// Chooses a zone for a planned node so that `p`'s zone constraints hold: the allowed zone

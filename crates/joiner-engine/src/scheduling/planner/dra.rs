@@ -8,14 +8,29 @@
 //!
 //! A NodeClaim that holds allocations keeps its instance type: growing it would change the
 //! devices the allocations refer to.
+//!
+//! Network-attached devices (slices with `nodeSelector` or `allNodes`, or per-device node
+//! selection) serve new nodes too. These semantics are Joiner's own (Karpenter leaves such
+//! devices out), kept simple:
+//! - a new node's labels, for the selectors, are the ones it is sure to have: the NodePool's
+//!   template labels and single-valued requirements, the instance type's labels, and its zone
+//!   once the NodeClaim's zone is pinned. A capacity type or zone left open is no label.
+//! - a pod whose claims fit only in one zone's devices gets a NodeClaim pinned to that zone.
+//! - such devices are one stock for the whole plan: a device allocated to a claim on any node,
+//!   existing or planned, is not free for another claim (consumable capacity and
+//!   `allowMultipleAllocations` aside), so probes start from the plan's allocations and are
+//!   probed again once an allocation takes or gives back a network-attached device.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 
+use joiner_dra::inventory::Visibility;
 use joiner_dra::{
     AllocationState, Allocator, ClaimAllocation, Inventory, NodeInfo, NodeView, PreparedClaims,
 };
+use joiner_model::wellknown::labels::ZONE;
+use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceClaimStatus};
 
 use super::super::{DraInput, ExistingNode, PoolInput};
@@ -24,6 +39,17 @@ use crate::catalog::devices::{DeviceTemplates, GPU_RUNTIME_ATTRIBUTES};
 /// The name of the probe node that stands for a new node of one instance type of one pool.
 fn probe_name(pool: &str, instance_type: &str) -> String {
     format!("joiner-probe.{pool}.{instance_type}")
+}
+
+type ProbeKey = (usize, ProbeAt, u32);
+
+/// Where a probe node stands: option `option` (index into the pool input's options) of pool
+/// `pool`, in `zone` (`None`: the NodeClaim's zone is not pinned).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct ProbeAt {
+    pub pool: usize,
+    pub option: usize,
+    pub zone: Option<u32>,
 }
 
 #[derive(Clone)]
@@ -38,16 +64,20 @@ pub(super) struct Dra {
     node_views: Vec<NodeView>,
     /// Per planned NodeClaim: its devices, once it was created for a pod with claims.
     claim_views: Vec<Option<NodeView>>,
-    /// Per pool and option: the probe node, when the type has devices.
-    probes: Vec<Vec<Option<NodeView>>>,
+    /// Per pool and option: the probe node's name.
+    probe_names: Vec<Vec<String>>,
+    /// Probe nodes, made when first asked for.
+    probes: RefCell<HashMap<ProbeAt, Rc<NodeView>>>,
+    /// Whether some network-attached device's node selector reads the zone label.
+    zone_scoped: bool,
     templates: Vec<Vec<Option<std::sync::Arc<DeviceTemplates>>>>,
     prepared: RefCell<Vec<Option<Rc<PreparedClaims>>>>,
     /// The drivers each DeviceClass's selectors name (`device.driver == "..."`).
     class_drivers: HashMap<String, BTreeSet<String>>,
     /// Drivers whose devices some instance type that may be launched publishes.
     launchable_drivers: BTreeSet<String>,
-    /// Per (class, pool, option): how many pods of the class a new node of that type serves.
-    probe_copies: RefCell<HashMap<(usize, usize, usize, u32), u32>>,
+    /// Per (class, probe, limit): how many pods of the class a new node there serves.
+    probe_copies: RefCell<HashMap<ProbeKey, u32>>,
     /// Allocations made, in order: claim, node, result.
     pub results: Vec<(String, String, AllocationResult)>,
 }
@@ -81,24 +111,19 @@ impl Dra {
             .iter()
             .map(|n| inventory.node_view(&node_info(&n.name, &n.labels)))
             .collect();
-        let probes = pools
+        let probe_names = pools
             .iter()
             .map(|pool| {
                 pool.options
                     .iter()
-                    .map(|o| {
-                        o.devices.as_ref().map(|_| {
-                            let mut labels = o.labels.clone();
-                            labels.extend(pool.labels.clone());
-                            inventory.node_view(&node_info(
-                                &probe_name(&pool.name, &o.instance_type),
-                                &labels,
-                            ))
-                        })
-                    })
+                    .map(|o| probe_name(&pool.name, &o.instance_type))
                     .collect()
             })
             .collect();
+        let zone_scoped = inventory.devices().iter().any(|d| match &d.visibility {
+            Visibility::Selector(sel) => selector_keys(sel).any(|k| k == ZONE),
+            _ => false,
+        });
         let templates = pools
             .iter()
             .map(|p| {
@@ -151,7 +176,9 @@ impl Dra {
             users,
             node_views,
             claim_views: Vec::new(),
-            probes,
+            probe_names,
+            probes: RefCell::new(HashMap::new()),
+            zone_scoped,
             templates,
             prepared: RefCell::new(vec![None; pod_count]),
             probe_copies: RefCell::new(HashMap::new()),
@@ -225,22 +252,55 @@ impl Dra {
         self.try_on(p, self.claim_views.get(c)?.as_ref()?)
     }
 
-    /// How many pods with the same claims as `p` a new node of option `o` of `pool` serves,
-    /// up to `limit`; zero when it serves none.
-    pub fn probe_copies(&self, p: usize, class: usize, pool: usize, o: usize, limit: u32) -> u32 {
-        let key = (class, pool, o, limit);
+    /// Whether some network-attached device serves only nodes of some zones: then a NodeClaim
+    /// whose zone is open may have to pin one for its pod's claims.
+    pub fn zone_scoped(&self) -> bool {
+        self.zone_scoped
+    }
+
+    /// The probe node for a new node at `at`, with `labels` (the planner's
+    /// `new_node_labels`).
+    fn probe(
+        &self,
+        at: ProbeAt,
+        labels: impl FnOnce() -> BTreeMap<String, String>,
+    ) -> Option<Rc<NodeView>> {
+        if let Some(hit) = self.probes.borrow().get(&at) {
+            return Some(hit.clone());
+        }
+        let name = self.probe_names.get(at.pool)?.get(at.option)?;
+        let view = Rc::new(self.inventory.node_view(&node_info(name, &labels())));
+        self.probes.borrow_mut().insert(at, view.clone());
+        Some(view)
+    }
+
+    /// How many pods with the same claims as `p` (of scheduling class `class`) a new node at
+    /// `at` with `labels` serves, up to `limit`, from the devices its type publishes and the
+    /// network-attached devices the plan has left free; zero when it serves none.
+    pub fn probe_copies(
+        &self,
+        p: usize,
+        class: usize,
+        at: ProbeAt,
+        labels: impl FnOnce() -> BTreeMap<String, String>,
+        limit: u32,
+    ) -> u32 {
+        let key = (class, at, limit);
         if let Some(&hit) = self.probe_copies.borrow().get(&key) {
             return hit;
         }
-        let Some(Some(view)) = self.probes.get(pool).and_then(|v| v.get(o)) else {
+        let Some(view) = self.probe(at, labels) else {
             return 0;
         };
+        if view.device_count() == 0 {
+            return 0;
+        }
         let prepared = self.prepared(p);
-        let mut scratch = AllocationState::new();
+        let mut scratch = self.state.clone();
         let mut session = self.allocator.session(&self.inventory);
         let mut copies = 0;
         while copies < limit {
-            let Some(allocations) = session.try_allocate(view, &scratch, &prepared) else {
+            let Some(allocations) = session.try_allocate(&view, &scratch, &prepared) else {
                 break;
             };
             if allocations.is_empty() {
@@ -258,7 +318,8 @@ impl Dra {
         copies
     }
 
-    /// Gives a new NodeClaim its instance type's devices.
+    /// Gives a new NodeClaim its instance type's devices (when it publishes any) and the
+    /// network-attached devices its `labels` admit.
     pub fn add_claim_node(
         &mut self,
         c: usize,
@@ -266,18 +327,31 @@ impl Dra {
         labels: &BTreeMap<String, String>,
         pool: usize,
         o: usize,
-        options: &crate::catalog::devices::TemplateOptions,
+        options: Option<&crate::catalog::devices::TemplateOptions>,
     ) {
         if self.claim_views.len() <= c {
             self.claim_views.resize(c + 1, None);
         }
-        let Some(Some(templates)) = self.templates.get(pool).and_then(|v| v.get(o)) else {
-            return;
-        };
-        let slices = templates.node_slices(name, options);
-        self.inventory.add_slices(slices.iter());
+        if let (Some(Some(templates)), Some(options)) =
+            (self.templates.get(pool).and_then(|v| v.get(o)), options)
+        {
+            let slices = templates.node_slices(name, options);
+            self.inventory.add_slices(slices.iter());
+        }
         self.claim_views[c] = Some(self.inventory.node_view(&node_info(name, labels)));
         // Node views of other nodes do not change when a node-local pool is added.
+    }
+
+    /// Whether an allocation holds a network-attached device: one every new node may compete
+    /// for, so what probes found no longer holds.
+    fn takes_network_devices(&self, allocation: &AllocationResult) -> bool {
+        allocation
+            .devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten())
+            .filter_map(|r| self.inventory.find(&r.driver, &r.pool, &r.device))
+            .filter_map(|id| self.inventory.device(id))
+            .any(|d| matches!(d.visibility, Visibility::AllNodes | Visibility::Selector(_)))
     }
 
     /// Gives back the devices of pod `p`'s allocated claims (its node is going away), so they
@@ -291,6 +365,9 @@ impl Dra {
             let Some(allocation) = claim.status.as_mut().and_then(|s| s.allocation.take()) else {
                 continue;
             };
+            if self.takes_network_devices(&allocation) {
+                self.probe_copies.borrow_mut().clear();
+            }
             self.state.release(&self.inventory, &allocation);
         }
         if let Some(slot) = self.prepared.borrow_mut().get_mut(p) {
@@ -302,6 +379,9 @@ impl Dra {
     pub fn commit(&mut self, node: &str, allocations: Vec<ClaimAllocation>) {
         for a in allocations {
             self.state.commit(&self.inventory, &a.allocation);
+            if self.takes_network_devices(&a.allocation) {
+                self.probe_copies.borrow_mut().clear();
+            }
             if let Some(claim) = self.claims.get_mut(&a.claim) {
                 claim
                     .status
@@ -328,15 +408,35 @@ impl Dra {
             .unwrap_or_default()
     }
 
-    /// Why a new node of option `o` of `pool` cannot serve the pod's claims.
-    pub fn why_not_probe(&self, p: usize, pool: usize, o: usize) -> String {
-        let Some(Some(view)) = self.probes.get(pool).and_then(|v| v.get(o)) else {
+    /// Why a new node at `at` with `labels` cannot serve the pod's claims.
+    pub fn why_not_probe(
+        &self,
+        p: usize,
+        at: ProbeAt,
+        labels: impl FnOnce() -> BTreeMap<String, String>,
+    ) -> String {
+        let Some(view) = self
+            .probe(at, labels)
+            .filter(|v| v.device_count() > 0 || self.has_network_devices())
+        else {
             return "publishes no DRA devices Joiner knows of".into();
         };
-        let mut text = self.why_not(p, view, true);
+        let mut text = self.why_not(p, &view, true);
+        if !text.contains("no device matches") {
+            return text;
+        }
+        // Network-attached slices of the claims' drivers this node would not see, and why.
+        let unseen = self.unseen_network_slices(p, &view);
+        if !unseen.is_empty() {
+            text.push_str(&format!(
+                " (network-attached {}; a new node of this NodePool and type does not match)",
+                unseen.join("; ")
+            ));
+            return text;
+        }
         // A class of a driver no launchable type publishes can never be served by a new node.
         let unknown = self.unlaunchable_drivers(p);
-        if text.contains("no device matches") && !unknown.is_empty() {
+        if !unknown.is_empty() {
             text.push_str(&format!(
                 " (no instance type Joiner may launch publishes devices of driver {})",
                 unknown.join(", ")
@@ -344,9 +444,7 @@ impl Dra {
             return text;
         }
         // For a selector that matched nothing, what this type has instead.
-        if text.contains("no device matches")
-            && let Some(Some(templates)) = self.templates.get(pool).and_then(|v| v.get(o))
-        {
+        if let Some(Some(templates)) = self.templates.get(at.pool).and_then(|v| v.get(at.option)) {
             let values = self.referenced_values(p, templates);
             if !values.is_empty() {
                 text.push_str(&format!(" (its devices have {values})"));
@@ -355,9 +453,54 @@ impl Dra {
         text
     }
 
-    /// Drivers the pod's claims' classes name that no launchable instance type publishes.
-    fn unlaunchable_drivers(&self, p: usize) -> Vec<String> {
-        let mut out = BTreeSet::new();
+    fn has_network_devices(&self) -> bool {
+        self.inventory
+            .devices()
+            .iter()
+            .any(|d| matches!(d.visibility, Visibility::AllNodes | Visibility::Selector(_)))
+    }
+
+    /// The network-attached slices of the drivers the pod's classes name (any driver when they
+    /// name none) that serve only nodes `view` is not, each with the selector it needs, e.g.
+    /// `ResourceSlice net-a (driver nic.example.com) serves only nodes with
+    /// topology.kubernetes.io/zone In [us-west-2a]`; at most three.
+    fn unseen_network_slices(&self, p: usize, view: &NodeView) -> Vec<String> {
+        let drivers: BTreeSet<String> = self
+            .claim_classes(p)
+            .iter()
+            .flat_map(|c| self.class_drivers.get(c).into_iter().flatten().cloned())
+            .collect();
+        let mut out: Vec<String> = Vec::new();
+        for d in self.inventory.devices() {
+            let Visibility::Selector(sel) = &d.visibility else {
+                continue;
+            };
+            if (!drivers.is_empty() && !drivers.contains(&*d.driver))
+                || d.visibility.admits(&view.node)
+            {
+                continue;
+            }
+            let line = format!(
+                "ResourceSlice {} (driver {}) serves only nodes with {}",
+                d.slice,
+                d.driver,
+                describe_selector(sel)
+            );
+            if !out.contains(&line) {
+                out.push(line);
+            }
+        }
+        let more = out.len().saturating_sub(3);
+        out.truncate(3);
+        if more > 0 {
+            out.push(format!("{more} more"));
+        }
+        out
+    }
+
+    /// The device classes the pod's claims' requests name.
+    fn claim_classes(&self, p: usize) -> Vec<String> {
+        let mut out = Vec::new();
         for claim in self
             .pod_claims
             .get(p)
@@ -371,18 +514,25 @@ impl Dra {
                 .as_ref()
                 .and_then(|d| d.requests.as_ref());
             for r in requests.into_iter().flatten() {
-                let classes = r.exactly.iter().map(|e| e.device_class_name.clone()).chain(
+                out.extend(r.exactly.iter().map(|e| e.device_class_name.clone()));
+                out.extend(
                     r.first_available
                         .iter()
                         .flatten()
                         .map(|s| s.device_class_name.clone()),
                 );
-                for class in classes {
-                    for driver in self.class_drivers.get(&class).into_iter().flatten() {
-                        if !self.launchable_drivers.contains(driver) {
-                            out.insert(driver.clone());
-                        }
-                    }
+            }
+        }
+        out
+    }
+
+    /// Drivers the pod's claims' classes name that no launchable instance type publishes.
+    fn unlaunchable_drivers(&self, p: usize) -> Vec<String> {
+        let mut out = BTreeSet::new();
+        for class in self.claim_classes(p) {
+            for driver in self.class_drivers.get(&class).into_iter().flatten() {
+                if !self.launchable_drivers.contains(driver) {
+                    out.insert(driver.clone());
                 }
             }
         }
@@ -445,15 +595,10 @@ impl Dra {
 
     fn why_not(&self, p: usize, view: &NodeView, before_launch: bool) -> String {
         let prepared = self.prepared(p);
-        let state = if before_launch {
-            AllocationState::new()
-        } else {
-            self.state.clone()
-        };
         match self
             .allocator
             .session(&self.inventory)
-            .allocate(view, &state, &prepared)
+            .allocate(view, &self.state, &prepared)
         {
             Ok(_) => "its devices are taken by other pending pods".into(),
             Err(failure) => {
@@ -555,6 +700,51 @@ fn referenced_names(text: &str) -> Vec<(&'static str, String, String)> {
         }
     }
     out
+}
+
+/// The label keys a node selector reads.
+fn selector_keys(sel: &NodeSelector) -> impl Iterator<Item = &str> {
+    sel.node_selector_terms
+        .iter()
+        .flat_map(|t| t.match_expressions.iter().flatten().map(|e| e.key.as_str()))
+}
+
+/// A node selector in a line: terms joined by "or", a term's expressions by "and", e.g.
+/// `topology.kubernetes.io/zone In [us-east-1b]`.
+fn describe_selector(sel: &NodeSelector) -> String {
+    let terms: Vec<String> = sel
+        .node_selector_terms
+        .iter()
+        .map(|t| {
+            let exprs = t
+                .match_expressions
+                .iter()
+                .flatten()
+                .map(|e| (e.key.as_str(), e.operator.as_str(), e.values.as_deref()));
+            let fields = t
+                .match_fields
+                .iter()
+                .flatten()
+                .map(|e| (e.key.as_str(), e.operator.as_str(), e.values.as_deref()));
+            let parts: Vec<String> = exprs
+                .chain(fields)
+                .map(|(key, op, values)| match values {
+                    Some(v) if !v.is_empty() => format!("{key} {op} [{}]", v.join(", ")),
+                    _ => format!("{key} {op}"),
+                })
+                .collect();
+            if parts.is_empty() {
+                "no requirement".to_string()
+            } else {
+                parts.join(" and ")
+            }
+        })
+        .collect();
+    if terms.is_empty() {
+        "no selector term (no node)".into()
+    } else {
+        terms.join(" or ")
+    }
 }
 
 fn node_info(name: &str, labels: &BTreeMap<String, String>) -> NodeInfo {

@@ -176,6 +176,12 @@ fn option_reason(
     let opt = &pool.options[o];
     let req = &pl.requests[p];
     let zero = vec![0; req.len()];
+    let labels_at = |zone: Option<u32>| move || pl.new_node_labels(pi, o, zone);
+    let probe_at = |zone: Option<u32>| super::dra::ProbeAt {
+        pool: pi,
+        option: opt.source,
+        zone,
+    };
     let reason: String = if option_price(pool, o, reqs, &pl.reservations).is_none() {
         let mismatch = reqs.iter().find(|(k, r)| {
             !labels::defined_by_offering(k)
@@ -225,7 +231,15 @@ fn option_reason(
     } else if !pl.within_limits(pi, None, o) {
         "NodePool limits would be exceeded".into()
     } else if let Some(dra) = pl.dra.as_ref().filter(|d| d.uses_claims(p))
-        && dra.probe_copies(p, pl.class_of[p], pi, opt.source, 1) == 0
+        && dra.probe_copies(p, pl.class_of[p], probe_at(None), labels_at(None), 1) == 0
+        && !(dra.zone_scoped()
+            && pl
+                .pod_zones(std::slice::from_ref(reqs))
+                .into_iter()
+                .any(|z| {
+                    dra.probe_copies(p, pl.class_of[p], probe_at(Some(z)), labels_at(Some(z)), 1)
+                        > 0
+                }))
     {
         let source = &pool.input.options[opt.source];
         if source.devices.is_none()
@@ -237,7 +251,7 @@ fn option_reason(
             // the device plugin's resource is known to serve them.
             "no DRA device data for its GPUs: they are served by the device plugin as nvidia.com/gpu only".to_string()
         } else {
-            dra.why_not_probe(p, pi, opt.source)
+            dra.why_not_probe(p, probe_at(None), labels_at(None))
         }
     } else {
         return None;

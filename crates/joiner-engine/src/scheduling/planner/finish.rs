@@ -156,34 +156,31 @@ impl Planner<'_> {
     }
 
     /// A NodeClaim just made for pod `p`: if the pod has claims, the node gets its instance
-    /// type's devices and the claims their allocation there.
+    /// type's devices, sees the network-attached devices its labels admit, and the claims get
+    /// their allocation there.
     pub(super) fn give_devices(&mut self, p: usize) {
         let c = self.claims.len() - 1;
-        let Some(dra) = self.dra.as_mut().filter(|d| d.uses_claims(p)) else {
+        if !self.dra.as_ref().is_some_and(|d| d.uses_claims(p)) {
             return;
-        };
-        let claim = &mut self.claims[c];
-        let pool = &self.pools[claim.pool];
+        }
+        let claim = &self.claims[c];
         let Some(&(_, o)) = claim.allowed.get(claim.chosen) else {
             return;
         };
-        let opt = &pool.options[o];
-        let Some(source) = pool
+        let labels = self.new_node_labels(claim.pool, o, claim.zone);
+        let pool = &self.pools[claim.pool];
+        let source = pool.options[o].source;
+        let options = pool
             .input
             .options
-            .get(opt.source)
+            .get(source)
             .and_then(|x| x.devices.as_ref())
-        else {
+            .map(|d| &d.options);
+        let Some(dra) = self.dra.as_mut() else {
             return;
         };
-        dra.add_claim_node(
-            c,
-            &claim.name,
-            &opt.labels,
-            claim.pool,
-            opt.source,
-            &source.options,
-        );
+        let claim = &mut self.claims[c];
+        dra.add_claim_node(c, &claim.name, &labels, claim.pool, source, options);
         claim.devices_pinned = true;
         match dra.fits_claim(p, c) {
             Some(allocations) => dra.commit(&claim.name, allocations),

@@ -685,3 +685,5 @@ mod optimality {
         assert!(worst <= 1.5, "worst ratio {worst}");
     }
 }
+
+mod network_dra;
