@@ -231,3 +231,46 @@ fn a_claim_recorded_with_its_random_suffix_is_waited_for_not_copied() {
     assert_eq!(p["nodeClaims"].as_array().unwrap().len(), 1, "{p}");
     assert_eq!(p["claims"][0]["claim"], "default/inference-gpu-9kq4x");
 }
+
+/// A slice from a cluster that runs the alpha gate `DRAListTypeAttributes`: a device with a
+/// list-typed attribute. The slice is read with that attribute left out and a warning naming
+/// it, rather than refused, and its device still serves a claim that does not read the list.
+#[test]
+fn a_list_typed_attribute_is_set_aside_with_a_warning() {
+    let workload = std::fs::read_to_string(example_dir("dra-specific-gpu").join("workload.yaml"))
+        .unwrap()
+        + r#"---
+apiVersion: v1
+kind: Node
+metadata: {name: gpu-node, labels: {kubernetes.io/hostname: gpu-node}}
+status:
+  allocatable: {cpu: '8', memory: 32Gi, pods: '110'}
+  capacity: {cpu: '8', memory: 32Gi, pods: '110'}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: gpu-node-gpu.nvidia.com-x7k2p}
+spec:
+  driver: gpu.nvidia.com
+  nodeName: gpu-node
+  pool: {name: gpu-node, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: gpu-0
+    attributes:
+      type: {string: gpu}
+      cudaComputeCapability: {version: "9.0.0"}
+      pcieRoots: {strings: ["pci0000:00", "pci0000:01"]}
+    capacity:
+      memory: {value: 141Gi}
+"#;
+    let (p, stderr) = plan(&scenario("list-attribute", &workload));
+    assert!(
+        stderr.contains(
+            "ResourceSlice/gpu-node-gpu.nvidia.com-x7k2p: spec.devices[0].attributes[pcieRoots]: \
+             list-typed attribute"
+        ),
+        "{stderr}"
+    );
+    assert!(p["nodeClaims"].as_array().unwrap().is_empty(), "{p}");
+    assert_eq!(p["bindings"][0]["node"], "gpu-node", "{p}");
+}

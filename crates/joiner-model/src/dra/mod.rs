@@ -8,6 +8,7 @@
 //! what the API server would reject, so that a manifest Joiner plans is one a cluster accepts.
 
 pub mod convert;
+pub mod list_attributes;
 pub mod validate;
 
 pub use convert::{Conversion, DRA_GROUP, to_v1, written_field};
