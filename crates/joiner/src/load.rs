@@ -11,13 +11,24 @@ use serde_json::Value;
 /// Directories nested deeper than this are not followed (guards against symlink loops).
 const MAX_DIR_DEPTH: usize = 32;
 
+/// Most bytes one command reads as manifests, all files together: 1 GiB, about a dump of a
+/// cluster of 100,000 pods as `kubectl get -o yaml` writes them. Past it the command stops with
+/// an error naming the file, rather than growing without bound (`-f /dev/zero`).
+pub const MAX_INPUT_BYTES: u64 = 1 << 30;
+
 /// Reads manifests from files, directories (recursively: `*.yaml`, `*.yml`, `*.json`, in sorted
 /// order, hidden entries skipped) and `-` for standard input, in the order given.
 pub fn load_manifests(paths: &[PathBuf]) -> anyhow::Result<Manifests> {
+    load_manifests_within(paths, MAX_INPUT_BYTES)
+}
+
+/// [`load_manifests`] reading at most `limit` bytes in all.
+fn load_manifests_within(paths: &[PathBuf], limit: u64) -> anyhow::Result<Manifests> {
     let mut manifests = Manifests::default();
+    let mut budget = InputBudget { left: limit, limit };
     for path in paths {
         for file in expand_path(path)? {
-            let (name, text) = read_input(&file)?;
+            let (name, text) = budget.read(&file)?;
             for (origin, doc) in parse_documents(&name, &text)? {
                 manifests.add_document(origin, doc)?;
             }
@@ -31,8 +42,12 @@ pub fn load_manifests(paths: &[PathBuf]) -> anyhow::Result<Manifests> {
 /// `--set` expressions in order.
 pub fn load_values(files: &[PathBuf], sets: &[String]) -> anyhow::Result<Value> {
     let mut values = Value::Object(serde_json::Map::new());
+    let mut budget = InputBudget {
+        left: MAX_INPUT_BYTES,
+        limit: MAX_INPUT_BYTES,
+    };
     for file in files {
-        let (name, text) = read_input(file)?;
+        let (name, text) = budget.read(file)?;
         for (origin, doc) in parse_documents(&name, &text)? {
             if !doc.is_object() {
                 bail!("{origin}: a values file must be a map of settings");
@@ -88,18 +103,43 @@ fn is_manifest(path: &Path) -> bool {
         .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
 }
 
-/// The text of a file (or of standard input for `-`) and the name to report it by.
-fn read_input(path: &Path) -> anyhow::Result<(String, String)> {
-    if path.as_os_str() == "-" {
+/// What is left of the bytes one command may read.
+struct InputBudget {
+    left: u64,
+    limit: u64,
+}
+
+impl InputBudget {
+    /// The text of a file (or of standard input for `-`) and the name to report it by, read
+    /// only up to what is left of the budget: a read past it is an error naming the file, before
+    /// more is held in memory.
+    fn read(&mut self, path: &Path) -> anyhow::Result<(String, String)> {
+        let name = if path.as_os_str() == "-" {
+            "-".to_string()
+        } else {
+            path.display().to_string()
+        };
+        let source: Box<dyn Read> = if path.as_os_str() == "-" {
+            Box::new(std::io::stdin())
+        } else {
+            Box::new(std::fs::File::open(path).with_context(|| format!("reading {name}"))?)
+        };
         let mut text = String::new();
-        std::io::stdin()
+        source
+            .take(self.left.saturating_add(1))
             .read_to_string(&mut text)
-            .context("reading standard input")?;
-        return Ok(("-".to_string(), text));
+            .with_context(|| format!("reading {name}"))?;
+        let read = text.len() as u64;
+        if read > self.left {
+            bail!(
+                "{name}: the input is larger than Joiner reads in one command ({} bytes in all, \
+                 all files together); split it or remove what the plan does not need",
+                self.limit
+            );
+        }
+        self.left -= read;
+        Ok((name, text))
     }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok((path.display().to_string(), text))
 }
 
 #[cfg(test)]
@@ -128,6 +168,27 @@ mod tests {
             .collect();
         assert_eq!(names, ["from-a", "from-b", "from-c"]);
         assert!(m.pods[1].origin.file.ends_with("z.yaml"));
+    }
+
+    #[test]
+    fn input_past_the_byte_limit_is_an_error_naming_the_file() {
+        let s = Scratch::new("load-limit");
+        let a = s.write("a.yaml", &pod("a"));
+        let b = s.write("b.yaml", &pod("b"));
+        let both = a.metadata().unwrap().len() + b.metadata().unwrap().len();
+        assert!(load_manifests_within(&[a.clone(), b.clone()], both).is_ok());
+        let e = load_manifests_within(&[a, b], both - 1).unwrap_err();
+        let text = format!("{e:#}");
+        assert!(
+            text.contains("b.yaml") && text.contains("larger than Joiner reads"),
+            "{text}"
+        );
+        // An endless file stops at the limit rather than filling memory.
+        let e = load_manifests_within(&[PathBuf::from("/dev/zero")], 1 << 20).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("/dev/zero: the input is larger"),
+            "{e:#}"
+        );
     }
 
     #[test]
