@@ -25,7 +25,7 @@ pub fn load_manifests(paths: &[PathBuf]) -> anyhow::Result<Manifests> {
 /// [`load_manifests`] reading at most `limit` bytes in all.
 fn load_manifests_within(paths: &[PathBuf], limit: u64) -> anyhow::Result<Manifests> {
     let mut manifests = Manifests::default();
-    let mut budget = InputBudget { left: limit, limit };
+    let mut budget = InputBudget::new(limit);
     for path in paths {
         for file in expand_path(path)? {
             let (name, text) = budget.read(&file)?;
@@ -42,10 +42,7 @@ fn load_manifests_within(paths: &[PathBuf], limit: u64) -> anyhow::Result<Manife
 /// `--set` expressions in order.
 pub fn load_values(files: &[PathBuf], sets: &[String]) -> anyhow::Result<Value> {
     let mut values = Value::Object(serde_json::Map::new());
-    let mut budget = InputBudget {
-        left: MAX_INPUT_BYTES,
-        limit: MAX_INPUT_BYTES,
-    };
+    let mut budget = InputBudget::new(MAX_INPUT_BYTES);
     for file in files {
         let (name, text) = budget.read(file)?;
         for (origin, doc) in parse_documents(&name, &text)? {
@@ -110,6 +107,10 @@ struct InputBudget {
 }
 
 impl InputBudget {
+    fn new(limit: u64) -> InputBudget {
+        InputBudget { left: limit, limit }
+    }
+
     /// The text of a file (or of standard input for `-`) and the name to report it by, read
     /// only up to what is left of the budget: a read past it is an error naming the file, before
     /// more is held in memory.

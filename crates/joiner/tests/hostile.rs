@@ -345,17 +345,22 @@ const MAX_DEVICES_PER_SLICE: usize = 128;
 /// API server's limit, as a driver with a large pool publishes it.
 fn pool_slices(node: &str, devices: &[String]) -> String {
     let chunks: Vec<&[String]> = devices.chunks(MAX_DEVICES_PER_SLICE).collect();
-    let mut out = String::new();
-    for (i, chunk) in chunks.iter().enumerate() {
-        out.push_str(&format!(
-            "---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: \
-             {node}-{i}}}\nspec:\n  driver: dev.example.com\n  nodeName: {node}\n  pool: {{name: \
-             {node}, generation: 1, resourceSliceCount: {}}}\n  devices:\n",
-            chunks.len()
-        ));
-        for device in *chunk {
-            out.push_str(&format!("  - {device}\n"));
-        }
+    chunks
+        .iter()
+        .enumerate()
+        .map(|(i, chunk)| slice(node, i, chunks.len(), chunk))
+        .collect()
+}
+
+/// Slice `index` of the `count` slices of `node`'s pool, listing `devices`.
+fn slice(node: &str, index: usize, count: usize, devices: &[String]) -> String {
+    let mut out = format!(
+        "---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: \
+         {node}-{index}}}\nspec:\n  driver: dev.example.com\n  nodeName: {node}\n  pool: {{name: \
+         {node}, generation: 1, resourceSliceCount: {count}}}\n  devices:\n"
+    );
+    for device in devices {
+        out.push_str(&format!("  - {device}\n"));
     }
     out
 }
@@ -421,14 +426,7 @@ fn a_slice_listing_more_devices_than_the_api_server_allows_is_refused() {
     let devices: Vec<String> = (0..=MAX_DEVICES_PER_SLICE)
         .map(|i| format!("{{name: d{i}}}"))
         .collect();
-    let one_slice =
-        pool_slices("big-node", &devices).replace("resourceSliceCount: 2", "resourceSliceCount: 1");
-    let one_slice = one_slice.split("---\n").nth(1).unwrap().to_string()
-        + &devices[MAX_DEVICES_PER_SLICE..]
-            .iter()
-            .map(|d| format!("  - {d}\n"))
-            .collect::<String>();
-    std::fs::write(d.join("slice.yaml"), one_slice).unwrap();
+    std::fs::write(d.join("slice.yaml"), slice("big-node", 0, 1, &devices)).unwrap();
     let run = plan(&d, DRA, LIMIT);
     assert!(!run.ok, "{}", run.stdout);
     assert!(
