@@ -99,3 +99,12 @@ pub fn elapsed(now: Timestamp, then: Timestamp) -> Duration {
 pub fn k8s_time(t: Timestamp) -> Time {
     Time(Timestamp::from_second(t.as_second()).unwrap_or(t))
 }
+
+/// A duration setting (`expireAfter`, `consolidateAfter`, `terminationGracePeriod`): `None` for
+/// `Never` or text that is not a duration.
+pub fn duration_setting(text: &str) -> Option<std::time::Duration> {
+    if text.eq_ignore_ascii_case("never") {
+        return None;
+    }
+    joiner_model::duration::parse_duration(text).ok()
+}

@@ -34,6 +34,7 @@ pub mod pods;
 pub mod provisioning;
 mod report;
 pub mod store;
+pub mod termination;
 pub mod unavailable;
 
 pub use config::Config;

@@ -8,20 +8,19 @@
 
 use std::collections::BTreeSet;
 
-use joiner_model::api::EC2NodeClass;
-use joiner_model::wellknown::{annotations, finalizers, labels, tags};
-use k8s_openapi::api::core::v1::{Node, Taint};
+use joiner_model::api::{EC2NodeClass, NodePool};
+use joiner_model::wellknown::{annotations, finalizers, labels};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 
 use crate::clock::{add, k8s_time};
-use crate::cloud::{
-    CloudError, CloudProvider, Instance, InstanceState, LaunchRequest, Offer, OfferingKey,
-    instance_id_of,
-};
+use crate::cloud::{CloudError, CloudProvider, Instance, LaunchRequest, Offer, OfferingKey};
 use crate::context::Ctx;
 use crate::error::ControllerError;
 use crate::nodeclaim::launch::{offers_for, request_for, requested_dra_drivers, reserved_offers};
+use crate::nodeclaim::tagged_instances;
 use crate::store::{ClusterStore, StoreError};
+use crate::termination;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 
 /// One lifecycle pass over every NodeClaim.
@@ -30,10 +29,46 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
 ) -> Result<(), ControllerError> {
     let claims = ctx.store.list::<NodeClaim>()?;
     let nodes = ctx.store.list::<Node>()?;
+    // Nodes deleted by hand end their NodeClaims first, so this pass finalizes them.
+    let mut deleted_nodes = false;
+    for node in nodes
+        .iter()
+        .filter(|n| n.metadata.deletion_timestamp.is_some() && is_ours(n))
+    {
+        deleted_nodes = true;
+        if let Err(e) = termination::node_deleted(ctx, node, &claims) {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            ctx.error(&format!("Node {name}"), e);
+        }
+    }
+    let claims = if deleted_nodes {
+        ctx.store.list::<NodeClaim>()?
+    } else {
+        claims
+    };
+    let pools: BTreeSet<String> = ctx
+        .store
+        .list::<NodePool>()?
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    // Pods are read only when a drain needs them.
+    let pods = if claims.iter().any(NodeClaim::is_deleting) {
+        ctx.store.list::<Pod>()?
+    } else {
+        Vec::new()
+    };
     for claim in claims {
         let name = claim.name().to_string();
         let result = if claim.is_deleting() {
-            finalize(ctx, claim, &nodes)
+            termination::finalize(ctx, claim, &nodes, &pods)
+        } else if let Some(why) = pool_gone(ctx, &claim, &pools)? {
+            tracing::warn!(nodeclaim = %name, "{why}; deleting");
+            delete(ctx, &claim)
+        } else if let Some(why) = ghost(ctx, &claim, &nodes)? {
+            tracing::warn!(nodeclaim = %name, "{why}; deleting");
+            delete(ctx, &claim)
         } else if timed_out(ctx, &claim) {
             tracing::warn!(nodeclaim = %name, "not registered in time; deleting");
             delete(ctx, &claim)
@@ -55,6 +90,56 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
         }
     }
     Ok(())
+}
+
+/// Whether the Node carries Joiner's termination finalizer (Joiner registered it).
+fn is_ours(node: &Node) -> bool {
+    node.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == finalizers::TERMINATION))
+}
+
+/// A NodeClaim whose NodePool was deleted goes with it, as Kubernetes' garbage collector
+/// takes a NodeClaim whose owner is gone in Karpenter. Only a fresh read that finds the NodePool
+/// absent (or being deleted) counts: a cache that has not seen it yet says nothing.
+fn pool_gone<S: ClusterStore, C>(
+    ctx: &Ctx<'_, S, C>,
+    claim: &NodeClaim,
+    pools: &BTreeSet<String>,
+) -> Result<Option<String>, ControllerError> {
+    let Some(pool) = claim.label(labels::NODEPOOL) else {
+        return Ok(None);
+    };
+    if pools.contains(pool) {
+        return Ok(None);
+    }
+    let fresh = ctx.store.get_uncached::<NodePool>(None, pool)?;
+    Ok(fresh
+        .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+        .then(|| format!("its NodePool {pool} was deleted")))
+}
+
+/// A registered NodeClaim whose Node is gone (deleted past its finalizer, or registered before
+/// Joiner added one): its capacity is a ghost, so it is deleted and its instance terminated.
+/// Only a fresh read of the API server that finds no Node with the NodeClaim's provider ID
+/// under its recorded name counts as gone; a cache that trails says nothing.
+fn ghost<S: ClusterStore, C>(
+    ctx: &Ctx<'_, S, C>,
+    claim: &NodeClaim,
+    nodes: &[Node],
+) -> Result<Option<String>, ControllerError> {
+    if !claim.is_true(conditions::REGISTERED) || termination::node_of(claim, nodes).is_some() {
+        return Ok(None);
+    }
+    let Some(name) = claim.status.node_name.as_deref() else {
+        return Ok(None);
+    };
+    let fresh = ctx.store.get_uncached::<Node>(None, name)?;
+    let same = fresh
+        .as_ref()
+        .is_some_and(|n| termination::provider_id(n) == claim.status.provider_id.as_deref());
+    Ok((!same).then(|| format!("its Node {name} is gone")))
 }
 
 /// Not registered within the registration timeout of its creation.
@@ -80,21 +165,6 @@ fn delete<S: ClusterStore, C>(
         }
         Err(e) => Err(e.into()),
     }
-}
-
-/// Non-terminated instances tagged with this NodeClaim's name, oldest first.
-fn tagged_instances<S, C: CloudProvider>(
-    ctx: &Ctx<'_, S, C>,
-    claim: &NodeClaim,
-) -> Result<Vec<Instance>, ControllerError> {
-    let mut found: Vec<Instance> = ctx
-        .cloud
-        .list(&ctx.config.cluster_name)?
-        .into_iter()
-        .filter(|i| i.tags.get(tags::NODECLAIM).map(String::as_str) == Some(claim.name()))
-        .collect();
-    found.sort_by(|a, b| (a.launch_time, &a.id).cmp(&(b.launch_time, &b.id)));
-    Ok(found)
 }
 
 /// The offerings the NodeClaim allows, cheapest first, without those out of capacity.
@@ -370,6 +440,11 @@ fn register<S: ClusterStore, C: CloudProvider>(
     node_labels.insert(labels::REGISTERED.into(), "true".into());
     node_labels.insert(labels::NODECLAIM.into(), claim.name().into());
     node.metadata.labels = Some(node_labels);
+    // Deleting the Node by hand then drains it and ends its NodeClaim, as Karpenter does.
+    let node_finalizers = node.metadata.finalizers.get_or_insert_with(Vec::new);
+    if !node_finalizers.iter().any(|f| f == finalizers::TERMINATION) {
+        node_finalizers.push(finalizers::TERMINATION.into());
+    }
     if first_time {
         let spec = node.spec.get_or_insert_with(Default::default);
         let taints = spec.taints.get_or_insert_with(Vec::new);
@@ -397,10 +472,7 @@ fn initialize<S: ClusterStore, C: CloudProvider>(
     claim: NodeClaim,
     nodes: &[Node],
 ) -> Result<(), ControllerError> {
-    let Some(node) = nodes
-        .iter()
-        .find(|n| n.metadata.name.is_some() && n.metadata.name == claim.status.node_name)
-    else {
+    let Some(node) = termination::node_of(&claim, nodes) else {
         return Ok(());
     };
     let status = node.status.as_ref();
@@ -489,59 +561,6 @@ pub fn dra_drivers_published(claim: &NodeClaim, node: &str, slices: &[ResourceSl
                         .is_ok_and(|n| n == current.len())
                 })
             })
-    })
-}
-
-/// The termination finalizer: terminate every instance of the NodeClaim (the recorded one and
-/// any tagged with its name), delete its Node, then let the object go.
-fn finalize<S: ClusterStore, C: CloudProvider>(
-    ctx: &mut Ctx<'_, S, C>,
-    claim: NodeClaim,
-    nodes: &[Node],
-) -> Result<(), ControllerError> {
-    let has_finalizer = claim
-        .metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|x| x == finalizers::TERMINATION));
-    if !has_finalizer {
-        return Ok(());
-    }
-    let mut ids: Vec<String> = tagged_instances(ctx, &claim)?
-        .into_iter()
-        .map(|i| i.id)
-        .collect();
-    if let Some(id) = claim.status.provider_id.as_deref().and_then(instance_id_of)
-        && !ids.iter().any(|x| x == id)
-        && ctx
-            .cloud
-            .get(id)?
-            .is_some_and(|i| i.state != InstanceState::Terminated)
-    {
-        ids.push(id.to_string());
-    }
-    for id in ids {
-        ctx.cloud.terminate(&id)?;
-        tracing::info!(nodeclaim = claim.name(), instance = %id, "terminated instance");
-        ctx.report.terminated.push(id);
-    }
-    for node in nodes.iter().filter(|n| {
-        let pid = n.spec.as_ref().and_then(|s| s.provider_id.as_ref());
-        (pid.is_some() && pid == claim.status.provider_id.as_ref())
-            || (n.metadata.name.is_some() && n.metadata.name == claim.status.node_name)
-    }) {
-        match ctx
-            .store
-            .delete::<Node>(None, node.metadata.name.as_deref().unwrap_or_default())
-        {
-            Ok(_) | Err(StoreError::NotFound(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    update_claim(ctx, claim, |c| {
-        if let Some(f) = c.metadata.finalizers.as_mut() {
-            f.retain(|x| x != finalizers::TERMINATION);
-        }
     })
 }
 

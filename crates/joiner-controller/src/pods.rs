@@ -57,3 +57,17 @@ pub fn bound_to<'a>(pods: &'a [Pod], node: &str) -> impl Iterator<Item = &'a Pod
             && p.metadata.deletion_timestamp.is_none()
     })
 }
+
+/// Kubernetes' default `terminationGracePeriodSeconds`.
+const DEFAULT_GRACE_SECONDS: i64 = 30;
+
+/// How long a pod takes to stop once deleted: its own `terminationGracePeriodSeconds`, the
+/// API server's default when unset. Zero (or negative, which the API server reads as one
+/// second, then as an immediate stop) means at once.
+pub fn grace_period_of(pod: &Pod) -> i64 {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(DEFAULT_GRACE_SECONDS)
+        .max(0)
+}

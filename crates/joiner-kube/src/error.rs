@@ -42,6 +42,8 @@ impl fmt::Display for Pending<'_> {
 pub(crate) enum Verb {
     /// A read past the cache (`get_uncached`).
     Get,
+    /// A LIST past the cache (`pods_on_node_uncached`).
+    List,
     Create,
     Update,
     Delete,

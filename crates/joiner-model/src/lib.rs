@@ -19,6 +19,7 @@ pub mod dra;
 pub mod duration;
 pub mod kinds;
 pub mod manifests;
+pub mod names;
 pub mod settings;
 pub mod wellknown;
 pub mod workloads;

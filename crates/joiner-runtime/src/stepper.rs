@@ -180,6 +180,12 @@ impl<S: ClusterStore> ClusterStore for KwokNodes<'_, S> {
     fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
         self.0.undecodable::<K>()
     }
+    fn pods_on_node_uncached(
+        &self,
+        node: &str,
+    ) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, StoreError> {
+        self.0.pods_on_node_uncached(node)
+    }
     fn evict(
         &self,
         namespace: &str,

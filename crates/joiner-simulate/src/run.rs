@@ -32,7 +32,7 @@ use crate::cloud::{Registration, SimulatedCloud};
 use crate::error::{Context, Error, invalid};
 use crate::interruption_queue::SimulatedInterruptionQueue;
 use crate::kubelet::SimulatedKubelet;
-use crate::scenario::{self, Resolved, Step, merge_patch};
+use crate::scenario::{self, NodeClaimTarget, Resolved, Step, merge_patch};
 use crate::scheduler::{collect_orphans, schedule_pending};
 
 /// How often a point is recorded for the charts.
@@ -404,6 +404,34 @@ impl Sim {
                 json!({"nodePool": c.name, "patch": c.patch}),
             );
         }
+        if let Some(t) = &step.delete_node_claim {
+            let targets = self.node_claims_for(t)?;
+            for c in &targets {
+                self.store.delete::<NodeClaim>(None, c.name())?;
+            }
+            let names: Vec<&str> = targets.iter().map(NodeClaim::name).collect();
+            self.event("deleteNodeClaim", json!({"nodeClaims": names}));
+        }
+        if let Some(t) = &step.delete_node {
+            let mut deleted = Vec::new();
+            for c in self.node_claims_for(t)? {
+                let Some(node) = c.status.node_name.clone() else {
+                    continue;
+                };
+                match self.store.delete::<Node>(None, &node) {
+                    Ok(_) | Err(StoreError::NotFound(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                deleted.push(json!({"node": node, "nodeClaim": c.name()}));
+            }
+            self.event("deleteNode", json!({"nodes": deleted}));
+        }
+        if let Some(d) = &step.delete_node_pool {
+            self.store
+                .delete::<NodePool>(None, &d.name)
+                .map_err(|_| invalid!("deleteNodePool: no NodePool {}", d.name))?;
+            self.event("deleteNodePool", json!({"nodePool": d.name}));
+        }
         for a in &step.add_instances {
             let capacity_type = CapacityType::parse(&a.capacity_type).ok_or_else(|| {
                 invalid!(
@@ -479,6 +507,27 @@ impl Sim {
             self.event("faults", serde_json::to_value(FaultsText(f))?);
         }
         Ok(())
+    }
+
+    /// The NodeClaims a `deleteNodeClaim` or `deleteNode` step names: the one by name, or for
+    /// `*` the oldest live ones first; `count` of them (default 1).
+    fn node_claims_for(&self, t: &NodeClaimTarget) -> Result<Vec<NodeClaim>, Error> {
+        let mut live: Vec<NodeClaim> = self
+            .store
+            .list::<NodeClaim>()?
+            .into_iter()
+            .filter(|c| !c.is_deleting())
+            .filter(|c| t.node_claim == "*" || c.name() == t.node_claim)
+            .collect();
+        if live.is_empty() && t.node_claim != "*" {
+            return Err(invalid!("no live NodeClaim {}", t.node_claim));
+        }
+        live.sort_by(|a, b| {
+            let created = |c: &NodeClaim| c.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            (created(a), a.name()).cmp(&(created(b), b.name()))
+        });
+        live.truncate(t.count.unwrap_or(1));
+        Ok(live)
     }
 
     fn record(&mut self, r: &StepReport) {

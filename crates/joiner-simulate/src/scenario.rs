@@ -15,6 +15,10 @@
 //!     deletePods: {names: [default/extra-0]}
 //!     interruptSpot: {count: 1}  # a spot interruption warning, the instance reclaimed 2m later
 //!     changeNodePool: {name: g4-nodepool, patch: {spec: {disruption: {consolidateAfter: 1m}}}}
+//!   - at: 12h30m
+//!     deleteNodeClaim: {nodeClaim: "*", count: 1}  # kubectl delete nodeclaim (oldest first)
+//!     deleteNode: {nodeClaim: g4-nodepool-0123456789ab}  # kubectl delete node: that NodeClaim's
+//!     deleteNodePool: {name: g4-nodepool}          # kubectl delete nodepool: its nodes go too
 //!     faults:
 //!       insufficientCapacity: [{instanceType: g4dn.xlarge, zone: us-east-1a, capacityType: on-demand}]
 //!       launchErrors: {count: 1, message: "RequestLimitExceeded"}
@@ -30,10 +34,16 @@
 //!       listLag: 30s             # the cloud's listings trail launches and terminations
 //! ```
 //!
+//! Every node ends through Joiner's termination (the NodeClaim's finalizer): tainted, drained
+//! pod by pod as PodDisruptionBudgets allow, then its instance terminated. Pods take their
+//! `terminationGracePeriodSeconds` (from the Deployment's pod template; 30 s when unset) to stop
+//! once evicted or deleted, as their kubelet takes it; every eviction is a `disruption.Evicted`
+//! event of the `-o json` timeline naming its pods and NodeClaim.
+//!
 //! Limits, checked with an error naming the step and field ([`LIMITS`]): at most 10,000 steps;
 //! `duration` up to 31 days and at most 200,000 ticks; `scale.replicas` 0 to 10,000;
-//! `addPods.count` 1 to 10,000; `addInstances` up to 1,000 per step; `interruptSpot.count`
-//! up to 1,000; `launchErrors.count`, `registrationDelay.instances`, `createTimeouts` and
+//! `addPods.count` 1 to 10,000; `addInstances` up to 1,000 per step; `interruptSpot.count`,
+//! `deleteNodeClaim.count` and `deleteNode.count` up to 1,000; `launchErrors.count`, `registrationDelay.instances`, `createTimeouts` and
 //! `launchTimeouts` up to 10,000; `throttle` up to 1,000,000 calls; `cacheLag` and `listLag` up
 //! to 1 hour.
 
@@ -81,6 +91,15 @@ pub struct Step {
     pub interrupt_spot: Option<Interrupt>,
     #[serde(default)]
     pub change_node_pool: Option<ChangeNodePool>,
+    /// NodeClaims deleted as `kubectl delete nodeclaim` deletes them.
+    #[serde(default)]
+    pub delete_node_claim: Option<NodeClaimTarget>,
+    /// The Nodes of NodeClaims deleted as `kubectl delete node` deletes them.
+    #[serde(default)]
+    pub delete_node: Option<NodeClaimTarget>,
+    /// A NodePool deleted as `kubectl delete nodepool` deletes it: its nodes go with it.
+    #[serde(default)]
+    pub delete_node_pool: Option<DeleteNodePool>,
     #[serde(default)]
     pub faults: Option<Faults>,
     /// Instances put into the cloud that Joiner did not launch.
@@ -152,6 +171,24 @@ pub struct Interrupt {
     /// How long between the warning and the reclaim (EC2 gives spot instances 2 minutes).
     #[serde(default)]
     pub notice: Option<String>,
+}
+
+/// Which NodeClaims a `deleteNodeClaim` or `deleteNode` step acts on, in the shape of
+/// `interruptSpot`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeClaimTarget {
+    /// A NodeClaim's name, or `*` for any, oldest first.
+    pub node_claim: String,
+    /// How many (default 1).
+    #[serde(default)]
+    pub count: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteNodePool {
+    pub name: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -296,6 +333,14 @@ impl Step {
                 i.count.unwrap_or(1) as u64,
                 l.interruptions as u64,
             )?;
+        }
+        for (field, target) in [
+            ("deleteNodeClaim.count", &self.delete_node_claim),
+            ("deleteNode.count", &self.delete_node),
+        ] {
+            if let Some(t) = target {
+                at_most(field, t.count.unwrap_or(1) as u64, l.interruptions as u64)?;
+            }
         }
         let Some(f) = &self.faults else {
             return Ok(());

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 
 use common::{CLUSTER, Fuse, World, config, run_with_crashes};
 use joiner_controller::Controller;
-use joiner_controller::clock::Clock;
 use joiner_controller::cloud::{CloudProvider, InstanceState, OfferingKey};
 use joiner_controller::store::ClusterStore;
 use joiner_engine::catalog::CapacityType;
@@ -316,11 +315,31 @@ fn throttling_and_launch_errors_are_retried() {
 }
 
 #[test]
-fn deleting_a_nodeclaim_terminates_its_instance_before_the_object_goes() {
+fn deleting_a_nodeclaim_drains_it_before_its_instance_goes() {
     let world = World::learning_lab();
     let fuse = Fuse::new(BTreeMap::new());
-    run_with_crashes(&world, &fuse, 60, |_, _| {});
-    let claim = world.live_claims().into_iter().next().expect("a NodeClaim");
+    // With the scheduler binding the pods to the nodes as they come up.
+    run_with_crashes(&world, &fuse, 90, |_, w| w.before_step(&BTreeMap::new()));
+    let serving = |w: &World, node: &str| {
+        w.store
+            .pods_on_node_uncached(node)
+            .expect("pods")
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .count()
+    };
+    let claim = world
+        .live_claims()
+        .into_iter()
+        .find(|c| {
+            c.status
+                .node_name
+                .as_deref()
+                .is_some_and(|n| serving(&world, n) > 0)
+        })
+        .expect("a NodeClaim whose node serves pods");
+    let node = claim.status.node_name.clone().expect("node");
+    let on_node = |w: &World| serving(w, &node);
     world
         .store
         .delete::<NodeClaim>(None, claim.name())
@@ -334,15 +353,37 @@ fn deleting_a_nodeclaim_terminates_its_instance_before_the_object_goes() {
         marked.metadata.deletion_timestamp.is_some(),
         "the finalizer holds it"
     );
-    let mut controller = Controller::new(&world.store, &world.cloud, &world.clock, config());
-    let r = controller.step();
     let id = claim
         .status
         .provider_id
         .as_deref()
         .and_then(joiner_controller::cloud::instance_id_of)
-        .expect("id");
-    assert!(r.terminated.contains(&id.to_string()));
+        .expect("id")
+        .to_string();
+    let mut controller = Controller::new(&world.store, &world.cloud, &world.clock, config());
+    let first = controller.step();
+    assert!(
+        !first.terminated.contains(&id),
+        "not terminated under running pods"
+    );
+    assert!(
+        first
+            .disruption
+            .iter()
+            .any(|e| e.action == joiner_model::wellknown::DisruptionAction::Evicted),
+        "{first:?}"
+    );
+    let mut terminated = false;
+    for _ in 0..120 {
+        world.tick();
+        let r = controller.step();
+        if r.terminated.contains(&id) {
+            assert_eq!(on_node(&world), 0, "terminated only once its pods are gone");
+            terminated = true;
+            break;
+        }
+    }
+    assert!(terminated, "the instance is terminated once drained");
     assert!(
         world
             .store
@@ -350,9 +391,7 @@ fn deleting_a_nodeclaim_terminates_its_instance_before_the_object_goes() {
             .expect("get")
             .is_none()
     );
-    let node = claim.status.node_name.clone().expect("node");
     assert!(world.store.get::<Node>(None, &node).expect("get").is_none());
-    let _ = world.clock.now();
 }
 
 #[test]

@@ -191,6 +191,12 @@ impl ClusterStore for NodeClaimsUnreadable<'_> {
     fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
         self.0.undecodable::<K>()
     }
+    fn pods_on_node_uncached(
+        &self,
+        node: &str,
+    ) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, StoreError> {
+        self.0.pods_on_node_uncached(node)
+    }
     fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
         self.0.create(object)
     }

@@ -17,12 +17,11 @@
 //!    notwithstanding: the instance goes anyway, and a pod left waiting would only be killed.
 //! 2. A disruption in progress (old NodeClaims annotated with [`annotations::DISRUPTION_REASON`] and the
 //!    replacements they wait for in [`annotations::REPLACED_BY`]) is carried on: once every replacement is
-//!    initialized the old nodes are drained (tainted `karpenter.sh/disrupted:NoSchedule`, their
-//!    pods evicted except those marked `karpenter.sh/do-not-disrupt`, and only as far as their
-//!    PodDisruptionBudgets allow; the rest on later steps) and their NodeClaims deleted
-//!    (the termination finalizer terminates the instance). A replacement that went away (no
-//!    capacity) aborts the move. An interrupted node drains on every step, without waiting.
-//!    Only one voluntary move is in progress at a time.
+//!    initialized the old nodes are tainted `karpenter.sh/disrupted:NoSchedule` and their
+//!    NodeClaims deleted; the termination finalizer ([`crate::termination`]) drains them (pods
+//!    marked `karpenter.sh/do-not-disrupt` wait, the rest are evicted only as far as their
+//!    PodDisruptionBudgets allow) and terminates the instances. A replacement that went away
+//!    (no capacity) aborts the move. Only one voluntary move is in progress at a time.
 //! 3. Otherwise expiry: the oldest NodeClaim older than its `expireAfter` gets replacement
 //!    capacity for its pods (planned without it), launched first, then is drained. Expiry is
 //!    not budgeted (as in Karpenter v1).
@@ -36,11 +35,9 @@
 //!    disruption budgets ([`budgets`]).
 //!
 //! Replacements for expiry, drift and interruption are planned by
-//! [`joiner_engine::disruption::replacements`]. A drain that has gone on longer than the
-//! NodeClaim's `terminationGracePeriod` deletes the remaining pods whatever blocks them
-//! (PodDisruptionBudgets, do-not-disrupt) and the NodeClaim. Karpenter counts that period from
-//! the NodeClaim's deletion; Joiner deletes a NodeClaim only once it is drained, so it counts from
-//! the drain's start, recorded in [`annotations::TERMINATION_TIMESTAMP`].
+//! [`joiner_engine::disruption::replacements`]. Draining is termination's: it counts the
+//! NodeClaim's `terminationGracePeriod` from the NodeClaim's deletion, as Karpenter does, and
+//! records the deadline in [`annotations::TERMINATION_TIMESTAMP`].
 //!
 //! All durable state is in annotations, conditions and taints; what is kept in memory (since when
 //! each node's pods are unchanged, the last state consolidation found nothing in) is rebuilt by a
@@ -50,21 +47,19 @@ pub mod budgets;
 pub mod drift;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use joiner_engine::plan::PlannedNodeClaim;
 use joiner_model::api::NodePool;
 use joiner_model::api::ec2nodeclass::EC2NodeClass;
-use joiner_model::duration::parse_duration;
 use joiner_model::wellknown::{DisruptionAction, DisruptionReason};
 use joiner_model::wellknown::{annotations, labels, taints};
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 
 pub use budgets::allowed_disruptions;
 
 use crate::batcher::fnv1a;
-use crate::clock::{add, elapsed, k8s_time};
+use crate::clock::{add, duration_setting, elapsed, k8s_time};
 use crate::cloud::CloudProvider;
 use crate::context::Ctx;
 use crate::error::ControllerError;
@@ -72,9 +67,9 @@ use crate::interruption::is_interrupted;
 use crate::lifecycle;
 use crate::nodeclaim::node_claim_for;
 use crate::nodeclaim::stamp::{restamp, stamp};
-use crate::pods::{bound_to, is_daemon_pod, is_do_not_disrupt, is_pending, pod_key};
+use crate::pods::{bound_to, is_do_not_disrupt, is_pending, pod_key};
 use crate::report::DisruptionEvent;
-use crate::store::{ClusterStore, Deleted, Preconditions, StoreError};
+use crate::store::{ClusterStore, StoreError};
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 
 /// What the disruption step remembers between steps (a cache; see the module docs).
@@ -84,14 +79,6 @@ pub struct DisruptionState {
     pods_since: BTreeMap<String, (u64, Timestamp)>,
     /// The state in which consolidation last found nothing to do.
     quiet: Option<u64>,
-}
-
-/// `expireAfter`/`consolidateAfter`/`terminationGracePeriod`: `None` for `Never` or nonsense.
-fn duration_of(text: &str) -> Option<Duration> {
-    if text.eq_ignore_ascii_case("never") {
-        return None;
-    }
-    parse_duration(text).ok()
 }
 
 struct View {
@@ -356,7 +343,7 @@ fn expired(now: Timestamp, view: &View) -> Option<&NodeClaim> {
         .iter()
         .filter(|c| !c.is_deleting() && c.is_true(conditions::INITIALIZED))
         .filter_map(|c| {
-            let after = duration_of(c.spec.expire_after.as_deref()?)?;
+            let after = duration_setting(c.spec.expire_after.as_deref()?)?;
             let created = c.metadata.creation_timestamp.as_ref()?.0;
             let deadline = add(created, after);
             (deadline <= now).then_some((deadline, c))
@@ -402,7 +389,7 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
         let Some(pool) = view.pool_of(claim) else {
             continue;
         };
-        let Some(after) = duration_of(&pool.spec.disruption.consolidate_after) else {
+        let Some(after) = duration_setting(&pool.spec.disruption.consolidate_after) else {
             continue;
         };
         let since = state.pods_since.get(name).map(|s| s.1).unwrap_or(ctx.now);
@@ -554,7 +541,9 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
             view.classes
                 .get(&pool.spec.template.spec.node_class_ref.name),
         );
-        let name = format!("{}-r{suffix}", claim.name());
+        // `<pool>-<need hash>-r<suffix>`, cut to fit a label value whatever the pool's name.
+        let (_, hash) = crate::nodeclaim::need_name(&planned.node_pool, &planned.pods);
+        let name = joiner_model::names::fit(&planned.node_pool, &format!("{hash}-r{suffix}"));
         claim.metadata.name = Some(name.clone());
         let stored = match ctx.store.create(&claim) {
             Ok(c) => c,
@@ -617,7 +606,7 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
         let pods = ctx.store.list::<Pod>()?;
         for claim in old {
             // One node's failed drain does not hold back the others'.
-            if let Err(e) = drain(ctx, claim, reason, &pods) {
+            if let Err(e) = terminate(ctx, claim, reason, &pods) {
                 ctx.error(&format!("draining NodeClaim {}", claim.name()), e);
             }
         }
@@ -645,7 +634,7 @@ fn continue_move<S: ClusterStore, C: CloudProvider>(
         return Ok(());
     };
     if reason == DisruptionReason::Interrupted {
-        return drain(ctx, claim, reason, &view.pods);
+        return terminate(ctx, claim, reason, &view.pods);
     }
     let replacements: Vec<&str> = claim
         .annotation(annotations::REPLACED_BY)
@@ -688,44 +677,34 @@ fn continue_move<S: ClusterStore, C: CloudProvider>(
         .flatten()
         .all(|c| c.is_true(conditions::INITIALIZED))
     {
-        drain(ctx, claim, reason, &view.pods)?;
+        terminate(ctx, claim, reason, &view.pods)?;
     }
     Ok(())
 }
 
+/// The claim's Node: by its recorded name, and only while that Node has the claim's provider ID
+/// (EC2 reuses private DNS names).
 fn node_of<S: ClusterStore, C>(
     ctx: &Ctx<'_, S, C>,
     claim: &NodeClaim,
 ) -> Result<Option<Node>, ControllerError> {
-    match claim.status.node_name.as_deref() {
-        Some(n) => Ok(ctx.store.get::<Node>(None, n)?),
-        None => Ok(None),
-    }
+    let Some(name) = claim.status.node_name.as_deref() else {
+        return Ok(None);
+    };
+    Ok(ctx
+        .store
+        .get::<Node>(None, name)?
+        .filter(|n| crate::termination::node_of(claim, std::slice::from_ref(n)).is_some()))
 }
 
 fn taint<S: ClusterStore, C>(
     ctx: &mut Ctx<'_, S, C>,
     claim: &NodeClaim,
 ) -> Result<(), ControllerError> {
-    let Some(mut node) = node_of(ctx, claim)? else {
-        return Ok(());
-    };
-    let taints = node
-        .spec
-        .get_or_insert_with(Default::default)
-        .taints
-        .get_or_insert_with(Vec::new);
-    if taints.iter().any(|t| t.key == taints::DISRUPTED) {
-        return Ok(());
+    match node_of(ctx, claim)? {
+        Some(node) => crate::termination::taint(ctx, &node),
+        None => Ok(()),
     }
-    taints.push(Taint {
-        key: taints::DISRUPTED.into(),
-        effect: "NoSchedule".into(),
-        value: None,
-        time_added: None,
-    });
-    ctx.store.update(&node)?;
-    Ok(())
 }
 
 fn untaint<S: ClusterStore, C>(
@@ -742,160 +721,29 @@ fn untaint<S: ClusterStore, C>(
     Ok(())
 }
 
-/// When the drain of `claim` is forced: recorded on the first drain as its start plus the
-/// NodeClaim's `terminationGracePeriod`; `None` without one.
-fn termination_deadline<S: ClusterStore, C>(
-    ctx: &mut Ctx<'_, S, C>,
-    claim: &NodeClaim,
-) -> Result<Option<Timestamp>, ControllerError> {
-    if let Some(t) = claim.annotation(annotations::TERMINATION_TIMESTAMP) {
-        return Ok(t.parse().ok());
-    }
-    let Some(grace) = claim
-        .spec
-        .termination_grace_period
-        .as_deref()
-        .and_then(duration_of)
-    else {
-        return Ok(None);
-    };
-    let deadline = add(ctx.now, grace);
-    let Some(mut c) = ctx.store.get::<NodeClaim>(None, claim.name())? else {
-        return Ok(None);
-    };
-    if let Some(t) = c.annotation(annotations::TERMINATION_TIMESTAMP) {
-        return Ok(t.parse().ok());
-    }
-    c.metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .insert(
-            annotations::TERMINATION_TIMESTAMP.into(),
-            deadline.to_string(),
-        );
-    ctx.store.update(&c)?;
-    Ok(Some(deadline))
-}
-
-/// How long ago the cloud's interruption notice for the NodeClaim was recorded (its
-/// `Interrupted` condition); zero when unknown.
-fn interrupted_for<S, C>(ctx: &Ctx<'_, S, C>, claim: &NodeClaim) -> Duration {
-    claim
-        .condition(conditions::INTERRUPTED)
-        .map_or(Duration::ZERO, |c| {
-            elapsed(ctx.now, c.last_transition_time.0)
-        })
-}
-
-/// How long after an interruption notice the pods still on the node are deleted rather than
-/// evicted: a spot instance is reclaimed two minutes after its warning, and a pod deleted at 90
-/// seconds still has half a minute to shut down, where one left behind a PodDisruptionBudget
-/// would be killed with its instance.
-pub const INTERRUPTION_DELETE_AFTER: Duration = Duration::from_secs(90);
-
-/// Taints the node and drains it, one pod at a time, then deletes the NodeClaim (its
-/// finalizer terminates the instance) once only DaemonSet pods are left.
-///
-/// Each pod is evicted through the Eviction API, so the API server enforces its
-/// PodDisruptionBudgets: a refusal (429) leaves that pod for the next step and the drain goes
-/// on with the others. Pods marked `karpenter.sh/do-not-disrupt` wait. Pods already
-/// terminating are waited for. Past the NodeClaim's `terminationGracePeriod` (its deadline is
-/// recorded in the NodeClaim on the first drain, so a restarted controller keeps it) the
-/// remaining pods are deleted, not evicted. An interrupted node evicts every pod at once,
-/// do-not-disrupt notwithstanding, and deletes those still there
-/// [`INTERRUPTION_DELETE_AFTER`] after the notice.
-fn drain<S: ClusterStore, C: CloudProvider>(
+/// Ends a disrupted node: taints it and deletes its NodeClaim, whose termination finalizer
+/// drains it, terminates the instance and lets the objects go ([`crate::termination`]). The
+/// reason stays in the NodeClaim's annotation, so the drain knows an interrupted node. The
+/// finalizer's first step runs at once, so the drain starts in the step that decided it (a spot
+/// warning leaves two minutes).
+fn terminate<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     claim: &NodeClaim,
     reason: DisruptionReason,
     pods: &[Pod],
 ) -> Result<(), ControllerError> {
     taint(ctx, claim)?;
-    let interrupted = reason == DisruptionReason::Interrupted;
-    let forced = termination_deadline(ctx, claim)?.is_some_and(|d| d <= ctx.now)
-        || (interrupted && interrupted_for(ctx, claim) >= INTERRUPTION_DELETE_AFTER);
-    let node = claim.status.node_name.clone().unwrap_or_default();
-    let mut evicted = Vec::new();
-    // Pods that are still on the node after this step: the NodeClaim stays until they go.
-    let mut remaining = 0usize;
-    let on_node = pods.iter().filter(|p| {
-        !is_daemon_pod(p) && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node)
-    });
-    for pod in on_node {
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let key = pod_key(pod);
-        let terminating = pod.metadata.deletion_timestamp.is_some();
-        if terminating && !forced {
-            remaining += 1;
-            continue;
-        }
-        if !forced && !interrupted && is_do_not_disrupt(&pod.metadata) {
-            remaining += 1;
-            continue;
-        }
-        // Only the pod as read: one that took its name since is not this drain's.
-        let only = Preconditions::of(&pod.metadata);
-        let answer = if forced {
-            ctx.store.delete_if::<Pod>(Some(namespace), name, only)
-        } else {
-            ctx.store.evict(namespace, name, only)
-        };
-        match answer {
-            Ok(Deleted::Gone) | Err(StoreError::NotFound(_)) => evicted.push(key),
-            Err(StoreError::Conflict(_)) => {
-                // Replaced under the same name (a StatefulSet's pod): the one read is gone. Its
-                // successor, if it is on this node, is seen on the next step.
-                tracing::debug!(nodeclaim = claim.name(), pod = %key, "pod replaced since it was read");
-                remaining += 1;
-            }
-            Ok(Deleted::Pending) => {
-                evicted.push(key);
-                remaining += 1;
-            }
-            Err(StoreError::Refused(..)) => {
-                tracing::info!(nodeclaim = claim.name(), pod = %key, "eviction refused by a PodDisruptionBudget; trying again next step");
-                ctx.report.eviction_refused.push(key);
-                remaining += 1;
-            }
-            Err(e) => {
-                ctx.error(&format!("evicting pod {key}"), e);
-                remaining += 1;
-            }
-        }
-    }
-    if forced {
-        tracing::warn!(nodeclaim = claim.name(), pods = ?evicted, "terminationGracePeriod elapsed: deleting remaining pods");
-        ctx.report.disruption.push(DisruptionEvent {
-            action: DisruptionAction::Forced,
-            reason: reason.as_str().into(),
-            node_claims: vec![claim.name().to_string()],
-            detail: vec!["terminationGracePeriod elapsed".into()],
-        });
-    }
-    if !evicted.is_empty() {
-        ctx.invalidate_view();
-        ctx.report.disruption.push(DisruptionEvent {
-            action: DisruptionAction::Evicted,
-            reason: reason.as_str().into(),
-            node_claims: vec![claim.name().to_string()],
-            detail: evicted,
-        });
-    }
-    if remaining > 0 {
-        return Ok(());
-    }
     match ctx.store.delete::<NodeClaim>(None, claim.name()) {
-        Ok(_) | Err(StoreError::NotFound(_)) => {}
+        Ok(_) => {}
+        Err(StoreError::NotFound(_)) => return Ok(()),
         Err(e) => return Err(e.into()),
     }
+    tracing::info!(nodeclaim = claim.name(), %reason, "terminating");
     ctx.report.deleted.push(claim.name().to_string());
     ctx.invalidate_view();
-    ctx.report.disruption.push(DisruptionEvent {
-        action: DisruptionAction::Deleted,
-        reason: reason.as_str().into(),
-        node_claims: vec![claim.name().to_string()],
-        detail: Vec::new(),
-    });
-    Ok(())
+    let Some(deleting) = ctx.store.get::<NodeClaim>(None, claim.name())? else {
+        return Ok(());
+    };
+    let nodes = ctx.store.list::<Node>()?;
+    crate::termination::finalize(ctx, deleting, &nodes, pods)
 }

@@ -10,11 +10,14 @@ use joiner_engine::plan::PlannedNodeClaim;
 use joiner_model::api::NodePool;
 use joiner_model::api::nodeclaim::{NodeClaim, NodeClaimSpec, ResourceRequirements};
 use joiner_model::api::nodepool::{NodeSelectorRequirementWithMinValues, Operator};
-use joiner_model::wellknown::{annotations, finalizers, labels};
+use joiner_model::wellknown::{annotations, finalizers, labels, tags};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::batcher::fnv1a;
+use crate::cloud::{CloudProvider, Instance};
+use crate::context::Ctx;
+use crate::error::ControllerError;
 
 /// The planned type first, then the fallbacks the plan allows.
 pub fn instance_types_of(planned: &PlannedNodeClaim) -> Vec<String> {
@@ -35,7 +38,9 @@ pub fn need_name(node_pool: &str, pods: &[String]) -> (String, String) {
     let mut parts = vec![node_pool];
     parts.extend(sorted);
     let hash = format!("{:012x}", fnv1a(&parts) & 0xffff_ffff_ffff);
-    (format!("{node_pool}-{hash}"), hash)
+    // The name is the Node's `karpenter.sh/nodeclaim` label value: it must fit 63 characters
+    // whatever the pool's name, so the pool's part is cut short and the hash kept.
+    (joiner_model::names::fit(node_pool, &hash), hash)
 }
 
 /// Whether any of the pods constrains zones (selector, affinity, spread): then the NodeClaim
@@ -144,4 +149,19 @@ pub fn node_claim_for(
             termination_grace_period: template.spec.termination_grace_period.clone(),
         },
     )
+}
+
+/// Non-terminated instances tagged with this NodeClaim's name, oldest first.
+pub(crate) fn tagged_instances<S, C: CloudProvider>(
+    ctx: &Ctx<'_, S, C>,
+    claim: &NodeClaim,
+) -> Result<Vec<Instance>, ControllerError> {
+    let mut found: Vec<Instance> = ctx
+        .cloud
+        .list(&ctx.config.cluster_name)?
+        .into_iter()
+        .filter(|i| i.tags.get(tags::NODECLAIM).map(String::as_str) == Some(claim.name()))
+        .collect();
+    found.sort_by(|a, b| (a.launch_time, &a.id).cmp(&(b.launch_time, &b.id)));
+    Ok(found)
 }

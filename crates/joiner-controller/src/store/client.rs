@@ -119,6 +119,10 @@ impl ClusterStore for CachedClient<'_> {
         self.server.undecodable::<K>()
     }
 
+    fn pods_on_node_uncached(&self, node: &str) -> Result<Vec<Pod>, StoreError> {
+        self.server.pods_on_node_uncached(node)
+    }
+
     fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
         let timeout = self.server.take_create_timeout();
         let created = self.server.create(object)?;

@@ -14,6 +14,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::{ClusterStore, Deleted, ObjectKey, Preconditions, Resource, StoreError, pdb};
 use crate::clock::{Clock, k8s_time};
+use crate::pods::grace_period_of;
 
 /// Objects kept typed (no serialization round trip, so nothing the serde types skip is lost).
 /// A stored object is never changed in place, only replaced, so a snapshot of the map (what
@@ -35,6 +36,10 @@ struct Inner {
     /// status counts them as expected and unhealthy (`status.disruptedPods`, and the owner's
     /// scale in `expectedPods`) until their controller replaces them, or for 2 minutes.
     evicted: BTreeMap<ObjectKey, (Pod, k8s_openapi::jiff::Timestamp)>,
+    /// Pods deleted while bound to a Node, Terminating until their kubelet has stopped them:
+    /// when each is gone (its `deletionTimestamp`, which the API server sets to the deletion's
+    /// time plus the pod's grace period).
+    terminating: BTreeMap<ObjectKey, k8s_openapi::jiff::Timestamp>,
 }
 
 /// How long an evicted pod counts against its budgets without a replacement (the disruption
@@ -68,6 +73,7 @@ impl InMemoryCluster {
                 cache_lag: Duration::ZERO,
                 create_timeouts: 0,
                 evicted: BTreeMap::new(),
+                terminating: BTreeMap::new(),
             }),
             clock: Box::new(clock),
         }
@@ -76,8 +82,13 @@ impl InMemoryCluster {
     /// Poisoning only means another thread panicked mid-call; every write below is a single
     /// map operation, so the map is consistent and stays usable (a simulated crash must not
     /// take the "API server" down with it).
+    ///
+    /// Every call first lets the kubelets finish the pods whose grace period is over.
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        let now = self.clock.now();
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        reap(&mut inner, now);
+        inner
     }
 
     /// Adds every object `m` holds that a cluster would store (workloads are expanded into
@@ -188,6 +199,25 @@ impl InMemoryCluster {
     }
 }
 
+/// The kubelets of the cluster: a Terminating pod whose grace period is over is stopped and
+/// its object removed, as a kubelet's final delete (grace period 0) does.
+fn reap(inner: &mut Inner, now: k8s_openapi::jiff::Timestamp) {
+    if inner.terminating.is_empty() {
+        return;
+    }
+    let due: Vec<ObjectKey> = inner
+        .terminating
+        .iter()
+        .filter(|(_, gone_at)| **gone_at <= now)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for key in due {
+        inner.terminating.remove(&key);
+        inner.objects.remove(&key);
+        InMemoryCluster::next_revision(inner);
+    }
+}
+
 /// Reads a planner input from any store.
 pub fn manifests_of<S: ClusterStore + ?Sized>(store: &S) -> Result<Manifests, StoreError> {
     fn all<K: Resource, S: ClusterStore + ?Sized>(
@@ -261,6 +291,14 @@ impl ClusterStore for InMemoryCluster {
         self.get(namespace, name)
     }
 
+    fn pods_on_node_uncached(&self, node: &str) -> Result<Vec<Pod>, StoreError> {
+        Ok(self
+            .list::<Pod>()?
+            .into_iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .collect())
+    }
+
     fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
         Ok(self
             .lock()
@@ -315,6 +353,7 @@ impl ClusterStore for InMemoryCluster {
         if key.name.is_empty() {
             return Err(StoreError::Invalid(key, "metadata.name is required".into()));
         }
+        validate_labels(&key, object.meta())?;
         let now = k8s_time(self.clock.now());
         let mut inner = self.lock();
         if inner.objects.contains_key(&key) {
@@ -337,6 +376,7 @@ impl ClusterStore for InMemoryCluster {
 
     fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
         let key = ObjectKey::for_object(object);
+        validate_labels(&key, object.meta())?;
         let mut inner = self.lock();
         let Some(current) = inner.objects.get(&key).and_then(|v| v.downcast_ref::<K>()) else {
             return Err(StoreError::NotFound(key));
@@ -380,20 +420,71 @@ impl ClusterStore for InMemoryCluster {
         if !only.met_by(current.meta()) {
             return Err(StoreError::Conflict(key));
         }
-        if current.meta().finalizers.as_ref().is_none_or(Vec::is_empty) {
-            inner.objects.remove(&key);
-            return Ok(Deleted::Gone);
-        }
         if current.meta().deletion_timestamp.is_some() {
             return Ok(Deleted::Pending);
         }
+        let grace = terminating_grace(&inner, current as &dyn Any);
+        let no_finalizers = current.meta().finalizers.as_ref().is_none_or(Vec::is_empty);
+        if no_finalizers && grace.is_none() {
+            inner.objects.remove(&key);
+            return Ok(Deleted::Gone);
+        }
         let mut marked = current.clone();
         let revision = Self::next_revision(&mut inner);
-        marked.meta_mut().deletion_timestamp = Some(now);
-        marked.meta_mut().resource_version = Some(revision);
+        let meta = marked.meta_mut();
+        meta.resource_version = Some(revision);
+        match grace {
+            // A bound pod: Terminating until its kubelet has stopped it.
+            Some(seconds) => {
+                let gone_at = crate::clock::add(
+                    now.0,
+                    Duration::from_secs(u64::try_from(seconds).unwrap_or(0)),
+                );
+                meta.deletion_timestamp = Some(k8s_time(gone_at));
+                meta.deletion_grace_period_seconds = Some(seconds);
+                if no_finalizers {
+                    inner.terminating.insert(key.clone(), gone_at);
+                }
+            }
+            None => meta.deletion_timestamp = Some(now),
+        }
         inner.objects.insert(key, Arc::new(marked));
         Ok(Deleted::Pending)
     }
+}
+
+/// Refuses a label value the API server refuses (HTTP 422), naming the label.
+fn validate_labels(
+    key: &ObjectKey,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Result<(), StoreError> {
+    for (label, value) in meta.labels.iter().flatten() {
+        if !joiner_model::names::is_label_value(value) {
+            return Err(StoreError::Invalid(
+                key.clone(),
+                format!(
+                    "metadata.labels: Invalid value: {value:?}: a valid label must be an empty string or consist of at most 63 alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (label {label})"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The grace period a deleted object is given to stop, when it is a pod a kubelet runs (bound
+/// to a Node that exists, with a grace period over zero); `None` for everything else, which
+/// the API server removes at once (an unscheduled pod has no kubelet to wait for).
+fn terminating_grace(inner: &Inner, object: &dyn Any) -> Option<i64> {
+    let pod = object.downcast_ref::<Pod>()?;
+    let node = pod.spec.as_ref()?.node_name.as_deref()?;
+    let node_exists =
+        inner
+            .objects
+            .contains_key(&ObjectKey::of::<k8s_openapi::api::core::v1::Node>(
+                None, node,
+            ));
+    let grace = grace_period_of(pod);
+    (node_exists && grace > 0).then_some(grace)
 }
 
 #[cfg(test)]

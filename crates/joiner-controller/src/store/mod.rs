@@ -105,6 +105,14 @@ pub trait ClusterStore {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<K>, StoreError>;
+    /// The pods bound to `node`, read from the API server itself past every cache (a LIST with
+    /// the field selector `spec.nodeName=<node>`): what a drain asks before it concludes that
+    /// the node is empty, since a watch cache may trail an eviction or hide a pod still
+    /// terminating.
+    fn pods_on_node_uncached(
+        &self,
+        node: &str,
+    ) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, StoreError>;
     /// Objects of the kind that exist but do not decode (a newer API's values, say), which
     /// [`ClusterStore::list`] leaves out. Whoever would conclude from an object's absence that
     /// it is gone (garbage collection) must look here first.
@@ -160,6 +168,9 @@ macro_rules! forward_store {
             }
             fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
                 (**self).undecodable::<K>()
+            }
+            fn pods_on_node_uncached(&self, node: &str) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, StoreError> {
+                (**self).pods_on_node_uncached(node)
             }
             fn evict(&self, namespace: &str, name: &str, only: Preconditions<'_>) -> Result<Deleted, StoreError> {
                 (**self).evict(namespace, name, only)

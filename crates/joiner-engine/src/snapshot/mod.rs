@@ -170,6 +170,20 @@ impl<'a> SnapshotBuilder<'a> {
         let mut unready = Vec::new();
         for np in &m.node_pools {
             let name = np.object.metadata.name.clone().unwrap_or_default();
+            // Every node of the pool carries its name as a label value: a longer name would
+            // make each NodeClaim's create fail, and the same need be planned again forever.
+            if !joiner_model::names::is_label_value(&name) {
+                let why = format!(
+                    "metadata.name: {name:?} cannot be used as the value of the label {} (at most 63 letters, digits, '-', '_' or '.')",
+                    joiner_model::wellknown::labels::NODEPOOL
+                );
+                warnings.push(format!(
+                    "{}: NodePool/{name}: {why}; the NodePool launches nothing",
+                    np.origin
+                ));
+                unready.push(UnreadyPool::new(np, why));
+                continue;
+            }
             let class_name = &np.object.spec.template.spec.node_class_ref.name;
             let Some(class) = classes.get(class_name.as_str()) else {
                 warnings.push(format!(

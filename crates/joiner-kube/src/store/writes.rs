@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 
 use super::KubeStore;
 use crate::cache::{KindCache, Ticket};
@@ -133,7 +133,8 @@ impl KubeStore {
         }) {
             Ok(_) => {
                 // The kubelet stops the pod within its grace period; until the watch shows it
-                // terminating, it is hidden.
+                // terminating, it is hidden. A drain never takes this for the pod being gone:
+                // it asks the API server (`pods_on_node_uncached`) before it ends.
                 cache.deleted(ticket, key);
                 Ok(Deleted::Pending)
             }
@@ -242,6 +243,17 @@ impl ClusterStore for KubeStore {
             Err(StoreError::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// A LIST of pods with the field selector `spec.nodeName=<node>`, from the API server (a
+    /// quorum read), within the write timeout. A pod that does not decode fails the whole read:
+    /// a drain that cannot see every pod waits rather than conclude the node is empty.
+    fn pods_on_node_uncached(&self, node: &str) -> Result<Vec<Pod>, StoreError> {
+        let key = ObjectKey::of::<Pod>(None, &format!("spec.nodeName={node}"));
+        let api: Api<Pod> = Api::all(self.inner.client.clone());
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let list = self.call(Verb::List, &key, async move { api.list(&params).await })?;
+        Ok(list.items)
     }
 
     /// The objects the cache holds that do not decode (their keys, in name order).

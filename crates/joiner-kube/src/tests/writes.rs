@@ -355,6 +355,29 @@ async fn evicting_a_pod_posts_an_eviction() {
         "hidden until the watch shows it terminating"
     );
 
+    // A drain does not trust the cache's silence: a fresh LIST of the node's pods, past the
+    // cache, still has the pod the API server keeps while it terminates.
+    let s = store.clone();
+    let fresh = blocking(move || s.pods_on_node_uncached("n1"))
+        .await
+        .expect("fresh list");
+    assert!(
+        names(&fresh).contains(&"a/p1".to_string()),
+        "{:?}",
+        names(&fresh)
+    );
+    let listed: Vec<_> = fake
+        .calls("GET", PODS)
+        .into_iter()
+        .filter(|c| c.query.contains("fieldSelector"))
+        .collect();
+    assert_eq!(listed.len(), 1);
+    assert!(
+        listed[0].query.contains("fieldSelector=spec.nodeName%3Dn1"),
+        "{}",
+        listed[0].query
+    );
+
     let mut terminating = pod("a", "p1", "11");
     terminating["metadata"]["deletionTimestamp"] = "2026-11-29T20:00:00Z".into();
     fake.push(PODS, "MODIFIED", terminating);

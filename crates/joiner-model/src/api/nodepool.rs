@@ -235,6 +235,18 @@ impl BudgetReason {
 impl NodePool {
     /// Checks what Karpenter's CRD validation rejects and scheduling depends on.
     pub fn validate(&self) -> Result<(), FieldError> {
+        let name = self.metadata.name.as_deref().unwrap_or_default();
+        if !crate::names::is_label_value(name) {
+            return Err(FieldError::new(
+                "metadata.name",
+                format!(
+                    "{name:?} cannot be used: every node of the pool carries it as the value of \
+                     the label {}, which must be at most 63 letters, digits, '-', '_' or '.', \
+                     starting and ending with a letter or digit",
+                    labels::NODEPOOL
+                ),
+            ));
+        }
         let spec = &self.spec;
         if let Some(w) = spec.weight
             && !(1..=100).contains(&w)
@@ -351,19 +363,7 @@ fn validate_label(key: &str, value: &str, path: &str) -> Result<(), FieldError> 
             format!("label {key:?} is restricted: Karpenter sets it"),
         ));
     }
-    let valid_value = value.len() <= 63
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && value
-            .chars()
-            .next()
-            .is_none_or(|c| c.is_ascii_alphanumeric())
-        && value
-            .chars()
-            .last()
-            .is_none_or(|c| c.is_ascii_alphanumeric());
-    if !valid_value {
+    if !crate::names::is_label_value(value) {
         return Err(FieldError::new(
             path,
             format!(

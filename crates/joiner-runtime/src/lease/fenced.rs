@@ -59,6 +59,12 @@ impl<S: ClusterStore> ClusterStore for FencedStore<S> {
     fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
         self.inner.undecodable::<K>()
     }
+    fn pods_on_node_uncached(
+        &self,
+        node: &str,
+    ) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, StoreError> {
+        self.inner.pods_on_node_uncached(node)
+    }
     fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
         self.write(|| self.inner.create(object))
     }

@@ -1,0 +1,299 @@
+//! Draining a node before its instance goes, as Karpenter's terminator drains it.
+//!
+//! Which pods a drain waits for ([`waits_for`]): every pod bound to the node except those that
+//! have finished, mirror (static) pods, pods that tolerate the `karpenter.sh/disrupted` taint
+//! (they would only come back) and pods stuck terminating a minute past their
+//! `deletionTimestamp` (their kubelet is gone; the instance's end stops them). The rest are
+//! evicted one group at a time ([`Group`]): a group starts only once every pod of the groups
+//! before it is gone, so critical pods and DaemonSet pods serve the others to the end.
+//!
+//! A drain ends only when the API server says so: the watch cache may trail an eviction or
+//! hide a pod still in its grace period, so before reporting [`Drain::Drained`] the pods bound
+//! to the node are read afresh ([`ClusterStore::pods_on_node_uncached`]).
+
+use std::time::Duration;
+
+use joiner_model::wellknown::taints;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::clock::{add, elapsed};
+use crate::cloud::CloudProvider;
+use crate::context::Ctx;
+use crate::error::ControllerError;
+use crate::pods::{grace_period_of, is_daemon_pod, is_do_not_disrupt, pod_key};
+use crate::report::DisruptionEvent;
+use crate::store::{ClusterStore, Deleted, Preconditions, StoreError};
+use joiner_model::wellknown::DisruptionAction;
+
+/// How long past its `deletionTimestamp` a terminating pod is waited for: after that its
+/// kubelet is taken to be gone (Karpenter's `IsStuckTerminating`).
+pub const STUCK_AFTER: Duration = Duration::from_secs(60);
+
+/// How long after an interruption notice the pods still on the node are deleted rather than
+/// evicted: a spot instance is reclaimed two minutes after its warning, and a pod deleted at 90
+/// seconds still has half a minute to shut down, where one left behind a PodDisruptionBudget
+/// would be killed with its instance.
+pub const INTERRUPTION_DELETE_AFTER: Duration = Duration::from_secs(90);
+
+/// What one drain step found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drain {
+    /// No pod the drain waits for is left, by a fresh read of the API server (or the
+    /// termination grace period is over and every pod has been deleted).
+    Drained,
+    /// Pods remain; the next step goes on.
+    Waiting,
+}
+
+/// The eviction groups, in the order they are drained (Karpenter's terminator): a pod is
+/// critical when its priority class is `system-cluster-critical` or `system-node-critical`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Group {
+    Workload,
+    Daemon,
+    CriticalWorkload,
+    CriticalDaemon,
+}
+
+impl Group {
+    pub fn of(pod: &Pod) -> Group {
+        let critical = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.priority_class_name.as_deref())
+            .is_some_and(|c| c == "system-cluster-critical" || c == "system-node-critical");
+        match (critical, is_daemon_pod(pod)) {
+            (false, false) => Group::Workload,
+            (false, true) => Group::Daemon,
+            (true, false) => Group::CriticalWorkload,
+            (true, true) => Group::CriticalDaemon,
+        }
+    }
+}
+
+/// How the drain of one node goes this step.
+pub struct Terms<'a> {
+    /// The NodeClaim, for events and logs.
+    pub claim: &'a str,
+    /// The node's name.
+    pub node: &'a str,
+    /// The reason events carry.
+    pub reason: &'a str,
+    /// When the NodeClaim's `terminationGracePeriod` runs out, if it has one.
+    pub deadline: Option<Timestamp>,
+    /// When the cloud's interruption notice came, for an interrupted node.
+    pub interrupted_at: Option<Timestamp>,
+}
+
+/// Mirror pods (a static pod's API object, owned by its Node) are the kubelet's, not the
+/// API server's to evict.
+fn is_mirror(pod: &Pod) -> bool {
+    let annotated = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+    let owned_by_node = pod
+        .metadata
+        .owner_references
+        .as_ref()
+        .is_some_and(|o| o.iter().any(|r| r.kind == "Node"));
+    annotated || owned_by_node
+}
+
+fn is_finished(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed")
+}
+
+/// Whether the pod tolerates `karpenter.sh/disrupted:NoSchedule` (it would be scheduled right
+/// back, so evicting it drains nothing).
+fn tolerates_disrupted(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_ref())
+        .is_some_and(|ts| {
+            ts.iter().any(|t| {
+                let effect_ok = t
+                    .effect
+                    .as_deref()
+                    .is_none_or(|e| e.is_empty() || e == "NoSchedule");
+                let key_ok = match t.key.as_deref() {
+                    None | Some("") => t.operator.as_deref() == Some("Exists"),
+                    Some(k) => k == taints::DISRUPTED,
+                };
+                key_ok && effect_ok
+            })
+        })
+}
+
+/// Terminating for more than [`STUCK_AFTER`] past its `deletionTimestamp`.
+pub fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
+    pod.metadata
+        .deletion_timestamp
+        .as_ref()
+        .is_some_and(|t| now > t.0 && elapsed(now, t.0) > STUCK_AFTER)
+}
+
+/// Whether a drain of `node` waits for this pod (see the module docs).
+pub fn waits_for(pod: &Pod, node: &str, now: Timestamp) -> bool {
+    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+        && !is_finished(pod)
+        && !is_mirror(pod)
+        && !tolerates_disrupted(pod)
+        && !is_stuck_terminating(pod, now)
+}
+
+/// One drain step of `terms.node` over `pods` (the cached listing): evicts or deletes what is
+/// due and says whether the node is drained.
+pub fn drain<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    terms: &Terms<'_>,
+    pods: &[Pod],
+) -> Result<Drain, ControllerError> {
+    let now = ctx.now;
+    let past_deadline = terms.deadline.is_some_and(|d| d <= now);
+    let interrupted = terms.interrupted_at.is_some();
+    let interruption_over = terms
+        .interrupted_at
+        .is_some_and(|t| elapsed(now, t) >= INTERRUPTION_DELETE_AFTER);
+    let mut waiting: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| waits_for(p, terms.node, now))
+        .collect();
+    waiting.sort_by_key(|p| (Group::of(p), pod_key(p)));
+    if waiting.is_empty() {
+        return confirm(ctx, terms);
+    }
+    let mut outcome = Outcome::default();
+    // Pods whose deletion is due whatever blocks them: past the deadline (or close enough that
+    // their own grace period would run past it), or left on an interrupted node too long.
+    for pod in &waiting {
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let due = interruption_over || terms.deadline.is_some_and(|d| deletion_due(pod, d, now));
+        if due {
+            outcome.delete(ctx, pod);
+        }
+    }
+    if past_deadline || interruption_over {
+        // Every pod is deleted: the instance goes now, as the period promised (an interrupted
+        // one goes before the cloud takes it).
+        outcome.report(ctx, terms);
+        return Ok(Drain::Drained);
+    }
+    // Evictions: the first group with pods left, or every pod of an interrupted node.
+    let first = waiting.first().map(|p| Group::of(p));
+    for pod in &waiting {
+        if pod.metadata.deletion_timestamp.is_some() || outcome.deleted.contains(&pod_key(pod)) {
+            continue;
+        }
+        if !interrupted && Some(Group::of(pod)) != first {
+            continue;
+        }
+        if !interrupted && is_do_not_disrupt(&pod.metadata) {
+            continue;
+        }
+        outcome.evict(ctx, terms, pod);
+    }
+    outcome.report(ctx, terms);
+    Ok(Drain::Waiting)
+}
+
+/// Whether a pod must be deleted now so that its own grace period ends by `deadline`.
+fn deletion_due(pod: &Pod, deadline: Timestamp, now: Timestamp) -> bool {
+    let grace = Duration::from_secs(u64::try_from(grace_period_of(pod)).unwrap_or(0));
+    now >= deadline || add(now, grace) >= deadline
+}
+
+/// The cached listing shows nothing to wait for: the API server has the last word.
+fn confirm<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    terms: &Terms<'_>,
+) -> Result<Drain, ControllerError> {
+    let fresh = ctx.store.pods_on_node_uncached(terms.node)?;
+    let left: Vec<String> = fresh
+        .iter()
+        .filter(|p| waits_for(p, terms.node, ctx.now))
+        .map(pod_key)
+        .collect();
+    if left.is_empty() {
+        return Ok(Drain::Drained);
+    }
+    tracing::info!(nodeclaim = terms.claim, pods = ?left, "the cache shows the node empty but the API server still has pods on it; waiting");
+    Ok(Drain::Waiting)
+}
+
+/// What one drain step did, for the report.
+#[derive(Default)]
+struct Outcome {
+    evicted: Vec<String>,
+    deleted: Vec<String>,
+}
+
+impl Outcome {
+    fn evict<S: ClusterStore, C: CloudProvider>(
+        &mut self,
+        ctx: &mut Ctx<'_, S, C>,
+        terms: &Terms<'_>,
+        pod: &Pod,
+    ) {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let key = pod_key(pod);
+        // Only the pod as read: one that took its name since is not this drain's.
+        match ctx
+            .store
+            .evict(namespace, name, Preconditions::of(&pod.metadata))
+        {
+            Ok(Deleted::Gone | Deleted::Pending) => self.evicted.push(key),
+            Err(StoreError::NotFound(_) | StoreError::Conflict(_)) => {
+                tracing::debug!(nodeclaim = terms.claim, pod = %key, "pod gone or replaced since it was read");
+            }
+            Err(StoreError::Refused(..)) => {
+                tracing::info!(nodeclaim = terms.claim, pod = %key, "eviction refused by a PodDisruptionBudget; trying again next step");
+                ctx.report.eviction_refused.push(key);
+            }
+            Err(e) => ctx.error(&format!("evicting pod {key}"), e),
+        }
+    }
+
+    fn delete<S: ClusterStore, C: CloudProvider>(&mut self, ctx: &mut Ctx<'_, S, C>, pod: &Pod) {
+        let namespace = pod.metadata.namespace.as_deref();
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let key = pod_key(pod);
+        match ctx
+            .store
+            .delete_if::<Pod>(namespace, name, Preconditions::of(&pod.metadata))
+        {
+            Ok(_) => self.deleted.push(key),
+            Err(StoreError::NotFound(_) | StoreError::Conflict(_)) => {}
+            Err(e) => ctx.error(&format!("deleting pod {key}"), e),
+        }
+    }
+
+    fn report<S: ClusterStore, C: CloudProvider>(self, ctx: &mut Ctx<'_, S, C>, terms: &Terms<'_>) {
+        if !self.deleted.is_empty() {
+            tracing::warn!(nodeclaim = terms.claim, pods = ?self.deleted, "deleting pods whatever blocks them: the termination grace period or the interruption leaves no time");
+            ctx.report.disruption.push(DisruptionEvent {
+                action: DisruptionAction::Forced,
+                reason: terms.reason.to_string(),
+                node_claims: vec![terms.claim.to_string()],
+                detail: self.deleted,
+            });
+        }
+        if !self.evicted.is_empty() {
+            ctx.invalidate_view();
+            ctx.report.disruption.push(DisruptionEvent {
+                action: DisruptionAction::Evicted,
+                reason: terms.reason.to_string(),
+                node_claims: vec![terms.claim.to_string()],
+                detail: self.evicted,
+            });
+        }
+    }
+}

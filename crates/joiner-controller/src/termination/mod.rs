@@ -1,0 +1,307 @@
+//! Termination: the one way a node ends, whatever ended it.
+//!
+//! Voluntary disruption, `kubectl delete nodeclaim`, `kubectl delete node`, a NodePool's
+//! deletion, the registration timeout, expiry and interruption all come here the same way: the
+//! NodeClaim is deleted, and its `karpenter.sh/termination` finalizer ([`finalize`]) takes the
+//! node down in Karpenter's order:
+//!
+//! 1. the termination deadline is recorded: the NodeClaim's `deletionTimestamp` plus its
+//!    `terminationGracePeriod`, in `karpenter.sh/nodeclaim-termination-timestamp`;
+//! 2. the Node (matched by provider ID, never by name alone) is tainted
+//!    `karpenter.sh/disrupted:NoSchedule` and drained ([`drain`]): PodDisruptionBudgets are
+//!    honoured until the deadline, and the drain ends only when a fresh read of the API server
+//!    finds no pod left to wait for;
+//! 3. the instance is terminated (the recorded one and any tagged with the NodeClaim);
+//! 4. the Node's finalizer is removed and the Node deleted, then the NodeClaim's finalizer.
+//!
+//! A Node Joiner registered carries the same finalizer, so deleting the Node by hand deletes
+//! its NodeClaim ([`node_deleted`]) and drains through the same path instead of leaving an
+//! instance running under a Node that is gone.
+//!
+//! Not modelled yet: VolumeAttachments are not waited for before the instance goes.
+
+pub mod drain;
+
+use joiner_model::api::nodeclaim::NodeClaim;
+use joiner_model::wellknown::{
+    DisruptionAction, DisruptionReason, annotations, finalizers, taints,
+};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::clock::add;
+use crate::cloud::{CloudProvider, InstanceState, instance_id_of};
+use crate::context::Ctx;
+use crate::error::ControllerError;
+use crate::interruption::is_interrupted;
+use crate::report::DisruptionEvent;
+use crate::store::{ClusterStore, StoreError};
+use drain::{Drain, Terms};
+use joiner_model::api::nodeclaim::conditions;
+
+/// Why a node is being terminated, as its events name it: the disruption that deleted its
+/// NodeClaim, or a deletion from outside disruption (by hand, a timeout, its NodePool going).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    Disrupted(DisruptionReason),
+    Deleted,
+}
+
+impl Cause {
+    pub fn of(claim: &NodeClaim) -> Cause {
+        if is_interrupted(claim) {
+            return Cause::Disrupted(DisruptionReason::Interrupted);
+        }
+        claim
+            .annotation(annotations::DISRUPTION_REASON)
+            .and_then(DisruptionReason::parse)
+            .map_or(Cause::Deleted, Cause::Disrupted)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::Disrupted(r) => r.as_str(),
+            Cause::Deleted => "Deleted",
+        }
+    }
+}
+
+/// The Node of a NodeClaim: the one whose provider ID is the NodeClaim's. A Node that only
+/// has the recorded name may be another instance's (EC2 reuses private DNS names).
+pub fn node_of<'a>(claim: &NodeClaim, nodes: &'a [Node]) -> Option<&'a Node> {
+    let pid = claim.status.provider_id.as_deref()?;
+    nodes.iter().find(|n| provider_id(n) == Some(pid))
+}
+
+pub fn provider_id(node: &Node) -> Option<&str> {
+    node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+}
+
+fn has_finalizer(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    meta.finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == finalizers::TERMINATION))
+}
+
+/// The termination finalizer of one deleting NodeClaim: one step of the sequence in the module
+/// docs. `nodes` and `pods` are the cached listings of this step.
+pub fn finalize<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: NodeClaim,
+    nodes: &[Node],
+    pods: &[Pod],
+) -> Result<(), ControllerError> {
+    if !has_finalizer(&claim.metadata) {
+        return Ok(());
+    }
+    let cause = Cause::of(&claim);
+    let deadline = termination_deadline(ctx, &claim)?;
+    let node = node_of(&claim, nodes).cloned();
+    if let Some(node) = &node {
+        taint(ctx, node)?;
+        let interrupted_at = (cause == Cause::Disrupted(DisruptionReason::Interrupted))
+            .then(|| interrupted_at(&claim, ctx.now));
+        let terms = Terms {
+            claim: claim.name(),
+            node: node.metadata.name.as_deref().unwrap_or_default(),
+            reason: cause.as_str(),
+            deadline,
+            interrupted_at,
+        };
+        if drain::drain(ctx, &terms, pods)? == Drain::Waiting {
+            return Ok(());
+        }
+    }
+    terminate_instances(ctx, &claim)?;
+    if let Some(node) = node {
+        release_node(ctx, node)?;
+    }
+    remove_finalizer(ctx, claim.name())?;
+    ctx.invalidate_view();
+    ctx.report.disruption.push(DisruptionEvent {
+        action: DisruptionAction::Deleted,
+        reason: cause.as_str().into(),
+        node_claims: vec![claim.name().to_string()],
+        detail: Vec::new(),
+    });
+    Ok(())
+}
+
+/// When the cloud's notice came (the `Interrupted` condition), or now when unknown.
+fn interrupted_at(claim: &NodeClaim, now: Timestamp) -> Timestamp {
+    claim
+        .condition(conditions::INTERRUPTED)
+        .map_or(now, |c| c.last_transition_time.0)
+}
+
+/// The NodeClaim's termination deadline: recorded once, as Karpenter records it, at its
+/// `deletionTimestamp` plus its `terminationGracePeriod`; `None` without one.
+fn termination_deadline<S: ClusterStore, C>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: &NodeClaim,
+) -> Result<Option<Timestamp>, ControllerError> {
+    if let Some(t) = claim.annotation(annotations::TERMINATION_TIMESTAMP) {
+        return Ok(t.parse().ok());
+    }
+    let Some(grace) = claim
+        .spec
+        .termination_grace_period
+        .as_deref()
+        .and_then(crate::clock::duration_setting)
+    else {
+        return Ok(None);
+    };
+    let since = claim
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map_or(ctx.now, |t| t.0);
+    let deadline = add(since, grace);
+    let mut c = claim.clone();
+    c.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            annotations::TERMINATION_TIMESTAMP.into(),
+            deadline.to_string(),
+        );
+    match ctx.store.update(&c) {
+        // Another writer got there first: the deadline is the same, read next step.
+        Ok(_) | Err(StoreError::Conflict(_)) => Ok(Some(deadline)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Taints the node `karpenter.sh/disrupted:NoSchedule` (once).
+pub fn taint<S: ClusterStore, C>(
+    ctx: &mut Ctx<'_, S, C>,
+    node: &Node,
+) -> Result<(), ControllerError> {
+    let mut node = node.clone();
+    let taints = node
+        .spec
+        .get_or_insert_with(Default::default)
+        .taints
+        .get_or_insert_with(Vec::new);
+    if taints.iter().any(|t| t.key == taints::DISRUPTED) {
+        return Ok(());
+    }
+    taints.push(Taint {
+        key: taints::DISRUPTED.into(),
+        effect: "NoSchedule".into(),
+        value: None,
+        time_added: None,
+    });
+    match ctx.store.update(&node) {
+        // Seen again on the next step.
+        Ok(_) | Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Terminates every instance of the NodeClaim: the recorded one and any tagged with its name
+/// (launched before a crash, never recorded).
+fn terminate_instances<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: &NodeClaim,
+) -> Result<(), ControllerError> {
+    let mut ids: Vec<String> = crate::nodeclaim::tagged_instances(ctx, claim)?
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    if let Some(id) = claim.status.provider_id.as_deref().and_then(instance_id_of)
+        && !ids.iter().any(|x| x == id)
+        && ctx
+            .cloud
+            .get(id)?
+            .is_some_and(|i| i.state != InstanceState::Terminated)
+    {
+        ids.push(id.to_string());
+    }
+    for id in ids {
+        ctx.cloud.terminate(&id)?;
+        tracing::info!(nodeclaim = claim.name(), instance = %id, "terminated instance");
+        ctx.report.terminated.push(id);
+    }
+    Ok(())
+}
+
+/// Lets the Node go once its instance is gone: its finalizer removed, then deleted.
+fn release_node<S: ClusterStore, C>(
+    ctx: &mut Ctx<'_, S, C>,
+    node: Node,
+) -> Result<(), ControllerError> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    if has_finalizer(&node.metadata) {
+        let mut n = node;
+        if let Some(f) = n.metadata.finalizers.as_mut() {
+            f.retain(|x| x != finalizers::TERMINATION);
+        }
+        match ctx.store.update(&n) {
+            Ok(_) | Err(StoreError::NotFound(_)) => {}
+            // Written since: the next step reads it again (the instance is already gone).
+            Err(e) => return Err(e.into()),
+        }
+    }
+    match ctx.store.delete::<Node>(None, &name) {
+        Ok(_) | Err(StoreError::NotFound(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn remove_finalizer<S: ClusterStore, C>(
+    ctx: &mut Ctx<'_, S, C>,
+    name: &str,
+) -> Result<(), ControllerError> {
+    let Some(mut fresh) = ctx.store.get_uncached::<NodeClaim>(None, name)? else {
+        return Ok(());
+    };
+    if let Some(f) = fresh.metadata.finalizers.as_mut() {
+        f.retain(|x| x != finalizers::TERMINATION);
+    }
+    match ctx.store.update(&fresh) {
+        Ok(_) | Err(StoreError::NotFound(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A Node Joiner registered (it carries the termination finalizer) is being deleted: its
+/// NodeClaim, found by provider ID, is deleted, and the NodeClaim's finalizer drains the node,
+/// terminates the instance and lets the Node go. A Node whose NodeClaim is gone and whose
+/// instance the cloud says is no longer running has nothing left to drain: its finalizer is
+/// removed. Anything else (the cloud cannot say) waits.
+pub fn node_deleted<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    node: &Node,
+    claims: &[NodeClaim],
+) -> Result<(), ControllerError> {
+    let Some(pid) = provider_id(node) else {
+        return Ok(());
+    };
+    if let Some(claim) = claims
+        .iter()
+        .find(|c| c.status.provider_id.as_deref() == Some(pid))
+    {
+        if !claim.is_deleting() {
+            tracing::info!(nodeclaim = claim.name(), node = ?node.metadata.name, "Node deleted; terminating its NodeClaim");
+            match ctx.store.delete::<NodeClaim>(None, claim.name()) {
+                Ok(_) | Err(StoreError::NotFound(_)) => {
+                    ctx.report.deleted.push(claim.name().to_string())
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        return Ok(());
+    }
+    let running = match instance_id_of(pid) {
+        Some(id) => ctx
+            .cloud
+            .get(id)?
+            .is_some_and(|i| i.state != InstanceState::Terminated),
+        None => return Ok(()),
+    };
+    if running {
+        return Ok(());
+    }
+    release_node(ctx, node.clone())
+}

@@ -1,0 +1,486 @@
+//! Termination through the controller: every way a node ends drains it first, a drain ends only
+//! when the API server says its pods are gone, and no node is left a ghost.
+//!
+//! The learning lab runs in the in-memory cluster with a simulated cloud and kubelet, a
+//! scheduler, and Deployments that recreate their pods once the old ones are gone. Deleted pods
+//! stay Terminating for their grace period, as a kubelet keeps them.
+
+mod common;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::ops::Deref;
+
+use joiner_controller::clock::{Clock, ManualClock};
+use joiner_controller::pods::pod_key;
+use joiner_controller::store::{
+    ClusterStore, Deleted, InMemoryCluster, ObjectKey, Preconditions, Resource, StoreError,
+};
+use joiner_controller::termination::drain::waits_for;
+use joiner_controller::{Controller, DisruptionEvent, StepReport};
+use joiner_model::api::nodeclaim::{NodeClaim, conditions};
+use joiner_model::wellknown::{DisruptionAction, finalizers, taints};
+use joiner_simulate::SimulatedCloud;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+/// How long the lab's pods take to stop once deleted.
+const GRACE_SECONDS: i64 = 20;
+
+struct World {
+    lab: common::World,
+    /// Pods their Deployment recreates when they go.
+    workload: RefCell<BTreeMap<String, Pod>>,
+}
+
+impl Deref for World {
+    type Target = common::World;
+
+    fn deref(&self) -> &common::World {
+        &self.lab
+    }
+}
+
+type Ctl<'a> = Controller<&'a InMemoryCluster, &'a SimulatedCloud, ManualClock>;
+
+impl World {
+    /// The learning lab with four replicas, slow to stop, never consolidated.
+    fn new() -> World {
+        let mut m = joiner_test_support::load_example("time-slicing-learning-lab");
+        for d in &mut m.deployments {
+            let spec = d.object.spec.as_mut().expect("spec");
+            spec.replicas = Some(4);
+            if let Some(pod) = spec.template.spec.as_mut() {
+                pod.termination_grace_period_seconds = Some(GRACE_SECONDS);
+            }
+        }
+        let lab = common::World::new(&m);
+        let mut pool = lab.node_pool();
+        pool.spec.disruption.consolidate_after = "Never".into();
+        lab.store.update(&pool).expect("update");
+        let workload = RefCell::new(lab.pods_by_key());
+        World { lab, workload }
+    }
+
+    fn controller(&self) -> Ctl<'_> {
+        Controller::new(
+            &self.store,
+            &self.cloud,
+            self.clock.clone(),
+            self.config.clone(),
+        )
+    }
+
+    fn step<S: ClusterStore>(
+        &self,
+        c: &mut Controller<S, &SimulatedCloud, ManualClock>,
+    ) -> StepReport {
+        self.before_step(&self.workload.borrow());
+        let r = c.step();
+        self.tick();
+        r
+    }
+
+    fn run(&self, c: &mut Ctl<'_>, seconds: u64) -> Vec<StepReport> {
+        (0..seconds).map(|_| self.step(c)).collect()
+    }
+
+    /// A PodDisruptionBudget over the lab's pods allowing one disruption at a time.
+    fn one_at_a_time(&self) {
+        self.store
+            .create(&PodDisruptionBudget {
+                metadata: ObjectMeta {
+                    name: Some("lab".into()),
+                    namespace: Some("default".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(PodDisruptionBudgetSpec {
+                    max_unavailable: Some(IntOrString::Int(1)),
+                    selector: Some(LabelSelector {
+                        match_labels: Some(
+                            [("app".to_string(), "learning-lab".to_string())].into(),
+                        ),
+                        ..LabelSelector::default()
+                    }),
+                    ..PodDisruptionBudgetSpec::default()
+                }),
+                status: None,
+            })
+            .expect("pdb");
+    }
+
+    /// The settled lab's NodeClaim with the most pods, and its Node's name.
+    fn busiest(&self) -> (NodeClaim, String) {
+        let pods = self.store.list::<Pod>().expect("pods");
+        self.live_claims()
+            .into_iter()
+            .filter_map(|c| {
+                let node = c.status.node_name.clone()?;
+                let n = pods
+                    .iter()
+                    .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
+                    .count();
+                Some((n, c, node))
+            })
+            .max_by_key(|(n, c, _)| (*n, c.name().to_string()))
+            .map(|(_, c, node)| (c, node))
+            .expect("a NodeClaim with a node")
+    }
+
+    /// Pods a drain of `node` still waits for, by a read of the API server.
+    fn left_on(&self, node: &str) -> Vec<String> {
+        self.store
+            .pods_on_node_uncached(node)
+            .expect("pods")
+            .iter()
+            .filter(|p| waits_for(p, node, self.clock.now()))
+            .map(pod_key)
+            .collect()
+    }
+}
+
+fn events(reports: &[StepReport], action: DisruptionAction) -> Vec<&DisruptionEvent> {
+    reports
+        .iter()
+        .flat_map(|r| &r.disruption)
+        .filter(|e| e.action == action)
+        .collect()
+}
+
+fn settle(world: &World, c: &mut Ctl<'_>) {
+    world.run(c, 120);
+    assert_eq!(world.live_claims().len(), 2);
+    world.assert_nothing_pending();
+}
+
+#[test]
+fn a_nodeclaim_deleted_by_hand_drains_pod_by_pod_and_terminates_after_the_last_pod() {
+    let world = World::new();
+    world.one_at_a_time();
+    let mut c = world.controller();
+    settle(&world, &mut c);
+    let (claim, node) = world.busiest();
+    let instance = common::instance_of(&claim);
+    let mine = world.left_on(&node);
+    assert!(mine.len() >= 2, "the busiest node has pods: {mine:?}");
+    assert_eq!(
+        world.store.delete::<NodeClaim>(None, claim.name()),
+        Ok(Deleted::Pending),
+        "kubectl delete nodeclaim: the finalizer holds it"
+    );
+    let mut reports = Vec::new();
+    let mut terminated_at = None;
+    for step in 0..600 {
+        let r = world.step(&mut c);
+        let done = r.terminated.contains(&instance);
+        if done {
+            assert!(
+                world.left_on(&node).is_empty(),
+                "terminated under pods: {:?}",
+                world.left_on(&node)
+            );
+            terminated_at = Some(step);
+        }
+        reports.push(r);
+        if done {
+            break;
+        }
+    }
+    let terminated_at = terminated_at.expect("the instance is terminated");
+    let evicted = events(&reports, DisruptionAction::Evicted);
+    assert!(
+        evicted
+            .iter()
+            .all(|e| e.detail.len() == 1 && e.node_claims == [claim.name()]),
+        "one pod at a time: {evicted:?}"
+    );
+    let pods: Vec<&String> = evicted.iter().flat_map(|e| &e.detail).collect();
+    for p in &mine {
+        assert!(pods.contains(&p), "{p} was evicted: {pods:?}");
+    }
+    assert!(events(&reports, DisruptionAction::Forced).is_empty());
+    // The last eviction's pod took its grace period to stop before the instance went.
+    let last_eviction = reports
+        .iter()
+        .rposition(|r| {
+            r.disruption
+                .iter()
+                .any(|e| e.action == DisruptionAction::Evicted)
+        })
+        .expect("evictions");
+    assert!(
+        terminated_at >= last_eviction + GRACE_SECONDS as usize,
+        "terminated {} s after the last eviction",
+        terminated_at - last_eviction
+    );
+    // The first eviction tainted the node and nothing was terminated before it.
+    assert!(
+        reports[..last_eviction]
+            .iter()
+            .all(|r| r.terminated.is_empty())
+    );
+    assert!(
+        world
+            .store
+            .get::<NodeClaim>(None, claim.name())
+            .expect("get")
+            .is_none(),
+        "the finalizer let the NodeClaim go"
+    );
+    assert!(world.store.get::<Node>(None, &node).expect("get").is_none());
+    world.run(&mut c, 180);
+    world.assert_nothing_pending();
+    world.assert_one_instance_per_claim();
+}
+
+#[test]
+fn a_node_deleted_by_hand_ends_its_nodeclaim_and_its_pods_are_served_again() {
+    let world = World::new();
+    let mut c = world.controller();
+    settle(&world, &mut c);
+    let (claim, node) = world.busiest();
+    let registered: Node = world.store.get(None, &node).expect("get").expect("node");
+    assert!(
+        registered
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == finalizers::TERMINATION),
+        "registration put Joiner's finalizer on the Node"
+    );
+    assert_eq!(
+        world.store.delete::<Node>(None, &node),
+        Ok(Deleted::Pending),
+        "kubectl delete node: the finalizer holds it"
+    );
+    let first = world.step(&mut c);
+    assert!(
+        first.deleted.contains(&claim.name().to_string()),
+        "{first:?}"
+    );
+    let tainted: Node = world.store.get(None, &node).expect("get").expect("node");
+    assert!(
+        tainted
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == taints::DISRUPTED)
+    );
+    let reports = world.run(&mut c, 300);
+    let evicted = events(std::slice::from_ref(&first), DisruptionAction::Evicted);
+    assert!(
+        !evicted.is_empty(),
+        "drained in the step that saw the deletion: {first:?}"
+    );
+    assert!(
+        world
+            .store
+            .get::<NodeClaim>(None, claim.name())
+            .expect("get")
+            .is_none()
+            && world.store.get::<Node>(None, &node).expect("get").is_none(),
+        "the NodeClaim and its Node are gone"
+    );
+    assert!(
+        world
+            .running()
+            .iter()
+            .all(|i| i.id != common::instance_of(&claim)),
+        "its instance is terminated"
+    );
+    // The evicted pods were planned onto a new NodeClaim at the first plan after they went
+    // pending.
+    let first_plan = reports.iter().find(|r| r.planned).expect("a plan");
+    assert!(!first_plan.created.is_empty(), "{first_plan:?}");
+    assert_eq!(world.live_claims().len(), 2);
+    world.assert_nothing_pending();
+}
+
+#[test]
+fn a_registered_nodeclaim_whose_node_vanished_is_not_left_a_ghost() {
+    let world = World::new();
+    let mut c = world.controller();
+    settle(&world, &mut c);
+    let (claim, node) = world.busiest();
+    // Gone past Joiner's finalizer (removed by hand, or a Node registered before Joiner added
+    // one).
+    let mut n: Node = world.store.get(None, &node).expect("get").expect("node");
+    n.metadata.finalizers = None;
+    world.store.update(&n).expect("update");
+    world.store.delete::<Node>(None, &node).expect("delete");
+    let r = world.step(&mut c);
+    assert!(r.deleted.contains(&claim.name().to_string()), "{r:?}");
+    world.run(&mut c, 240);
+    assert!(
+        world
+            .store
+            .get::<NodeClaim>(None, claim.name())
+            .expect("get")
+            .is_none()
+    );
+    assert!(
+        world
+            .running()
+            .iter()
+            .all(|i| i.id != common::instance_of(&claim))
+    );
+    assert_eq!(world.live_claims().len(), 2);
+    assert!(
+        world
+            .live_claims()
+            .iter()
+            .all(|c| c.is_true(conditions::INITIALIZED))
+    );
+    world.assert_nothing_pending();
+}
+
+/// A NodePool name of 60 characters: every NodeClaim, replacements included, gets a name that
+/// fits the Node's `karpenter.sh/nodeclaim` label value, so nodes launch, register and are
+/// replaced instead of timing out in a loop.
+#[test]
+fn a_nodepool_with_a_sixty_character_name_launches_registers_and_is_replaced() {
+    let long = format!("{}h10", "gpu-inference-pool-".repeat(3));
+    assert_eq!(long.len(), 60);
+    let mut m = joiner_test_support::load_example("time-slicing-learning-lab");
+    m.node_pools[0].object.metadata.name = Some(long.clone());
+    let lab = common::World::new(&m);
+    let world = World {
+        workload: RefCell::new(lab.pods_by_key()),
+        lab,
+    };
+    let mut c = world.controller();
+    let mut reports = world.run(&mut c, 120);
+    assert_eq!(world.live_claims().len(), 2);
+    world.assert_nothing_pending();
+    let registered: Vec<String> = reports.iter().flat_map(|r| r.registered.clone()).collect();
+    assert_eq!(registered.len(), 2, "{registered:?}");
+    // Drift replaces both nodes: the replacements' names fit too.
+    let mut pool: joiner_model::api::NodePool =
+        world.store.get(None, &long).expect("get").expect("pool");
+    pool.spec
+        .template
+        .metadata
+        .labels
+        .insert("team".into(), "research".into());
+    world.store.update(&pool).expect("update");
+    reports.extend(world.run(&mut c, 900));
+    let created: Vec<String> = reports.iter().flat_map(|r| r.created.clone()).collect();
+    assert!(created.len() >= 4, "{created:?}");
+    for name in &created {
+        assert!(
+            joiner_model::names::is_label_value(name),
+            "{name} ({} characters)",
+            name.len()
+        );
+    }
+    assert!(
+        reports.iter().all(|r| r.errors.is_empty()),
+        "no write was refused"
+    );
+    let live = world.live_claims();
+    assert_eq!(live.len(), 2);
+    assert!(
+        live.iter()
+            .all(|c| c.name().contains("-r") && c.is_true(conditions::INITIALIZED))
+    );
+    for node in world.store.list::<Node>().expect("nodes") {
+        let labels = node.metadata.labels.unwrap_or_default();
+        assert_eq!(labels.get("karpenter.sh/nodepool"), Some(&long));
+    }
+    world.assert_nothing_pending();
+}
+
+/// A watch cache that hides a pod from the moment its eviction is accepted (as the kube edge's
+/// does, until the watch shows it terminating): the listing says the node is empty while the
+/// API server still has its pods in their grace period.
+struct HidesEvictedPods<'a>(&'a InMemoryCluster);
+
+impl ClusterStore for HidesEvictedPods<'_> {
+    fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
+        let all = self.0.list::<K>()?;
+        Ok(all
+            .into_iter()
+            .filter(|o| {
+                (o as &dyn std::any::Any)
+                    .downcast_ref::<Pod>()
+                    .is_none_or(|p| p.metadata.deletion_timestamp.is_none())
+            })
+            .collect())
+    }
+    fn get<K: Resource>(&self, ns: Option<&str>, name: &str) -> Result<Option<K>, StoreError> {
+        self.0.get(ns, name)
+    }
+    fn get_uncached<K: Resource>(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError> {
+        self.0.get_uncached(ns, name)
+    }
+    fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
+        self.0.undecodable::<K>()
+    }
+    fn pods_on_node_uncached(&self, node: &str) -> Result<Vec<Pod>, StoreError> {
+        self.0.pods_on_node_uncached(node)
+    }
+    fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        self.0.create(object)
+    }
+    fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        self.0.update(object)
+    }
+    fn delete_if<K: Resource>(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        only: Preconditions<'_>,
+    ) -> Result<Deleted, StoreError> {
+        self.0.delete_if::<K>(ns, name, only)
+    }
+    fn evict(&self, ns: &str, name: &str, only: Preconditions<'_>) -> Result<Deleted, StoreError> {
+        self.0.evict(ns, name, only)
+    }
+}
+
+#[test]
+fn a_drain_ends_when_the_api_server_says_the_pods_are_gone_not_the_cache() {
+    let world = World::new();
+    let mut c = world.controller();
+    settle(&world, &mut c);
+    let (claim, node) = world.busiest();
+    let instance = common::instance_of(&claim);
+    let mut blind = Controller::new(
+        HidesEvictedPods(&world.store),
+        &world.cloud,
+        world.clock.clone(),
+        world.config.clone(),
+    );
+    world
+        .store
+        .delete::<NodeClaim>(None, claim.name())
+        .expect("delete");
+    let first = world.step(&mut blind);
+    assert!(!events(std::slice::from_ref(&first), DisruptionAction::Evicted).is_empty());
+    let mut terminated_at = None;
+    for second in 1..=120 {
+        let r = world.step(&mut blind);
+        if r.terminated.contains(&instance) {
+            assert!(
+                world.left_on(&node).is_empty(),
+                "{:?}",
+                world.left_on(&node)
+            );
+            terminated_at = Some(second);
+            break;
+        }
+    }
+    let at = terminated_at.expect("terminated once the pods stopped");
+    assert!(
+        at >= GRACE_SECONDS as u64 - 1,
+        "the cache showed the node empty at once; the instance waited {at} s for the pods' grace period"
+    );
+}
