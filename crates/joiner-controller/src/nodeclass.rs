@@ -176,12 +176,29 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
         } else {
             ctx.config.node_class_retry
         };
-        let status = apply(
+        let mut status = apply(
             class.status.as_ref(),
             &resolution,
             k8s_time(ctx.now),
             class.metadata.generation,
         );
+        // Resolvable or not, a class whose tags defeat the ownership check launches nothing,
+        // and its `Ready` condition says which tag to remove.
+        if let Some(why) = class.restricted_tag() {
+            // Not ready since it last became so, so that a resolution writes nothing new.
+            let since = class
+                .status
+                .as_ref()
+                .and_then(|s| s.condition(conditions::READY))
+                .filter(|c| c.status == "False")
+                .map_or_else(|| k8s_time(ctx.now), |c| c.last_transition_time.clone());
+            status.set_not_ready(
+                reasons::RESTRICTED_TAG,
+                &why,
+                since,
+                class.metadata.generation,
+            );
+        }
         let mut resolved = Resolution {
             uid: class.metadata.uid.clone(),
             spec,

@@ -207,6 +207,18 @@ pub mod tags {
     /// from, so one whose class changed or went is known to be unused.
     pub const NODECLASS_SPEC_HASH: &str = "joiner.dev/ec2nodeclass-hash";
 
+    /// Whether an EC2NodeClass may not set this tag: it is one Joiner writes to prove that an
+    /// instance is its own (the ownership tags, the NodeClaim's name, the launch token), or one
+    /// that makes an instance another's (`eks:nodegroup-name`). A class carrying one would
+    /// launch instances Joiner could never prove it owns, whose termination could then never
+    /// finish. Karpenter's CRD refuses the same keys but `eks:nodegroup-name` and Joiner's own.
+    pub fn defeats_ownership(key: &str) -> bool {
+        matches!(
+            key,
+            NODECLAIM | NODEPOOL | NODECLASS | LAUNCH_TOKEN | CLUSTER_NAME | NODEGROUP
+        ) || key.starts_with("kubernetes.io/cluster")
+    }
+
     /// `kubernetes.io/cluster/<cluster>`: every node of the cluster carries it, node groups'
     /// and self-managed ones too, so on its own it says nothing about who launched an instance.
     pub fn cluster(cluster_name: &str) -> String {
@@ -405,6 +417,24 @@ impl DisruptionAction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tags_that_prove_or_disprove_ownership_are_restricted_in_a_class() {
+        for key in [
+            "karpenter.sh/nodeclaim",
+            "karpenter.sh/nodepool",
+            "karpenter.k8s.aws/ec2nodeclass",
+            "eks:eks-cluster-name",
+            "eks:nodegroup-name",
+            "kubernetes.io/cluster/lab",
+            "joiner.dev/launch-token",
+        ] {
+            assert!(tags::defeats_ownership(key), "{key}");
+        }
+        for key in ["Name", "team", "karpenter.sh/discovery", "eks:other"] {
+            assert!(!tags::defeats_ownership(key), "{key}");
+        }
+    }
 
     #[test]
     fn text_values_round_trip() {

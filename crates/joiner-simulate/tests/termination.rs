@@ -484,3 +484,56 @@ fn a_drain_ends_when_the_api_server_says_the_pods_are_gone_not_the_cache() {
         "the cache showed the node empty at once; the instance waited {at} s for the pods' grace period"
     );
 }
+
+/// An EC2NodeClass tag that would make Joiner's instances look like a managed node group's:
+/// the class is not Ready (its condition names the tag), nothing is launched from it, its pods
+/// say why; once the tag is removed, nodes launch.
+#[test]
+fn a_nodeclass_tag_that_defeats_the_ownership_check_launches_nothing() {
+    use joiner_model::api::EC2NodeClass;
+    use joiner_model::api::nodeclass_status::{conditions as class_conditions, reasons};
+
+    let world = World::new();
+    let mut class = world.store.list::<EC2NodeClass>().expect("classes")[0].clone();
+    class
+        .spec
+        .tags
+        .insert("eks:nodegroup-name".into(), "system".into());
+    world.store.update(&class).expect("update");
+    let mut c = world.controller();
+    let reports = world.run(&mut c, 90);
+    assert!(world.cloud.all_instances().is_empty(), "nothing launched");
+    let class: EC2NodeClass = world
+        .store
+        .get(None, class.metadata.name.as_deref().unwrap_or_default())
+        .expect("get")
+        .expect("class");
+    let ready = class
+        .status
+        .as_ref()
+        .and_then(|s| s.condition(class_conditions::READY))
+        .expect("Ready");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", reasons::RESTRICTED_TAG)
+    );
+    assert!(
+        ready.message.contains("eks:nodegroup-name"),
+        "{}",
+        ready.message
+    );
+    let reasons: Vec<&String> = reports
+        .iter()
+        .flat_map(|r| r.unschedulable.iter().map(|(_, why)| why))
+        .collect();
+    assert!(
+        reasons.iter().any(|why| why.contains("eks:nodegroup-name")),
+        "{reasons:?}"
+    );
+    let mut fixed = class;
+    fixed.spec.tags.remove("eks:nodegroup-name");
+    world.store.update(&fixed).expect("update");
+    world.run(&mut c, 120);
+    assert_eq!(world.live_claims().len(), 2);
+    world.assert_nothing_pending();
+}

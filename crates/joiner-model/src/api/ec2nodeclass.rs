@@ -240,11 +240,31 @@ impl EC2NodeClass {
         })
     }
 
-    /// Whether nodes may be launched from the class, as its `Ready` condition says.
+    /// Whether nodes may be launched from the class, as its `Ready` condition says. A class
+    /// whose tags would defeat the ownership check ([`EC2NodeClass::restricted_tag`]) is not
+    /// ready whatever its status says.
     pub fn readiness(&self) -> Readiness {
+        if let Some(why) = self.restricted_tag() {
+            return Readiness::NotReady(why);
+        }
         self.status
             .as_ref()
             .map_or(Readiness::Unresolved, EC2NodeClassStatus::readiness)
+    }
+
+    /// Why the class's tags cannot be used, naming the first tag that would make its instances
+    /// unprovable as Joiner's (see [`crate::wellknown::tags::defeats_ownership`]).
+    pub fn restricted_tag(&self) -> Option<String> {
+        let key = self
+            .spec
+            .tags
+            .keys()
+            .find(|k| crate::wellknown::tags::defeats_ownership(k))?;
+        Some(format!(
+            "spec.tags: tag {key:?} is restricted: Joiner tags its instances with it to prove \
+             they are its own (or it marks another's instances), so instances launched with it \
+             could never be told apart and terminated safely; remove it from the EC2NodeClass"
+        ))
     }
 
     /// An annotation's value, if set.

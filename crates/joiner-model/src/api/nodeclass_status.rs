@@ -35,6 +35,8 @@ pub mod reasons {
     pub const UNHEALTHY_DEPENDENTS: &str = "UnhealthyDependents";
     /// Joiner has not resolved every selector of the class yet.
     pub const NOT_RESOLVED: &str = "AwaitingResolution";
+    /// The class sets a tag that would defeat the instance ownership check.
+    pub const RESTRICTED_TAG: &str = "RestrictedTag";
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -184,6 +186,26 @@ impl EC2NodeClassStatus {
             }
             Some(c) => Readiness::NotReady(c.message.clone()),
         }
+    }
+
+    /// Sets `Ready=False` with `reason` whatever the dependents say: something outside them
+    /// (a restricted tag) keeps the class from launching. The next recompute starts afresh.
+    pub fn set_not_ready(
+        &mut self,
+        reason: &str,
+        message: &str,
+        now: Time,
+        generation: Option<i64>,
+    ) {
+        set_condition(
+            &mut self.conditions,
+            conditions::READY,
+            "False",
+            reason,
+            message,
+            now,
+            generation,
+        );
     }
 
     /// Sets one dependent condition, keeping its transition time when its status does not
