@@ -10,8 +10,11 @@
 //!   ID or has that name in the cache; no NodeClaim of that name fails to decode (an object
 //!   another tool wrote with a newer API keeps its instance, with a warning); the API server
 //!   itself, read past the cache, has no NodeClaim of that name; and it is older than
-//!   [`Config::gc_grace`](crate::Config::gc_grace). A failed listing of either side (caches not
-//!   synced, the NodeClaim CRD missing, a throttled DescribeInstances) stops the whole pass.
+//!   [`Config::gc_grace`](crate::Config::gc_grace). An owned instance that names no NodeClaim
+//!   (Karpenter tags the name only after registration) is collected the same way once no
+//!   NodeClaim records its provider ID and none fails to decode. A failed listing of either side
+//!   (caches not synced, the NodeClaim CRD missing, a throttled DescribeInstances) stops the
+//!   whole pass.
 //! - **A NodeClaim without its instance** (launched, not deleting) is deleted when the cloud
 //!   says the instance is terminated, or when it has not found the instance for longer than
 //!   [`Config::instance_not_found_grace`](crate::Config::instance_not_found_grace) since the
@@ -76,7 +79,20 @@ fn terminate_orphans<S: ClusterStore, C: CloudProvider>(
             continue;
         }
         let Some(claim) = i.tags.get(tags::NODECLAIM) else {
-            tracing::warn!(instance = %i.id, "instance carries Joiner's tags but names no NodeClaim; leaving it");
+            // Karpenter tags the NodeClaim's name only once the node registers, so an instance
+            // it launched and never recorded (a crash between the launch and the status write)
+            // names none. Past the grace period no NodeClaim records it: Karpenter collects it
+            // the same way. A NodeClaim that does not decode might be the one: then keep it.
+            if !undecodable.is_empty() {
+                tracing::warn!(instance = %i.id, "instance names no NodeClaim and a NodeClaim does not decode; keeping the instance");
+                ctx.report.kept.push((i.id.clone(), String::new()));
+                continue;
+            }
+            tracing::warn!(instance = %i.id, "instance carries the ownership tags, names no NodeClaim and no NodeClaim records it; terminating");
+            match ctx.cloud.terminate(&i.id) {
+                Ok(()) => ctx.report.terminated.push(i.id.clone()),
+                Err(e) => ctx.error(&format!("terminating orphan {}", i.id), e),
+            }
             continue;
         };
         if names.contains(claim.as_str()) {

@@ -9,6 +9,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::runtime::watcher;
 
 use crate::registry::{Registry, Scope};
@@ -37,6 +38,7 @@ pub(crate) fn watch_all(b: &mut Registry) {
             Kind::NodeClaim => b.watch::<NodeClaim>(Scope::All, required),
             Kind::EC2NodeClass => b.watch::<EC2NodeClass>(Scope::All, required),
             Kind::PodDisruptionBudget => b.watch::<PodDisruptionBudget>(Scope::All, required),
+            Kind::VolumeAttachment => b.watch::<VolumeAttachment>(Scope::All, required),
             Kind::DeviceClass => b.watch::<DeviceClass>(Scope::All, required),
             Kind::ResourceClaim => b.watch::<ResourceClaim>(Scope::All, required),
             Kind::ResourceClaimTemplate => b.watch::<ResourceClaimTemplate>(Scope::All, required),

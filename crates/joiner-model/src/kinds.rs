@@ -26,6 +26,7 @@ pub enum Kind {
     ResourceClaimTemplate,
     ResourceSlice,
     PodDisruptionBudget,
+    VolumeAttachment,
 }
 
 /// How the live controller reads a kind.
@@ -155,6 +156,14 @@ pub const KINDS: &[KindInfo] = &[
         true,
         Live::Required,
     ),
+    // Termination waits for a node's volumes to detach before its instance goes.
+    info(
+        Kind::VolumeAttachment,
+        "VolumeAttachment",
+        &["storage.k8s.io/v1"],
+        false,
+        Live::Required,
+    ),
 ];
 
 const fn info(
@@ -211,7 +220,7 @@ mod tests {
                 row.name
             );
         }
-        assert_eq!(KINDS.len(), 17);
+        assert_eq!(KINDS.len(), 18);
         assert_eq!(Kind::parse("Service"), None);
     }
 }

@@ -20,6 +20,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -77,6 +78,8 @@ pub struct Manifests {
     pub resource_claim_templates: Vec<Sourced<ResourceClaimTemplate>>,
     pub resource_slices: Vec<Sourced<ResourceSlice>>,
     pub pod_disruption_budgets: Vec<Sourced<PodDisruptionBudget>>,
+    /// Read so a cluster dump replays whole in `joiner simulate`; plans do not use them.
+    pub volume_attachments: Vec<Sourced<VolumeAttachment>>,
     pub warnings: Vec<Warning>,
     /// Where each object was first defined, to reject a second definition.
     seen: HashMap<ObjectRef, Source>,
@@ -406,6 +409,10 @@ impl Manifests {
             Kind::PodDisruptionBudget => {
                 let p = decode(o, object, doc)?;
                 self.pod_disruption_budgets.push(sourced(o, p));
+            }
+            Kind::VolumeAttachment => {
+                let v = decode(o, object, doc)?;
+                self.volume_attachments.push(sourced(o, v));
             }
             Kind::NodePool => {
                 strip_status(&mut doc);

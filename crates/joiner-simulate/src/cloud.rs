@@ -196,6 +196,15 @@ impl SimulatedCloud {
         }
     }
 
+    /// Removes a tag from an instance, as someone with DeleteTags would. Returns whether the
+    /// instance had it.
+    pub fn remove_tag(&self, instance_id: &str, key: &str) -> bool {
+        self.lock()
+            .instances
+            .get_mut(instance_id)
+            .is_some_and(|i| i.tags.remove(key).is_some())
+    }
+
     /// The cloud takes the instance back `notice` from now (a spot interruption: EC2 gives two
     /// minutes). Returns false for an instance that is unknown or already terminated.
     pub fn reclaim_after(&self, instance_id: &str, notice: Duration) -> bool {

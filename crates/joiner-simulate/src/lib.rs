@@ -11,6 +11,8 @@
 //! - [`interruption_queue::SimulatedInterruptionQueue`]: the interruption queue the cloud warns on;
 //! - [`scheduler`]: kube-scheduler and the pod garbage collector, as far as the controller
 //!   needs them;
+//! - [`volumes::SimulatedAttacher`]: persistent volumes attached to the nodes of the pods that
+//!   use them, detaching a while after the last one stops;
 //! - [`scenario`], [`run`], [`report`] and [`command`]: `joiner simulate` itself, a scenario
 //!   file's timed steps over that world, with its timeline, summary and HTML report.
 //!
@@ -30,6 +32,7 @@ mod reservations;
 pub mod run;
 pub mod scenario;
 pub mod scheduler;
+pub mod volumes;
 
 pub use cloud::{Registration, SimulatedCloud};
 pub use command::Request;
@@ -39,3 +42,4 @@ pub use kubelet::SimulatedKubelet;
 pub use network::{SimulatedNetwork, SimulatedSecurityGroup, SimulatedSubnet};
 pub use run::{Outcome, Sample, Summary, TypeUsage, clock_text, simulate};
 pub use scheduler::{collect_orphans, schedule_pending};
+pub use volumes::SimulatedAttacher;

@@ -34,6 +34,7 @@ use crate::interruption_queue::SimulatedInterruptionQueue;
 use crate::kubelet::SimulatedKubelet;
 use crate::scenario::{self, NodeClaimTarget, Resolved, Step, merge_patch};
 use crate::scheduler::{collect_orphans, schedule_pending};
+use crate::volumes::SimulatedAttacher;
 
 /// How often a point is recorded for the charts.
 const SAMPLE_EVERY: Duration = Duration::from_secs(60);
@@ -214,6 +215,7 @@ struct Sim {
     store: Arc<InMemoryCluster>,
     cloud: Arc<SimulatedCloud>,
     kubelet: SimulatedKubelet,
+    attacher: SimulatedAttacher,
     /// Where the simulated cloud's interruption warnings go; the controller polls it.
     queue: SimulatedInterruptionQueue,
     config: Config,
@@ -465,6 +467,9 @@ impl Sim {
                 self.store
                     .set_cache_lag(joiner_model::duration::parse_duration(lag)?);
             }
+            if let Some(delay) = &f.volume_detach_delay {
+                self.attacher.detach_delay = joiner_model::duration::parse_duration(delay)?;
+            }
             if let Some(lag) = &f.list_lag {
                 self.cloud
                     .set_list_lag(joiner_model::duration::parse_duration(lag)?);
@@ -708,6 +713,7 @@ impl Serialize for FaultsText<'_> {
             "launchTimeouts": f.launch_timeouts,
             "cacheLag": f.cache_lag,
             "listLag": f.list_lag,
+            "volumeDetachDelay": f.volume_detach_delay,
         })
         .serialize(s)
     }
@@ -753,6 +759,7 @@ pub fn simulate(
         store: Arc::new(store),
         cloud: Arc::new(cloud),
         kubelet: SimulatedKubelet::default(),
+        attacher: SimulatedAttacher::default(),
         queue: SimulatedInterruptionQueue::new(),
         config: config.clone(),
         start,
@@ -812,6 +819,7 @@ pub fn simulate(
         }
         sim.record(&report);
         sim.kubelet.step(&sim.store, &sim.cloud, clock.now())?;
+        sim.attacher.step(&sim.store, clock.now())?;
         let s = sim.sample()?;
         peak = (peak.0.max(s.nodes), peak.1.max(s.instances));
         if s.gpus_allocatable > 0.0 {

@@ -32,6 +32,7 @@
 //!       launchTimeouts: 1        # the next launch starts its instance, then answers a timeout
 //!       cacheLag: 20s            # the controller's watch cache trails the API server
 //!       listLag: 30s             # the cloud's listings trail launches and terminations
+//!       volumeDetachDelay: 2m    # a persistent volume takes 2m to detach once unused
 //! ```
 //!
 //! Every node ends through Joiner's termination (the NodeClaim's finalizer): tainted, drained
@@ -44,8 +45,8 @@
 //! `duration` up to 31 days and at most 200,000 ticks; `scale.replicas` 0 to 10,000;
 //! `addPods.count` 1 to 10,000; `addInstances` up to 1,000 per step; `interruptSpot.count`,
 //! `deleteNodeClaim.count` and `deleteNode.count` up to 1,000; `launchErrors.count`, `registrationDelay.instances`, `createTimeouts` and
-//! `launchTimeouts` up to 10,000; `throttle` up to 1,000,000 calls; `cacheLag` and `listLag` up
-//! to 1 hour.
+//! `launchTimeouts` up to 10,000; `throttle` up to 1,000,000 calls; `cacheLag`, `listLag` and
+//! `volumeDetachDelay` up to 1 hour.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -229,6 +230,10 @@ pub struct Faults {
     /// a fresh instance reads as NotFound.
     #[serde(default)]
     pub list_lag: Option<String>,
+    /// How long a persistent volume takes to detach once no pod on its node uses it, from now
+    /// on (default 10 s); termination waits for it before the instance goes.
+    #[serde(default)]
+    pub volume_detach_delay: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -369,6 +374,7 @@ impl Step {
         for (field, lag) in [
             ("faults.cacheLag", &f.cache_lag),
             ("faults.listLag", &f.list_lag),
+            ("faults.volumeDetachDelay", &f.volume_detach_delay),
         ] {
             if let Some(text) = lag {
                 let d = parse_duration(text).map_err(|e| format!("{field}: {text:?}: {e}"))?;

@@ -284,6 +284,49 @@ fn garbage_collection_terminates_an_orphan_after_the_grace_period() {
     world.assert_settled(4);
 }
 
+/// An instance with the ownership tags but no `karpenter.sh/nodeclaim` tag (Karpenter tags it
+/// only at registration) is collected once past the grace period when no NodeClaim records
+/// it; one a NodeClaim records is kept.
+#[test]
+fn garbage_collection_takes_an_owned_instance_that_names_no_nodeclaim_only_when_unrecorded() {
+    let world = World::learning_lab();
+    let offering = OfferingKey {
+        instance_type: "g4dn.xlarge".into(),
+        zone: "us-east-1b".into(),
+        capacity_type: CapacityType::OnDemand,
+    };
+    let untagged = world.cloud.launch_untracked(
+        &offering,
+        tags::ownership(CLUSTER, "g4-nodepool", "default"),
+    );
+    let mut every_10s = config();
+    every_10s.gc_period = std::time::Duration::from_secs(10);
+    let mut controller = Controller::new(&world.store, &world.cloud, &world.clock, every_10s);
+    let mut terminated_at = None;
+    for step in 0..60 {
+        let r = controller.step();
+        if r.terminated.contains(&untagged.id) {
+            terminated_at = Some(step);
+        }
+        world.tick();
+    }
+    assert_eq!(terminated_at, Some(30), "terminated once 30 s old");
+    // The lab's own instances are recorded by their NodeClaims: none of them was touched, even
+    // with the NodeClaim tag taken off one.
+    let claim = world.live_claims().into_iter().next().expect("a NodeClaim");
+    let id = common::instance_of(&claim);
+    assert!(world.cloud.remove_tag(&id, tags::NODECLAIM));
+    for _ in 0..60 {
+        let r = controller.step();
+        assert!(
+            !r.terminated.contains(&id),
+            "a recorded instance was terminated"
+        );
+        world.tick();
+    }
+    world.assert_settled(3);
+}
+
 /// Garbage collection lists every instance of the cluster: it runs at a controller's first
 /// step and then every 2 minutes, not on every step.
 #[test]

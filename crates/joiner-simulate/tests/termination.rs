@@ -20,7 +20,7 @@ use joiner_controller::termination::drain::waits_for;
 use joiner_controller::{Controller, DisruptionEvent, StepReport};
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 use joiner_model::wellknown::{DisruptionAction, finalizers, taints};
-use joiner_simulate::SimulatedCloud;
+use joiner_simulate::{SimulatedAttacher, SimulatedCloud};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -33,6 +33,8 @@ struct World {
     lab: common::World,
     /// Pods their Deployment recreates when they go.
     workload: RefCell<BTreeMap<String, Pod>>,
+    /// Persistent volumes attached where their pods run.
+    attacher: RefCell<SimulatedAttacher>,
 }
 
 impl Deref for World {
@@ -48,20 +50,33 @@ type Ctl<'a> = Controller<&'a InMemoryCluster, &'a SimulatedCloud, ManualClock>;
 impl World {
     /// The learning lab with four replicas, slow to stop, never consolidated.
     fn new() -> World {
+        World::with(|_| {})
+    }
+
+    /// [`World::new`] with the lab's pod template changed.
+    fn with(change: impl Fn(&mut k8s_openapi::api::core::v1::PodSpec)) -> World {
         let mut m = joiner_test_support::load_example("time-slicing-learning-lab");
         for d in &mut m.deployments {
             let spec = d.object.spec.as_mut().expect("spec");
             spec.replicas = Some(4);
             if let Some(pod) = spec.template.spec.as_mut() {
                 pod.termination_grace_period_seconds = Some(GRACE_SECONDS);
+                change(pod);
             }
         }
         let lab = common::World::new(&m);
         let mut pool = lab.node_pool();
         pool.spec.disruption.consolidate_after = "Never".into();
         lab.store.update(&pool).expect("update");
-        let workload = RefCell::new(lab.pods_by_key());
-        World { lab, workload }
+        World::around(lab)
+    }
+
+    fn around(lab: common::World) -> World {
+        World {
+            workload: RefCell::new(lab.pods_by_key()),
+            attacher: RefCell::new(SimulatedAttacher::default()),
+            lab,
+        }
     }
 
     fn controller(&self) -> Ctl<'_> {
@@ -79,6 +94,10 @@ impl World {
     ) -> StepReport {
         self.before_step(&self.workload.borrow());
         let r = c.step();
+        self.attacher
+            .borrow_mut()
+            .step(&self.store, self.clock.now())
+            .expect("attacher");
         self.tick();
         r
     }
@@ -87,8 +106,8 @@ impl World {
         (0..seconds).map(|_| self.step(c)).collect()
     }
 
-    /// A PodDisruptionBudget over the lab's pods allowing one disruption at a time.
-    fn one_at_a_time(&self) {
+    /// A PodDisruptionBudget over the lab's pods allowing `max_unavailable` at a time.
+    fn budget(&self, max_unavailable: i32) {
         self.store
             .create(&PodDisruptionBudget {
                 metadata: ObjectMeta {
@@ -97,7 +116,7 @@ impl World {
                     ..ObjectMeta::default()
                 },
                 spec: Some(PodDisruptionBudgetSpec {
-                    max_unavailable: Some(IntOrString::Int(1)),
+                    max_unavailable: Some(IntOrString::Int(max_unavailable)),
                     selector: Some(LabelSelector {
                         match_labels: Some(
                             [("app".to_string(), "learning-lab".to_string())].into(),
@@ -158,7 +177,7 @@ fn settle(world: &World, c: &mut Ctl<'_>) {
 #[test]
 fn a_nodeclaim_deleted_by_hand_drains_pod_by_pod_and_terminates_after_the_last_pod() {
     let world = World::new();
-    world.one_at_a_time();
+    world.budget(1);
     let mut c = world.controller();
     settle(&world, &mut c);
     let (claim, node) = world.busiest();
@@ -347,11 +366,7 @@ fn a_nodepool_with_a_sixty_character_name_launches_registers_and_is_replaced() {
     assert_eq!(long.len(), 60);
     let mut m = joiner_test_support::load_example("time-slicing-learning-lab");
     m.node_pools[0].object.metadata.name = Some(long.clone());
-    let lab = common::World::new(&m);
-    let world = World {
-        workload: RefCell::new(lab.pods_by_key()),
-        lab,
-    };
+    let world = World::around(common::World::new(&m));
     let mut c = world.controller();
     let mut reports = world.run(&mut c, 120);
     assert_eq!(world.live_claims().len(), 2);
@@ -536,4 +551,189 @@ fn a_nodeclass_tag_that_defeats_the_ownership_check_launches_nothing() {
     world.run(&mut c, 120);
     assert_eq!(world.live_claims().len(), 2);
     world.assert_nothing_pending();
+}
+
+/// A drain that a PodDisruptionBudget will never let through, on a NodeClaim without a
+/// terminationGracePeriod, is not silent: the NodeClaim's `Drained` condition names the pods
+/// and how to let them go, written once rather than every step; the instance stays.
+#[test]
+fn a_drain_that_cannot_proceed_says_why_on_the_nodeclaim() {
+    let world = World::new();
+    world.budget(0);
+    let mut c = world.controller();
+    settle(&world, &mut c);
+    let (claim, _) = world.busiest();
+    world
+        .store
+        .delete::<NodeClaim>(None, claim.name())
+        .expect("delete");
+    world.step(&mut c);
+    let said: NodeClaim = world
+        .store
+        .get(None, claim.name())
+        .expect("get")
+        .expect("kept");
+    let drained = said
+        .condition(conditions::DRAINED)
+        .expect("Drained")
+        .clone();
+    assert_eq!(
+        (drained.status.as_str(), drained.reason.as_str()),
+        ("False", "DrainBlocked")
+    );
+    assert!(
+        drained.message.contains("PodDisruptionBudget"),
+        "{}",
+        drained.message
+    );
+    assert!(
+        drained.message.contains("terminationGracePeriod"),
+        "{}",
+        drained.message
+    );
+    let version = said.metadata.resource_version.clone();
+    world.run(&mut c, 60);
+    let later: NodeClaim = world
+        .store
+        .get(None, claim.name())
+        .expect("get")
+        .expect("kept");
+    assert_eq!(
+        later.metadata.resource_version, version,
+        "said once, not every step"
+    );
+    assert!(
+        world
+            .running()
+            .iter()
+            .any(|i| i.id == common::instance_of(&claim)),
+        "the instance stays while its pods cannot leave"
+    );
+}
+
+/// A node whose pods use a persistent volume: after the last pod has stopped, the instance
+/// waits for the volume to detach (a minute here), and the NodeClaim says what it waits for.
+#[test]
+fn termination_waits_for_the_nodes_volumes_to_detach() {
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Volume};
+    use k8s_openapi::api::storage::v1::VolumeAttachment;
+
+    let world = World::with(|pod| {
+        pod.volumes = Some(vec![Volume {
+            name: "data".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: "data".into(),
+                read_only: None,
+            }),
+            ..Volume::default()
+        }]);
+    });
+    world.attacher.borrow_mut().detach_delay = std::time::Duration::from_secs(60);
+    let mut c = world.controller();
+    settle(&world, &mut c);
+    let (claim, node) = world.busiest();
+    let instance = common::instance_of(&claim);
+    let attached = |w: &World| {
+        w.store
+            .list::<VolumeAttachment>()
+            .expect("attachments")
+            .into_iter()
+            .filter(|v| v.spec.node_name == node)
+            .count()
+    };
+    assert_eq!(
+        attached(&world),
+        1,
+        "the pods' volume is attached to the node"
+    );
+    world
+        .store
+        .delete::<NodeClaim>(None, claim.name())
+        .expect("delete");
+    let mut drained_at = None;
+    let mut terminated_at = None;
+    let mut said = false;
+    for second in 0..300u64 {
+        let r = world.step(&mut c);
+        if drained_at.is_none() && world.left_on(&node).is_empty() {
+            drained_at = Some(second);
+        }
+        if let Some(kept) = world
+            .store
+            .get::<NodeClaim>(None, claim.name())
+            .expect("get")
+        {
+            said |= kept
+                .condition(conditions::VOLUMES_DETACHED)
+                .is_some_and(|c| c.status == "False" && c.message.contains("pvc-default-data"));
+        }
+        if r.terminated.contains(&instance) {
+            assert_eq!(
+                attached(&world),
+                0,
+                "terminated with a volume still attached"
+            );
+            terminated_at = Some(second);
+            break;
+        }
+    }
+    let (drained, terminated) = (
+        drained_at.expect("drained"),
+        terminated_at.expect("terminated"),
+    );
+    assert!(
+        terminated >= drained + 59,
+        "drained at {drained} s, terminated at {terminated} s: the volume takes 60 s to detach"
+    );
+    assert!(said, "the NodeClaim named the volume it waited for");
+}
+
+/// The Pod watch fails after its first sync in the middle of a drain: the controller cannot
+/// see the node's pods, so it terminates nothing; once the watch recovers the drain finishes.
+#[test]
+fn a_pod_watch_that_fails_mid_drain_terminates_nothing() {
+    use joiner_controller::store::CachedClient;
+
+    let world = World::new();
+    let mut c = world.controller();
+    settle(&world, &mut c);
+    let (claim, node) = world.busiest();
+    let instance = common::instance_of(&claim);
+    let mut through_cache = Controller::new(
+        CachedClient::new(&world.store),
+        &world.cloud,
+        world.clock.clone(),
+        world.config.clone(),
+    );
+    world
+        .store
+        .delete::<NodeClaim>(None, claim.name())
+        .expect("delete");
+    world.store.fail_watch("Pod");
+    let blind = (0..90)
+        .map(|_| world.step(&mut through_cache))
+        .collect::<Vec<_>>();
+    assert!(
+        blind.iter().all(|r| r.terminated.is_empty()),
+        "nothing terminated blind"
+    );
+    assert!(
+        blind.iter().all(|r| !r.errors.is_empty()),
+        "each step says it cannot read"
+    );
+    assert!(!world.left_on(&node).is_empty(), "no pod was evicted blind");
+    world.store.heal_watch("Pod");
+    let mut terminated = false;
+    for _ in 0..180 {
+        if world
+            .step(&mut through_cache)
+            .terminated
+            .contains(&instance)
+        {
+            assert!(world.left_on(&node).is_empty());
+            terminated = true;
+            break;
+        }
+    }
+    assert!(terminated, "the drain finished once the watch recovered");
 }

@@ -9,6 +9,8 @@
 //! - A create may commit on the server and then answer a timeout
 //!   ([`InMemoryCluster::time_out_next_creates`]); the cache does not learn of it.
 //! - [`ClusterStore::get_uncached`] reads the server itself.
+//! - A kind's watch can fail after its first sync ([`InMemoryCluster::fail_watch`]): reads of
+//!   it from the cache then fail, as the kube edge's do while a watch is failing.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -77,8 +79,22 @@ impl<'a> CachedClient<'a> {
     }
 }
 
+impl CachedClient<'_> {
+    /// A cache whose watch has failed answers nothing rather than what it last knew.
+    fn watch_ok<K: Resource>(&self) -> Result<(), StoreError> {
+        if self.server.watch_failing(K::KIND) {
+            return Err(StoreError::Unavailable(format!(
+                "the watch of {} is failing",
+                K::KIND
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl ClusterStore for CachedClient<'_> {
     fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
+        self.watch_ok::<K>()?;
         if self.server.cache_lag().is_zero() {
             return self.server.list();
         }
@@ -96,6 +112,7 @@ impl ClusterStore for CachedClient<'_> {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<K>, StoreError> {
+        self.watch_ok::<K>()?;
         if self.server.cache_lag().is_zero() {
             return self.server.get(namespace, name);
         }

@@ -36,6 +36,9 @@ struct Inner {
     /// status counts them as expected and unhealthy (`status.disruptedPods`, and the owner's
     /// scale in `expectedPods`) until their controller replaces them, or for 2 minutes.
     evicted: BTreeMap<ObjectKey, (Pod, k8s_openapi::jiff::Timestamp)>,
+    /// Kinds whose watch, in every client's cache, has failed after its first sync: reads of
+    /// them through a [`super::CachedClient`] fail until it recovers.
+    failing_watches: std::collections::BTreeSet<&'static str>,
     /// Pods deleted while bound to a Node, Terminating until their kubelet has stopped them:
     /// when each is gone (its `deletionTimestamp`, which the API server sets to the deletion's
     /// time plus the pod's grace period).
@@ -74,6 +77,7 @@ impl InMemoryCluster {
                 create_timeouts: 0,
                 evicted: BTreeMap::new(),
                 terminating: BTreeMap::new(),
+                failing_watches: Default::default(),
             }),
             clock: Box::new(clock),
         }
@@ -129,6 +133,7 @@ impl InMemoryCluster {
                 Kind::ResourceClaimTemplate => put(self, &m.resource_claim_templates)?,
                 Kind::ResourceSlice => put(self, &m.resource_slices)?,
                 Kind::PodDisruptionBudget => put(self, &m.pod_disruption_budgets)?,
+                Kind::VolumeAttachment => put(self, &m.volume_attachments)?,
                 // Expanded into pods above; the catalog is not a cluster object.
                 Kind::Deployment
                 | Kind::ReplicaSet
@@ -159,6 +164,21 @@ impl InMemoryCluster {
     /// server by up to `lag` (zero: they read the server).
     pub fn set_cache_lag(&self, lag: Duration) {
         self.lock().cache_lag = lag;
+    }
+
+    /// The watch of `kind` (`"Pod"`) fails in every client from now on, after its first sync,
+    /// as a watch whose connection keeps breaking does: reads of it through a
+    /// [`super::CachedClient`] answer [`StoreError::Unavailable`] until [`Self::heal_watch`].
+    pub fn fail_watch(&self, kind: &'static str) {
+        self.lock().failing_watches.insert(kind);
+    }
+
+    pub fn heal_watch(&self, kind: &str) {
+        self.lock().failing_watches.remove(kind);
+    }
+
+    pub(super) fn watch_failing(&self, kind: &str) -> bool {
+        self.lock().failing_watches.contains(kind)
     }
 
     pub(super) fn now(&self) -> k8s_openapi::jiff::Timestamp {
@@ -247,6 +267,7 @@ pub fn manifests_of<S: ClusterStore + ?Sized>(store: &S) -> Result<Manifests, St
             Kind::ResourceClaimTemplate => m.resource_claim_templates = all(store)?,
             Kind::ResourceSlice => m.resource_slices = all(store)?,
             Kind::PodDisruptionBudget => m.pod_disruption_budgets = all(store)?,
+            Kind::VolumeAttachment => m.volume_attachments = all(store)?,
             // Not stored in a cluster Joiner reads (see the table's `live` column).
             Kind::Deployment
             | Kind::ReplicaSet

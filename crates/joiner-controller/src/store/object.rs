@@ -10,6 +10,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -94,6 +95,7 @@ k8s_resource!(
     ResourceClaimTemplate => Kind::ResourceClaimTemplate,
     ResourceSlice => Kind::ResourceSlice,
     PodDisruptionBudget => Kind::PodDisruptionBudget,
+    VolumeAttachment => Kind::VolumeAttachment,
 );
 
 /// Custom resources Joiner defines the types of.
@@ -143,6 +145,7 @@ mod tests {
         agrees::<ResourceClaimTemplate>();
         agrees::<ResourceSlice>();
         agrees::<PodDisruptionBudget>();
+        agrees::<VolumeAttachment>();
         agrees::<NodeClaim>();
         agrees::<NodePool>();
         agrees::<EC2NodeClass>();

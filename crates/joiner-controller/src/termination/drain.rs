@@ -37,13 +37,29 @@ pub const STUCK_AFTER: Duration = Duration::from_secs(60);
 pub const INTERRUPTION_DELETE_AFTER: Duration = Duration::from_secs(90);
 
 /// What one drain step found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Drain {
     /// No pod the drain waits for is left, by a fresh read of the API server (or the
     /// termination grace period is over and every pod has been deleted).
     Drained,
     /// Pods remain; the next step goes on.
-    Waiting,
+    Waiting(Blocked),
+}
+
+/// The pods that hold a drain up by something other than time: nothing but the budget or the
+/// annotation changing lets them go.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Blocked {
+    /// Pods whose eviction a PodDisruptionBudget refused this step.
+    pub refused: Vec<String>,
+    /// Pods marked `karpenter.sh/do-not-disrupt`, which a drain waits for.
+    pub held: Vec<String>,
+}
+
+impl Blocked {
+    pub fn is_empty(&self) -> bool {
+        self.refused.is_empty() && self.held.is_empty()
+    }
 }
 
 /// The eviction groups, in the order they are drained (Karpenter's terminator): a pod is
@@ -196,12 +212,14 @@ pub fn drain<S: ClusterStore, C: CloudProvider>(
             continue;
         }
         if !interrupted && is_do_not_disrupt(&pod.metadata) {
+            outcome.blocked.held.push(pod_key(pod));
             continue;
         }
         outcome.evict(ctx, terms, pod);
     }
+    let blocked = std::mem::take(&mut outcome.blocked);
     outcome.report(ctx, terms);
-    Ok(Drain::Waiting)
+    Ok(Drain::Waiting(blocked))
 }
 
 /// Whether a pod must be deleted now so that its own grace period ends by `deadline`.
@@ -225,7 +243,7 @@ fn confirm<S: ClusterStore, C: CloudProvider>(
         return Ok(Drain::Drained);
     }
     tracing::info!(nodeclaim = terms.claim, pods = ?left, "the cache shows the node empty but the API server still has pods on it; waiting");
-    Ok(Drain::Waiting)
+    Ok(Drain::Waiting(Blocked::default()))
 }
 
 /// What one drain step did, for the report.
@@ -233,6 +251,7 @@ fn confirm<S: ClusterStore, C: CloudProvider>(
 struct Outcome {
     evicted: Vec<String>,
     deleted: Vec<String>,
+    blocked: Blocked,
 }
 
 impl Outcome {
@@ -256,7 +275,8 @@ impl Outcome {
             }
             Err(StoreError::Refused(..)) => {
                 tracing::info!(nodeclaim = terms.claim, pod = %key, "eviction refused by a PodDisruptionBudget; trying again next step");
-                ctx.report.eviction_refused.push(key);
+                ctx.report.eviction_refused.push(key.clone());
+                self.blocked.refused.push(key);
             }
             Err(e) => ctx.error(&format!("evicting pod {key}"), e),
         }

@@ -11,14 +11,18 @@
 //!    `karpenter.sh/disrupted:NoSchedule` and drained ([`drain`]): PodDisruptionBudgets are
 //!    honoured until the deadline, and the drain ends only when a fresh read of the API server
 //!    finds no pod left to wait for;
-//! 3. the instance is terminated (the recorded one and any tagged with the NodeClaim);
-//! 4. the Node's finalizer is removed and the Node deleted, then the NodeClaim's finalizer.
+//! 3. the node's persistent volumes are waited for until their VolumeAttachments are gone
+//!    (bounded by the same deadline);
+//! 4. the instance is terminated (the recorded one and any tagged with the NodeClaim);
+//! 5. the Node's finalizer is removed and the Node deleted, then the NodeClaim's finalizer.
 //!
 //! A Node Joiner registered carries the same finalizer, so deleting the Node by hand deletes
 //! its NodeClaim ([`node_deleted`]) and drains through the same path instead of leaving an
 //! instance running under a Node that is gone.
 //!
-//! Not modelled yet: VolumeAttachments are not waited for before the instance goes.
+//! Every VolumeAttachment of a persistent volume on the node is waited for, including one of a
+//! pod the drain does not wait for (Karpenter leaves those out, which needs the PVs and PVCs
+//! Joiner does not watch): at worst that waits until the deadline.
 
 pub mod drain;
 
@@ -27,9 +31,10 @@ use joiner_model::wellknown::{
     DisruptionAction, DisruptionReason, annotations, finalizers, taints,
 };
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::clock::add;
+use crate::clock::{add, k8s_time};
 use crate::cloud::{CloudProvider, InstanceState, instance_id_of};
 use crate::context::Ctx;
 use crate::error::ControllerError;
@@ -108,11 +113,33 @@ pub fn finalize<S: ClusterStore, C: CloudProvider>(
             deadline,
             interrupted_at,
         };
-        if drain::drain(ctx, &terms, pods)? == Drain::Waiting {
+        if let Drain::Waiting(blocked) = drain::drain(ctx, &terms, pods)? {
+            return say_blocked(ctx, &claim, &blocked, deadline);
+        }
+        if !volumes_detached(ctx, &claim, terms.node, deadline)? {
             return Ok(());
         }
     }
-    terminate_instances(ctx, &claim)?;
+    if let Err(e) = terminate_instances(ctx, &claim) {
+        let hint = match &e {
+            ControllerError::Cloud(crate::cloud::CloudError::Throttled) => String::new(),
+            _ => format!(
+                " If the instance is no longer Joiner's (its ownership tags were changed), \
+                 terminate it yourself, then remove the finalizer {} from this NodeClaim.",
+                finalizers::TERMINATION
+            ),
+        };
+        let message =
+            format!("terminating the instance failed: {e}; Joiner tries again every step.{hint}");
+        say(
+            ctx,
+            &claim,
+            conditions::INSTANCE_TERMINATING,
+            "TerminationFailed",
+            &message,
+        )?;
+        return Err(e);
+    }
     if let Some(node) = node {
         release_node(ctx, node)?;
     }
@@ -125,6 +152,123 @@ pub fn finalize<S: ClusterStore, C: CloudProvider>(
         detail: Vec::new(),
     });
     Ok(())
+}
+
+/// Whether the drained node's persistent volumes have detached, so that the instance can go
+/// without cutting a write short: none of its VolumeAttachments (those of persistent volumes;
+/// inline volumes have nothing to wait for) is left, or the termination deadline has passed.
+/// While some are left the NodeClaim's `VolumesDetached=False` names them.
+fn volumes_detached<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: &NodeClaim,
+    node: &str,
+    deadline: Option<Timestamp>,
+) -> Result<bool, ControllerError> {
+    if deadline.is_some_and(|d| d <= ctx.now) {
+        return Ok(true);
+    }
+    let mut left: Vec<String> = ctx
+        .store
+        .list::<VolumeAttachment>()?
+        .into_iter()
+        .filter(|v| v.spec.node_name == node)
+        .filter_map(|v| v.spec.source.persistent_volume_name)
+        .collect();
+    if left.is_empty() {
+        return Ok(true);
+    }
+    left.sort();
+    let message = format!(
+        "waiting for {} volume(s) to detach: {}",
+        left.len(),
+        left.join(", ")
+    );
+    say(
+        ctx,
+        claim,
+        conditions::VOLUMES_DETACHED,
+        "AwaitingVolumeDetachment",
+        &message,
+    )?;
+    Ok(false)
+}
+
+/// Says on the NodeClaim (condition `Drained=False`) what holds its drain up, and how to let it
+/// go, when that changes: a deletion that cannot proceed is never silent.
+fn say_blocked<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: &NodeClaim,
+    blocked: &drain::Blocked,
+    deadline: Option<Timestamp>,
+) -> Result<(), ControllerError> {
+    let was_blocked = claim
+        .condition(conditions::DRAINED)
+        .is_some_and(|c| c.reason == "DrainBlocked");
+    if blocked.is_empty() {
+        if was_blocked {
+            return say(
+                ctx,
+                claim,
+                conditions::DRAINED,
+                "Draining",
+                "waiting for pods to stop",
+            );
+        }
+        return Ok(());
+    }
+    let mut why = Vec::new();
+    if !blocked.refused.is_empty() {
+        why.push(format!(
+            "{} refused by a PodDisruptionBudget",
+            blocked.refused.join(", ")
+        ));
+    }
+    if !blocked.held.is_empty() {
+        why.push(format!(
+            "{} marked {}",
+            blocked.held.join(", "),
+            annotations::DO_NOT_DISRUPT
+        ));
+    }
+    let until = match deadline {
+        Some(d) => format!("until {d}, when they are deleted whatever blocks them"),
+        None => "with no limit: the NodeClaim has no terminationGracePeriod (set \
+                 spec.template.spec.terminationGracePeriod on its NodePool to bound it), or let \
+                 the budget allow a disruption or remove the annotation"
+            .to_string(),
+    };
+    let message = format!("the drain waits for {}; it waits {until}", why.join("; "));
+    say(ctx, claim, conditions::DRAINED, "DrainBlocked", &message)
+}
+
+/// Sets a `False` condition on the NodeClaim when its reason or message changed (a write per
+/// change, not per step).
+fn say<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: &NodeClaim,
+    type_: &str,
+    reason: &str,
+    message: &str,
+) -> Result<(), ControllerError> {
+    let said = claim
+        .condition(type_)
+        .is_some_and(|c| c.status == "False" && c.reason == reason && c.message == message);
+    if said {
+        return Ok(());
+    }
+    tracing::warn!(
+        nodeclaim = claim.name(),
+        condition = type_,
+        reason,
+        "{message}"
+    );
+    let mut c = claim.clone();
+    c.set_condition(type_, false, reason, message, k8s_time(ctx.now));
+    match ctx.store.update(&c) {
+        // Written since it was read: said on a later step.
+        Ok(_) | Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// When the cloud's notice came (the `Interrupted` condition), or now when unknown.

@@ -54,6 +54,7 @@ async fn reads_come_from_the_caches_in_name_order() {
         NODECLAIMS,
         EC2NODECLASSES,
         "/apis/policy/v1/poddisruptionbudgets",
+        "/apis/storage.k8s.io/v1/volumeattachments",
         DEVICECLASSES,
         "/apis/resource.k8s.io/v1/resourceclaims",
         "/apis/resource.k8s.io/v1/resourceclaimtemplates",

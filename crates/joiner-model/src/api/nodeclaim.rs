@@ -24,6 +24,12 @@ pub mod conditions {
     pub const DRIFTED: &str = "Drifted";
     /// The cloud is taking the instance away (spot interruption, scheduled change, stopping).
     pub const INTERRUPTED: &str = "Interrupted";
+    /// Termination: whether the node's drain is done; `False` says what holds it up.
+    pub const DRAINED: &str = "Drained";
+    /// Termination: whether the node's volumes have detached; `False` names those left.
+    pub const VOLUMES_DETACHED: &str = "VolumesDetached";
+    /// Termination: `False` says why the instance could not be terminated.
+    pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
 }
 
 /// A `karpenter.sh/v1` NodeClaim.
