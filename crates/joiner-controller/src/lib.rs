@@ -41,4 +41,4 @@ pub use config::Config;
 pub use context::Ctx;
 pub use controller::Controller;
 pub use error::ControllerError;
-pub use report::{DisruptionEvent, StepReport};
+pub use report::{DisruptionEvent, NodeClaimEvent, NotDrained, StepReport};

@@ -1,7 +1,7 @@
 //! The account of one step: what each reconciler did, for logs, metrics, events, the
 //! simulation timeline and tests.
 
-use joiner_model::wellknown::DisruptionAction;
+use joiner_model::wellknown::{DisruptionAction, TerminationEvent};
 use serde::Serialize;
 
 use crate::error::ControllerError;
@@ -42,6 +42,12 @@ pub struct StepReport {
     pub scheduling_duration: Option<std::time::Duration>,
     /// What the disruption step did (consolidation, expiry).
     pub disruption: Vec<DisruptionEvent>,
+    /// Pods on a draining node that the drain does not wait for, and why (each step while it
+    /// goes on): the runtime says so on each pod.
+    pub not_drained: Vec<(String, NotDrained)>,
+    /// What termination has to tell about NodeClaims (a blocked drain, volumes to detach, a
+    /// deadline, a failed termination), once per change: Kubernetes events on the NodeClaim.
+    pub node_claim_events: Vec<NodeClaimEvent>,
     /// What failed and will be retried.
     pub errors: Vec<ControllerError>,
     /// What was being done when each of `errors` happened (`provisioning`, `lifecycle`, ...), in
@@ -57,6 +63,41 @@ impl StepReport {
         self.errors.push(e);
         self.errors_during.push(what.to_string());
     }
+}
+
+/// Why a drain does not wait for a pod on its node (as Karpenter's terminator leaves them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotDrained {
+    /// A static pod's mirror: the kubelet's, not the API server's to evict.
+    Mirror,
+    /// It tolerates `karpenter.sh/disrupted:NoSchedule`: it would only come back.
+    ToleratesDisruption,
+    /// Terminating a minute past its `deletionTimestamp`: its kubelet is taken to be gone.
+    StuckTerminating,
+}
+
+impl NotDrained {
+    pub fn describe(self) -> &'static str {
+        match self {
+            NotDrained::Mirror => "it is a mirror pod of a static pod, which the kubelet owns",
+            NotDrained::ToleratesDisruption => {
+                "it tolerates the karpenter.sh/disrupted taint, so it would only come back"
+            }
+            NotDrained::StuckTerminating => {
+                "it has been terminating for over a minute past its deletion time"
+            }
+        }
+    }
+}
+
+/// One event on a NodeClaim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeClaimEvent {
+    pub node_claim: String,
+    /// The NodeClaim's uid, when known.
+    pub uid: Option<String>,
+    pub kind: TerminationEvent,
+    pub message: String,
 }
 
 /// One thing the disruption step did.

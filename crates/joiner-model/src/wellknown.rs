@@ -367,6 +367,46 @@ impl DisruptionReason {
     }
 }
 
+/// What termination tells about a NodeClaim, as Kubernetes events name it (Karpenter's
+/// reasons, so tools watching for them keep working).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+pub enum TerminationEvent {
+    /// The drain waits for pods a PodDisruptionBudget or do-not-disrupt holds (Warning).
+    FailedDraining,
+    /// The drain is done; the node's volumes have yet to detach (Normal).
+    AwaitingVolumeDetachment,
+    /// The NodeClaim has a deadline: every pod is deleted by it (Warning).
+    TerminationGracePeriodExpiring,
+    /// The cloud refused to terminate the instance (Warning).
+    FailedTermination,
+}
+
+impl TerminationEvent {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// Whether Kubernetes shows it as a warning.
+    pub fn is_warning(self) -> bool {
+        !matches!(self, TerminationEvent::AwaitingVolumeDetachment)
+    }
+}
+
 /// One thing the disruption step did to a NodeClaim, as the timeline, events and metrics name it.
 #[derive(
     Debug,

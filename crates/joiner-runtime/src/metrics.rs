@@ -433,6 +433,8 @@ mod tests {
                 ),
                 event(DisruptionAction::Decided, "Empty", &["cpu-x"], &[]),
             ],
+            not_drained: Vec::new(),
+            node_claim_events: Vec::new(),
             errors: vec![
                 ControllerError::Cloud(CloudError::Throttled),
                 ControllerError::Store(StoreError::Unavailable("down".into())),

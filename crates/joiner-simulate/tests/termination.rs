@@ -567,7 +567,7 @@ fn a_drain_that_cannot_proceed_says_why_on_the_nodeclaim() {
         .store
         .delete::<NodeClaim>(None, claim.name())
         .expect("delete");
-    world.step(&mut c);
+    let first = world.step(&mut c);
     let said: NodeClaim = world
         .store
         .get(None, claim.name())
@@ -592,7 +592,18 @@ fn a_drain_that_cannot_proceed_says_why_on_the_nodeclaim() {
         drained.message
     );
     let version = said.metadata.resource_version.clone();
-    world.run(&mut c, 60);
+    let rest = world.run(&mut c, 60);
+    let told: Vec<_> = std::iter::once(&first)
+        .chain(&rest)
+        .flat_map(|r| &r.node_claim_events)
+        .filter(|e| e.kind == joiner_model::wellknown::TerminationEvent::FailedDraining)
+        .collect();
+    assert_eq!(
+        told.len(),
+        1,
+        "one FailedDraining event, not one per step: {told:?}"
+    );
+    assert_eq!(told[0].node_claim, claim.name());
     let later: NodeClaim = world
         .store
         .get(None, claim.name())
@@ -736,4 +747,66 @@ fn a_pod_watch_that_fails_mid_drain_terminates_nothing() {
         }
     }
     assert!(terminated, "the drain finished once the watch recovered");
+}
+
+/// A pod that tolerates the disrupted taint is not evicted (it would only come back) and does
+/// not hold the drain up; each step says so for it, and the instance goes with it still there.
+#[test]
+fn a_pod_tolerating_the_disrupted_taint_is_left_and_said_so() {
+    use joiner_controller::NotDrained;
+    use k8s_openapi::api::core::v1::Toleration;
+
+    let world = World::new();
+    let mut c = world.controller();
+    settle(&world, &mut c);
+    let (claim, node) = world.busiest();
+    let instance = common::instance_of(&claim);
+    let mut stays = world
+        .store
+        .pods_on_node_uncached(&node)
+        .expect("pods")
+        .remove(0);
+    stays
+        .spec
+        .as_mut()
+        .expect("spec")
+        .tolerations
+        .get_or_insert_with(Vec::new)
+        .push(Toleration {
+            key: Some(taints::DISRUPTED.into()),
+            operator: Some("Exists".into()),
+            effect: Some("NoSchedule".into()),
+            ..Toleration::default()
+        });
+    let stays = world.store.update(&stays).expect("tolerate");
+    let key = pod_key(&stays);
+    world
+        .store
+        .delete::<NodeClaim>(None, claim.name())
+        .expect("delete");
+    let mut reports = Vec::new();
+    for _ in 0..120 {
+        let r = world.step(&mut c);
+        let done = r.terminated.contains(&instance);
+        reports.push(r);
+        if done {
+            break;
+        }
+    }
+    assert!(
+        reports.iter().any(|r| r.terminated.contains(&instance)),
+        "the drain did not wait for it"
+    );
+    let evicted: Vec<&String> = events(&reports, DisruptionAction::Evicted)
+        .into_iter()
+        .flat_map(|e| &e.detail)
+        .collect();
+    assert!(!evicted.contains(&&key), "{evicted:?}");
+    assert!(
+        reports[0]
+            .not_drained
+            .contains(&(key.clone(), NotDrained::ToleratesDisruption)),
+        "{:?}",
+        reports[0].not_drained
+    );
 }

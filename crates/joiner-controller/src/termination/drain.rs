@@ -22,7 +22,7 @@ use crate::cloud::CloudProvider;
 use crate::context::Ctx;
 use crate::error::ControllerError;
 use crate::pods::{grace_period_of, is_daemon_pod, is_do_not_disrupt, pod_key};
-use crate::report::DisruptionEvent;
+use crate::report::{DisruptionEvent, NotDrained};
 use crate::store::{ClusterStore, Deleted, Preconditions, StoreError};
 use joiner_model::wellknown::DisruptionAction;
 
@@ -158,9 +158,20 @@ pub fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
 pub fn waits_for(pod: &Pod, node: &str, now: Timestamp) -> bool {
     pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
         && !is_finished(pod)
-        && !is_mirror(pod)
-        && !tolerates_disrupted(pod)
-        && !is_stuck_terminating(pod, now)
+        && left_out(pod, now).is_none()
+}
+
+/// Why a drain leaves out a pod that has not finished, if it does.
+pub fn left_out(pod: &Pod, now: Timestamp) -> Option<NotDrained> {
+    if is_mirror(pod) {
+        Some(NotDrained::Mirror)
+    } else if tolerates_disrupted(pod) {
+        Some(NotDrained::ToleratesDisruption)
+    } else if is_stuck_terminating(pod, now) {
+        Some(NotDrained::StuckTerminating)
+    } else {
+        None
+    }
 }
 
 /// One drain step of `terms.node` over `pods` (the cached listing): evicts or deletes what is
@@ -176,10 +187,16 @@ pub fn drain<S: ClusterStore, C: CloudProvider>(
     let interruption_over = terms
         .interrupted_at
         .is_some_and(|t| elapsed(now, t) >= INTERRUPTION_DELETE_AFTER);
-    let mut waiting: Vec<&Pod> = pods
-        .iter()
-        .filter(|p| waits_for(p, terms.node, now))
-        .collect();
+    let on_node = pods.iter().filter(|p| {
+        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(terms.node) && !is_finished(p)
+    });
+    let mut waiting: Vec<&Pod> = Vec::new();
+    for pod in on_node {
+        match left_out(pod, now) {
+            None => waiting.push(pod),
+            Some(why) => ctx.report.not_drained.push((pod_key(pod), why)),
+        }
+    }
     waiting.sort_by_key(|p| (Group::of(p), pod_key(p)));
     if waiting.is_empty() {
         return confirm(ctx, terms);
@@ -315,5 +332,96 @@ impl Outcome {
                 detail: self.evicted,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(extra: serde_json::Value) -> Pod {
+        let mut p = serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"nodeName": "n", "containers": []},
+            "status": {"phase": "Running"},
+        });
+        if let (Some(base), Some(more)) = (p.as_object_mut(), extra.as_object()) {
+            for (k, v) in more {
+                match (base.get_mut(k), v) {
+                    (Some(serde_json::Value::Object(b)), serde_json::Value::Object(m)) => {
+                        b.extend(m.clone());
+                    }
+                    _ => {
+                        base.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        serde_json::from_value(p).expect("pod")
+    }
+
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(s).expect("time")
+    }
+
+    #[test]
+    fn a_drain_leaves_out_mirror_tolerating_and_stuck_pods_as_karpenter_does() {
+        let now = at(1_000_000);
+        assert_eq!(left_out(&pod(serde_json::json!({})), now), None);
+        assert!(waits_for(&pod(serde_json::json!({})), "n", now));
+        assert!(!waits_for(&pod(serde_json::json!({})), "other", now));
+        let mirror = pod(serde_json::json!({"metadata": {
+            "annotations": {"kubernetes.io/config.mirror": "abc"}}}));
+        assert_eq!(left_out(&mirror, now), Some(NotDrained::Mirror));
+        let owned_by_node = pod(serde_json::json!({"metadata": {"ownerReferences": [
+            {"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u"}]}}));
+        assert_eq!(left_out(&owned_by_node, now), Some(NotDrained::Mirror));
+        let tolerates = pod(serde_json::json!({"spec": {"tolerations": [
+            {"key": "karpenter.sh/disrupted", "operator": "Exists", "effect": "NoSchedule"}]}}));
+        assert_eq!(
+            left_out(&tolerates, now),
+            Some(NotDrained::ToleratesDisruption)
+        );
+        let tolerates_all = pod(serde_json::json!({"spec": {"tolerations": [
+            {"operator": "Exists"}]}}));
+        assert_eq!(
+            left_out(&tolerates_all, now),
+            Some(NotDrained::ToleratesDisruption)
+        );
+        let other_taint = pod(serde_json::json!({"spec": {"tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}));
+        assert_eq!(left_out(&other_taint, now), None);
+        // Terminating: waited for until a minute past its deletion time.
+        let deleting = |since: i64| {
+            pod(serde_json::json!({"metadata": {
+                "deletionTimestamp": at(since).to_string()}}))
+        };
+        assert_eq!(left_out(&deleting(1_000_000 - 60), now), None);
+        assert_eq!(
+            left_out(&deleting(1_000_000 - 61), now),
+            Some(NotDrained::StuckTerminating)
+        );
+        let finished = pod(serde_json::json!({"status": {"phase": "Succeeded"}}));
+        assert!(!waits_for(&finished, "n", now));
+    }
+
+    #[test]
+    fn groups_drain_ordinary_pods_first_and_critical_daemons_last() {
+        let daemon = serde_json::json!({"metadata": {"ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "u"}]}});
+        let critical = |mut v: serde_json::Value| {
+            v["spec"] = serde_json::json!({"priorityClassName": "system-node-critical"});
+            v
+        };
+        assert_eq!(Group::of(&pod(serde_json::json!({}))), Group::Workload);
+        assert_eq!(Group::of(&pod(daemon.clone())), Group::Daemon);
+        assert_eq!(
+            Group::of(&pod(critical(serde_json::json!({})))),
+            Group::CriticalWorkload
+        );
+        assert_eq!(Group::of(&pod(critical(daemon))), Group::CriticalDaemon);
+        assert!(Group::Workload < Group::Daemon);
+        assert!(Group::Daemon < Group::CriticalWorkload);
+        assert!(Group::CriticalWorkload < Group::CriticalDaemon);
     }
 }

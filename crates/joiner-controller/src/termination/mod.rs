@@ -28,7 +28,7 @@ pub mod drain;
 
 use joiner_model::api::nodeclaim::NodeClaim;
 use joiner_model::wellknown::{
-    DisruptionAction, DisruptionReason, annotations, finalizers, taints,
+    DisruptionAction, DisruptionReason, TerminationEvent, annotations, finalizers, taints,
 };
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
@@ -39,7 +39,7 @@ use crate::cloud::{CloudProvider, InstanceState, instance_id_of};
 use crate::context::Ctx;
 use crate::error::ControllerError;
 use crate::interruption::is_interrupted;
-use crate::report::DisruptionEvent;
+use crate::report::{DisruptionEvent, NodeClaimEvent};
 use crate::store::{ClusterStore, StoreError};
 use drain::{Drain, Terms};
 use joiner_model::api::nodeclaim::conditions;
@@ -135,7 +135,7 @@ pub fn finalize<S: ClusterStore, C: CloudProvider>(
             ctx,
             &claim,
             conditions::INSTANCE_TERMINATING,
-            "TerminationFailed",
+            TerminationEvent::FailedTermination,
             &message,
         )?;
         return Err(e);
@@ -187,7 +187,7 @@ fn volumes_detached<S: ClusterStore, C: CloudProvider>(
         ctx,
         claim,
         conditions::VOLUMES_DETACHED,
-        "AwaitingVolumeDetachment",
+        TerminationEvent::AwaitingVolumeDetachment,
         &message,
     )?;
     Ok(false)
@@ -201,18 +201,21 @@ fn say_blocked<S: ClusterStore, C: CloudProvider>(
     blocked: &drain::Blocked,
     deadline: Option<Timestamp>,
 ) -> Result<(), ControllerError> {
-    let was_blocked = claim
-        .condition(conditions::DRAINED)
-        .is_some_and(|c| c.reason == "DrainBlocked");
     if blocked.is_empty() {
+        let was_blocked = claim
+            .condition(conditions::DRAINED)
+            .is_some_and(|c| c.status == "False" && c.reason == REASON_DRAIN_BLOCKED);
         if was_blocked {
-            return say(
-                ctx,
-                claim,
+            // No longer blocked: the condition stops saying so (no event for good news).
+            let mut c = claim.clone();
+            c.set_condition(
                 conditions::DRAINED,
-                "Draining",
+                false,
+                REASON_DRAINING,
                 "waiting for pods to stop",
+                k8s_time(ctx.now),
             );
+            return write(ctx, &c);
         }
         return Ok(());
     }
@@ -238,18 +241,39 @@ fn say_blocked<S: ClusterStore, C: CloudProvider>(
             .to_string(),
     };
     let message = format!("the drain waits for {}; it waits {until}", why.join("; "));
-    say(ctx, claim, conditions::DRAINED, "DrainBlocked", &message)
+    say(
+        ctx,
+        claim,
+        conditions::DRAINED,
+        TerminationEvent::FailedDraining,
+        &message,
+    )
 }
 
-/// Sets a `False` condition on the NodeClaim when its reason or message changed (a write per
-/// change, not per step).
+/// The condition reason of a drain held up by a budget or do-not-disrupt.
+const REASON_DRAIN_BLOCKED: &str = "DrainBlocked";
+const REASON_DRAINING: &str = "Draining";
+
+/// The reason the condition `type_` carries for `event`.
+fn condition_reason(event: TerminationEvent) -> &'static str {
+    match event {
+        TerminationEvent::FailedDraining => REASON_DRAIN_BLOCKED,
+        TerminationEvent::AwaitingVolumeDetachment => "AwaitingVolumeDetachment",
+        TerminationEvent::FailedTermination => "TerminationFailed",
+        TerminationEvent::TerminationGracePeriodExpiring => "TerminationGracePeriodExpiring",
+    }
+}
+
+/// Sets a `False` condition on the NodeClaim, and says it in an event, when its reason or
+/// message changed (a write and an event per change, not per step).
 fn say<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     claim: &NodeClaim,
     type_: &str,
-    reason: &str,
+    event: TerminationEvent,
     message: &str,
 ) -> Result<(), ControllerError> {
+    let reason = condition_reason(event);
     let said = claim
         .condition(type_)
         .is_some_and(|c| c.status == "False" && c.reason == reason && c.message == message);
@@ -262,9 +286,27 @@ fn say<S: ClusterStore, C: CloudProvider>(
         reason,
         "{message}"
     );
+    tell(ctx, claim, event, message);
     let mut c = claim.clone();
     c.set_condition(type_, false, reason, message, k8s_time(ctx.now));
-    match ctx.store.update(&c) {
+    write(ctx, &c)
+}
+
+/// A Kubernetes event on the NodeClaim.
+fn tell<S, C>(ctx: &mut Ctx<'_, S, C>, claim: &NodeClaim, kind: TerminationEvent, message: &str) {
+    ctx.report.node_claim_events.push(NodeClaimEvent {
+        node_claim: claim.name().to_string(),
+        uid: claim.metadata.uid.clone(),
+        kind,
+        message: message.to_string(),
+    });
+}
+
+fn write<S: ClusterStore, C>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: &NodeClaim,
+) -> Result<(), ControllerError> {
+    match ctx.store.update(claim) {
         // Written since it was read: said on a later step.
         Ok(_) | Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => Ok(()),
         Err(e) => Err(e.into()),
@@ -310,8 +352,17 @@ fn termination_deadline<S: ClusterStore, C>(
             deadline.to_string(),
         );
     match ctx.store.update(&c) {
+        Ok(_) => {
+            tell(
+                ctx,
+                claim,
+                TerminationEvent::TerminationGracePeriodExpiring,
+                &format!("All pods will be deleted by {deadline}"),
+            );
+            Ok(Some(deadline))
+        }
         // Another writer got there first: the deadline is the same, read next step.
-        Ok(_) | Err(StoreError::Conflict(_)) => Ok(Some(deadline)),
+        Err(StoreError::Conflict(_)) => Ok(Some(deadline)),
         Err(e) => Err(e.into()),
     }
 }

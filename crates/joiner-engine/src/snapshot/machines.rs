@@ -8,7 +8,8 @@
 //!   uninitialized Node does not yet advertise its GPUs;
 //! - a Node with its initialized NodeClaim, or a Node no NodeClaim launched: judged by the Node.
 //!
-//! Deleting NodeClaims without a Node hold nothing. Pods go to a machine by name: the Node's name
+//! Deleting NodeClaims without a Node hold nothing, and neither do NodeClaims whose recorded
+//! Node is gone. Pods go to a machine by name: the Node's name
 //! once it registered, else the NodeClaim's.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,18 +24,19 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 use crate::catalog::Catalog;
 use crate::scheduling::{ExistingNode, PoolInput};
 
-/// Whether a NodeClaim still stands for a node that does not fully exist yet: not deleting, and
-/// not initialized with its Node present among `nodes`.
+/// Whether a NodeClaim still stands for a node that does not fully exist yet: not deleting, not
+/// initialized with its Node present among `nodes`, and not a ghost: a NodeClaim that recorded
+/// its Node (it registered) whose Node is gone holds nothing, since no node will come of it
+/// (the controller deletes it and its pods are planned again).
 pub fn is_in_flight(claim: &NodeClaim, nodes: &BTreeSet<&str>) -> bool {
     if claim.is_deleting() {
         return false;
     }
-    let node_present = claim
-        .status
-        .node_name
-        .as_deref()
-        .is_some_and(|n| nodes.contains(n));
-    !(claim.is_true(conditions::INITIALIZED) && node_present)
+    match claim.status.node_name.as_deref() {
+        Some(n) if !nodes.contains(n) => false,
+        Some(_) => !claim.is_true(conditions::INITIALIZED),
+        None => true,
+    }
 }
 
 /// The name pods bind to on an in-flight NodeClaim: its Node's once registered, else its own.
@@ -355,10 +357,12 @@ mod tests {
         assert!(!m[0].in_flight);
         assert_eq!(m[0].node_claim.as_deref(), Some("gpu-a"));
         assert!(!m[0].allocatable.contains_key("nvidia.com/gpu"));
-        // Initialized, but its Node is gone: still in flight as far as capacity goes.
+        // Its Node is gone (deleted past the finalizer): a ghost, which holds nothing, whether
+        // it was initialized or only registered.
         let (m, _) = join(vec![], vec![claim("gpu-a", Some("ip-1"), true, true)]);
-        assert_eq!(m.len(), 1);
-        assert!(m[0].in_flight);
+        assert!(m.is_empty(), "{m:?}");
+        let (m, _) = join(vec![], vec![claim("gpu-a", Some("ip-1"), false, true)]);
+        assert!(m.is_empty(), "{m:?}");
     }
 
     #[test]
