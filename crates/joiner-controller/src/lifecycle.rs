@@ -83,13 +83,39 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
         } else if !claim.is_true(conditions::INITIALIZED) {
             initialize(ctx, claim, &nodes)
         } else {
-            Ok(())
+            keep_finalizer(ctx, &claim, &nodes)
         };
         if let Err(e) = result {
             ctx.error(&format!("NodeClaim {name}"), e);
         }
     }
     Ok(())
+}
+
+/// A running NodeClaim's Node keeps the termination finalizer, so deleting it by hand drains it:
+/// added to Nodes registered before Joiner put it there at registration (or by whoever removed
+/// it), once, as Karpenter adds its own to the Nodes it manages.
+fn keep_finalizer<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: &NodeClaim,
+    nodes: &[Node],
+) -> Result<(), ControllerError> {
+    let Some(node) = termination::node_of(claim, nodes) else {
+        return Ok(());
+    };
+    if is_ours(node) || node.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let mut node = node.clone();
+    node.metadata
+        .finalizers
+        .get_or_insert_with(Vec::new)
+        .push(finalizers::TERMINATION.into());
+    match ctx.store.update(&node) {
+        // Seen again on the next step.
+        Ok(_) | Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Whether the Node carries Joiner's termination finalizer (Joiner registered it).

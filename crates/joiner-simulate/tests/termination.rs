@@ -810,3 +810,27 @@ fn a_pod_tolerating_the_disrupted_taint_is_left_and_said_so() {
         reports[0].not_drained
     );
 }
+
+/// A Node registered without the finalizer (by an earlier version, or someone removed it) gets
+/// it back, so deleting it later still drains it.
+#[test]
+fn a_running_node_without_the_finalizer_gets_it_back() {
+    let world = World::new();
+    let mut c = world.controller();
+    settle(&world, &mut c);
+    let (_, node) = world.busiest();
+    let mut n: Node = world.store.get(None, &node).expect("get").expect("node");
+    n.metadata.finalizers = None;
+    world.store.update(&n).expect("update");
+    world.step(&mut c);
+    let back: Node = world.store.get(None, &node).expect("get").expect("node");
+    assert!(
+        back.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == finalizers::TERMINATION),
+        "{:?}",
+        back.metadata.finalizers
+    );
+}
