@@ -834,3 +834,44 @@ fn a_running_node_without_the_finalizer_gets_it_back() {
         back.metadata.finalizers
     );
 }
+
+/// A drain held up by a budget whose instance the cloud then takes (a spot reclaim, someone
+/// terminating it by hand) does not wedge: nothing is left to drain, so the Node and the
+/// NodeClaim go.
+#[test]
+fn a_blocked_drain_whose_instance_the_cloud_took_lets_go() {
+    let world = World::new();
+    world.budget(0);
+    let mut c = world.controller();
+    settle(&world, &mut c);
+    let (claim, node) = world.busiest();
+    let instance = common::instance_of(&claim);
+    world
+        .store
+        .delete::<NodeClaim>(None, claim.name())
+        .expect("delete");
+    world.run(&mut c, 30);
+    assert!(
+        world
+            .store
+            .get::<NodeClaim>(None, claim.name())
+            .expect("get")
+            .is_some(),
+        "held by the budget"
+    );
+    assert!(
+        world
+            .cloud
+            .reclaim_after(&instance, std::time::Duration::ZERO)
+    );
+    world.run(&mut c, 5);
+    assert!(
+        world
+            .store
+            .get::<NodeClaim>(None, claim.name())
+            .expect("get")
+            .is_none(),
+        "the NodeClaim went with its instance"
+    );
+    assert!(world.store.get::<Node>(None, &node).expect("get").is_none());
+}

@@ -102,7 +102,11 @@ pub fn finalize<S: ClusterStore, C: CloudProvider>(
     let cause = Cause::of(&claim);
     let deadline = termination_deadline(ctx, &claim)?;
     let node = node_of(&claim, nodes).cloned();
-    if let Some(node) = &node {
+    // An instance the cloud has already taken (reclaimed, terminated by hand) has nothing left
+    // to drain or detach: its pods are gone with it, and waiting on them would wedge the
+    // finalizer (Karpenter lets such a node go at once too).
+    let gone = instance_gone(ctx, &claim)?;
+    if let Some(node) = node.as_ref().filter(|_| !gone) {
         taint(ctx, node)?;
         let interrupted_at = (cause == Cause::Disrupted(DisruptionReason::Interrupted))
             .then(|| interrupted_at(&claim, ctx.now));
@@ -152,6 +156,22 @@ pub fn finalize<S: ClusterStore, C: CloudProvider>(
         detail: Vec::new(),
     });
     Ok(())
+}
+
+/// Whether the cloud says the NodeClaim's instance is terminated. Only a definite answer counts:
+/// an instance the cloud does not know (EC2 forgets terminated ones after a while, and answers
+/// NotFound just after a launch) is gone only if the NodeClaim registered, so it did run.
+fn instance_gone<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: &NodeClaim,
+) -> Result<bool, ControllerError> {
+    let Some(id) = claim.status.provider_id.as_deref().and_then(instance_id_of) else {
+        return Ok(false);
+    };
+    Ok(match ctx.cloud.get(id)? {
+        Some(i) => i.state == InstanceState::Terminated,
+        None => claim.is_true(conditions::REGISTERED),
+    })
 }
 
 /// Whether the drained node's persistent volumes have detached, so that the instance can go
