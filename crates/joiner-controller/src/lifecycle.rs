@@ -31,10 +31,9 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
     let nodes = ctx.store.list::<Node>()?;
     // Nodes deleted by hand end their NodeClaims first, so this pass finalizes them.
     let mut deleted_nodes = false;
-    for node in nodes
-        .iter()
-        .filter(|n| n.metadata.deletion_timestamp.is_some() && is_ours(n))
-    {
+    for node in nodes.iter().filter(|n| {
+        n.metadata.deletion_timestamp.is_some() && termination::has_finalizer(&n.metadata)
+    }) {
         deleted_nodes = true;
         if let Err(e) = termination::node_deleted(ctx, node, &claims) {
             let name = node.metadata.name.clone().unwrap_or_default();
@@ -103,7 +102,7 @@ fn keep_finalizer<S: ClusterStore, C: CloudProvider>(
     let Some(node) = termination::node_of(claim, nodes) else {
         return Ok(());
     };
-    if is_ours(node) || node.metadata.deletion_timestamp.is_some() {
+    if termination::has_finalizer(&node.metadata) || node.metadata.deletion_timestamp.is_some() {
         return Ok(());
     }
     let mut node = node.clone();
@@ -116,14 +115,6 @@ fn keep_finalizer<S: ClusterStore, C: CloudProvider>(
         Ok(_) | Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => Ok(()),
         Err(e) => Err(e.into()),
     }
-}
-
-/// Whether the Node carries Joiner's termination finalizer (Joiner registered it).
-fn is_ours(node: &Node) -> bool {
-    node.metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|x| x == finalizers::TERMINATION))
 }
 
 /// A NodeClaim whose NodePool was deleted goes with it, as Kubernetes' garbage collector

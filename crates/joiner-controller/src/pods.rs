@@ -11,12 +11,15 @@ pub fn is_pending(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .is_some_and(|n| !n.is_empty());
-    let finished = pod
-        .status
+    !bound && !is_finished(pod) && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// A pod that has run to completion or failed: it holds nothing and waits for nothing.
+pub fn is_finished(pod: &Pod) -> bool {
+    pod.status
         .as_ref()
         .and_then(|s| s.phase.as_deref())
-        .is_some_and(|p| p == "Succeeded" || p == "Failed");
-    !bound && !finished && pod.metadata.deletion_timestamp.is_none()
+        .is_some_and(|p| p == "Succeeded" || p == "Failed")
 }
 
 /// `namespace/name`.

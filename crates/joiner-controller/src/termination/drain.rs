@@ -21,7 +21,7 @@ use crate::clock::{add, elapsed};
 use crate::cloud::CloudProvider;
 use crate::context::Ctx;
 use crate::error::ControllerError;
-use crate::pods::{grace_period_of, is_daemon_pod, is_do_not_disrupt, pod_key};
+use crate::pods::{grace_period_of, is_daemon_pod, is_do_not_disrupt, is_finished, pod_key};
 use crate::report::{DisruptionEvent, NotDrained};
 use crate::store::{ClusterStore, Deleted, Preconditions, StoreError};
 use joiner_model::wellknown::DisruptionAction;
@@ -116,13 +116,6 @@ fn is_mirror(pod: &Pod) -> bool {
         .as_ref()
         .is_some_and(|o| o.iter().any(|r| r.kind == "Node"));
     annotated || owned_by_node
-}
-
-fn is_finished(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .is_some_and(|p| p == "Succeeded" || p == "Failed")
 }
 
 /// Whether the pod tolerates `karpenter.sh/disrupted:NoSchedule` (it would be scheduled right
@@ -242,7 +235,7 @@ pub fn drain<S: ClusterStore, C: CloudProvider>(
 /// Whether a pod must be deleted now so that its own grace period ends by `deadline`.
 fn deletion_due(pod: &Pod, deadline: Timestamp, now: Timestamp) -> bool {
     let grace = Duration::from_secs(u64::try_from(grace_period_of(pod)).unwrap_or(0));
-    now >= deadline || add(now, grace) >= deadline
+    add(now, grace) >= deadline
 }
 
 /// The cached listing shows nothing to wait for: the API server has the last word.

@@ -82,7 +82,9 @@ pub fn provider_id(node: &Node) -> Option<&str> {
     node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
 }
 
-fn has_finalizer(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+/// Whether the object carries the termination finalizer (a NodeClaim, or a Node Joiner
+/// registered).
+pub fn has_finalizer(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
     meta.finalizers
         .as_ref()
         .is_some_and(|f| f.iter().any(|x| x == finalizers::TERMINATION))
