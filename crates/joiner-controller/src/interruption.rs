@@ -37,7 +37,8 @@ use joiner_model::api::EC2NodeClass;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 use joiner_model::api::nodeclass_status::CAPACITY_BLOCK_DRAIN_LEAD_SECONDS;
 use joiner_model::wellknown::DisruptionAction;
-use messages::{Interruption, Notice};
+use joiner_model::wellknown::InterruptionKind;
+use messages::Interruption;
 use std::collections::BTreeMap;
 
 /// Messages taken per step (the most one SQS ReceiveMessage returns).
@@ -116,9 +117,6 @@ pub fn poll<S: ClusterStore>(
     Ok(received.len())
 }
 
-/// The reason an interruption mark gives for a node whose Capacity Block is about to end.
-pub const CAPACITY_BLOCK_ENDING: &str = "CapacityBlockExpiring";
-
 /// Marks interrupted the NodeClaims that run in a Capacity Block whose end is near: from
 /// [`CAPACITY_BLOCK_DRAIN_LEAD_SECONDS`] before it (ten minutes before EC2 starts terminating
 /// the block's instances, when EC2 warns), as Karpenter drains them. The end time is the one
@@ -153,17 +151,24 @@ pub fn mark_ending_capacity_blocks<S: ClusterStore, C>(
             .label(labels::CAPACITY_RESERVATION_ID)
             .unwrap_or_default()
             .to_string();
+        let terminations_start = from
+            .checked_add(
+                k8s_openapi::jiff::SignedDuration::from_secs(CAPACITY_BLOCK_DRAIN_LEAD_SECONDS)
+                    - messages::CAPACITY_BLOCK_TERMINATION_LEAD,
+            )
+            .ok();
         mark(
             ctx.store,
             ctx.now,
             &claim,
-            CAPACITY_BLOCK_ENDING,
+            InterruptionKind::CapacityReservationEnding,
+            terminations_start,
             &format!("Capacity Block {id} ends at {from} + {CAPACITY_BLOCK_DRAIN_LEAD_SECONDS}s"),
         )?;
         tracing::warn!(nodeclaim = claim.name(), reservation = %id, "Capacity Block ending: replacing and draining now");
         ctx.report.disruption.push(DisruptionEvent {
             action: DisruptionAction::Interrupted,
-            reason: CAPACITY_BLOCK_ENDING.into(),
+            reason: InterruptionKind::CapacityReservationEnding.reason().into(),
             node_claims: vec![claim.name().to_string()],
             detail: vec![id],
         });
@@ -172,7 +177,7 @@ pub fn mark_ending_capacity_blocks<S: ClusterStore, C>(
     Ok(marked)
 }
 
-/// Keeps planning off the spot offerings of NodeClaims marked [`Notice::SpotInterruption`]
+/// Keeps planning off the spot offerings of NodeClaims marked [`InterruptionKind::SpotInterruption`]
 /// for `unavailable_ttl` after the notice: an offering just reclaimed is likely short of
 /// capacity. Runs in every step, so it does not matter which loop marked the NodeClaim, and a
 /// restarted controller, whose memory of unavailable offerings is empty, learns them again
@@ -182,7 +187,9 @@ pub fn avoid_reclaimed_offerings<S: ClusterStore, C>(
 ) -> Result<(), ControllerError> {
     let claims = ctx.store.list::<NodeClaim>()?;
     for claim in &claims {
-        if claim.annotation(annotations::INTERRUPTED) != Some(Notice::SpotInterruption.reason()) {
+        if claim.annotation(annotations::INTERRUPTED)
+            != Some(InterruptionKind::SpotInterruption.reason())
+        {
             continue;
         }
         let Some(since) = claim
@@ -213,42 +220,104 @@ fn act<S: ClusterStore>(
     event: &Interruption,
     marked: &mut std::collections::BTreeSet<String>,
 ) -> Result<(), ControllerError> {
-    for id in &event.instance_ids {
-        let Some(claim) = claim_of(claims, id) else {
-            tracing::debug!(instance = %id, event = %event.id, "interruption for an instance no NodeClaim owns");
-            continue;
-        };
-        let reason = event.notice.reason();
-        if !event.notice.is_interruption() {
+    let kind = event.kind;
+    let reason = kind.reason();
+    for claim in claims_of(claims, event) {
+        let id = claim
+            .status
+            .provider_id
+            .as_deref()
+            .and_then(instance_id_of)
+            .unwrap_or_default()
+            .to_string();
+        if !kind.replaces() {
             tracing::info!(nodeclaim = claim.name(), instance = %id, "{reason}");
             report.disruption.push(DisruptionEvent {
                 action: DisruptionAction::Recommended,
                 reason: reason.into(),
                 node_claims: vec![claim.name().to_string()],
-                detail: vec![id.clone()],
+                detail: vec![id],
             });
             continue;
         }
         if claim.is_deleting() || is_interrupted(claim) || marked.contains(claim.name()) {
             continue;
         }
-        mark(
-            store,
-            now,
-            claim,
-            reason,
-            &format!("{} (event {})", id, event.id),
-        )?;
+        let deadline = event.deadline(now);
+        let mut message = format!("{id} (event {})", event.id);
+        if !event.detail.is_empty() {
+            message.push_str(&format!(": {}", event.detail));
+        }
+        if let Some(d) = deadline {
+            message.push_str(&format!("; the instance goes at {d}"));
+        }
+        mark(store, now, claim, kind, deadline, &message)?;
         marked.insert(claim.name().to_string());
-        tracing::warn!(nodeclaim = claim.name(), instance = %id, "{reason}: replacing and draining now");
+        tracing::warn!(nodeclaim = claim.name(), instance = %id, deadline = ?deadline, "{reason}: replacing and draining");
         report.disruption.push(DisruptionEvent {
             action: DisruptionAction::Interrupted,
             reason: reason.into(),
             node_claims: vec![claim.name().to_string()],
-            detail: vec![id.clone()],
+            detail: vec![id],
         });
     }
     Ok(())
+}
+
+/// The NodeClaims an event is about: those of the instances it names, and for a capacity
+/// reservation's end every NodeClaim launched into that reservation.
+fn claims_of<'a>(claims: &'a [NodeClaim], event: &'a Interruption) -> Vec<&'a NodeClaim> {
+    let mut out: Vec<&NodeClaim> = Vec::new();
+    for id in &event.instance_ids {
+        match claim_of(claims, id) {
+            Some(c) => out.push(c),
+            None => {
+                tracing::debug!(instance = %id, event = %event.id, "interruption for an instance no NodeClaim owns")
+            }
+        }
+    }
+    if let Some(reservation) = event.reservation.as_deref() {
+        for c in claims {
+            if c.label(labels::CAPACITY_RESERVATION_ID) == Some(reservation)
+                && !out.iter().any(|o| o.name() == c.name())
+            {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// How a NodeClaim marked interrupted is handled: its notice's kind and when its instance
+/// goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marked {
+    pub kind: InterruptionKind,
+    /// When the pods still on the node are deleted whatever blocks them and the instance goes.
+    pub deadline: Option<Timestamp>,
+}
+
+/// The interruption a NodeClaim is marked with, if any. A mark written before deadlines were
+/// recorded (an earlier version's) gets its kind's deadline from when the notice came; a
+/// reason this version does not know is handled as the most careful kind, a scheduled change
+/// without a deadline: replaced, then drained honouring do-not-disrupt and PodDisruptionBudgets.
+pub fn marked(claim: &NodeClaim) -> Option<Marked> {
+    let reason = claim.annotation(annotations::INTERRUPTED)?;
+    let kind = InterruptionKind::from_reason(reason).unwrap_or(InterruptionKind::ScheduledChange);
+    let recorded = claim
+        .annotation(annotations::INTERRUPTION_DEADLINE)
+        .and_then(|t| t.parse::<Timestamp>().ok());
+    let deadline = recorded.or_else(|| {
+        let since = claim
+            .condition(conditions::INTERRUPTED)
+            .map(|c| c.last_transition_time.0)?;
+        match kind {
+            InterruptionKind::SpotInterruption => since.checked_add(messages::SPOT_NOTICE).ok(),
+            InterruptionKind::StateChange => Some(since),
+            _ => None,
+        }
+    });
+    Some(Marked { kind, deadline })
 }
 
 /// Whether the NodeClaim has been marked interrupted.
@@ -279,21 +348,23 @@ fn mark<S: ClusterStore>(
     store: &S,
     now: Timestamp,
     claim: &NodeClaim,
-    reason: &str,
+    kind: InterruptionKind,
+    deadline: Option<Timestamp>,
     message: &str,
 ) -> Result<(), ControllerError> {
     let mut c = match store.get::<NodeClaim>(None, claim.name())? {
         Some(c) => c,
         None => return Ok(()),
     };
-    c.metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .insert(annotations::INTERRUPTED.into(), reason.into());
+    let a = c.metadata.annotations.get_or_insert_with(Default::default);
+    a.insert(annotations::INTERRUPTED.into(), kind.reason().into());
+    if let Some(d) = deadline {
+        a.insert(annotations::INTERRUPTION_DEADLINE.into(), d.to_string());
+    }
     c.set_condition(
         conditions::INTERRUPTED,
         true,
-        reason,
+        kind.reason(),
         message,
         k8s_time(now),
     );

@@ -169,6 +169,10 @@ pub mod annotations {
     pub const REPLACED_BY: &str = "joiner.dev/replaced-by";
     /// Joiner's own, on a NodeClaim: the interruption notice the cloud sent for its instance.
     pub const INTERRUPTED: &str = "joiner.dev/interrupted";
+    /// Joiner's own, on an interrupted NodeClaim: when the instance goes (RFC 3339), by which its
+    /// pods are deleted whatever blocks them (a spot reclaim, a scheduled change's start, the
+    /// start of a Capacity Block's terminations). Absent when the notice gave no time.
+    pub const INTERRUPTION_DEADLINE: &str = "joiner.dev/interruption-deadline";
     /// Joiner's own, on a pod expanded from a workload: the workload it stands for.
     pub const OWNER: &str = "joiner.dev/owner";
 }
@@ -367,6 +371,113 @@ impl DisruptionReason {
     }
 }
 
+/// What the cloud said is happening to an instance, by the kind of notice. Each kind is handled
+/// its own way ([`InterruptionKind::replaces`], [`InterruptionKind::drains_at_once`],
+/// [`InterruptionKind::honours_do_not_disrupt`]); the text ([`InterruptionKind::reason`]) is
+/// what the NodeClaim's `joiner.dev/interrupted` annotation and `Interrupted` condition record.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[serde(rename_all = "camelCase")]
+#[strum(serialize_all = "camelCase")]
+pub enum InterruptionKind {
+    /// EC2 reclaims the spot instance two minutes after its warning.
+    SpotInterruption,
+    /// The spot instance is at elevated risk of interruption; nothing is reclaimed yet.
+    RebalanceRecommendation,
+    /// AWS Health: the instance is retired, stopped or rebooted for maintenance at a scheduled
+    /// time, usually days ahead.
+    ScheduledChange,
+    /// The instance is stopping, stopped, shutting down or terminated: it is going now.
+    StateChange,
+    /// The capacity reservation (a Capacity Block) the instance runs in is ending: EC2
+    /// terminates its instances 30 minutes before the end.
+    CapacityReservationEnding,
+}
+
+impl InterruptionKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [InterruptionKind; 5] = [
+        InterruptionKind::SpotInterruption,
+        InterruptionKind::RebalanceRecommendation,
+        InterruptionKind::ScheduledChange,
+        InterruptionKind::StateChange,
+        InterruptionKind::CapacityReservationEnding,
+    ];
+
+    /// The name `joiner simulate` scenarios and the timeline use (`spotInterruption`, ...).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// Reads a scenario's name back.
+    pub fn parse(text: &str) -> Option<InterruptionKind> {
+        Self::ALL.into_iter().find(|k| k.as_str() == text)
+    }
+
+    /// The reason recorded on the NodeClaim (annotation `joiner.dev/interrupted`, condition
+    /// `Interrupted`) and in events. These are the texts earlier versions wrote, so a NodeClaim
+    /// marked before an upgrade reads the same.
+    pub fn reason(self) -> &'static str {
+        match self {
+            InterruptionKind::SpotInterruption => "SpotInterrupted",
+            InterruptionKind::RebalanceRecommendation => "RebalanceRecommendation",
+            InterruptionKind::ScheduledChange => "ScheduledChange",
+            InterruptionKind::StateChange => "InstanceStopping",
+            InterruptionKind::CapacityReservationEnding => "CapacityBlockExpiring",
+        }
+    }
+
+    /// The kind a recorded reason names.
+    pub fn from_reason(reason: &str) -> Option<InterruptionKind> {
+        Self::ALL.into_iter().find(|k| k.reason() == reason)
+    }
+
+    /// Whether the node is replaced and drained. A rebalance recommendation is only recorded,
+    /// as Karpenter records it: most recommended instances are never reclaimed, and replacing
+    /// each would churn a spot fleet for nothing.
+    pub fn replaces(self) -> bool {
+        self != InterruptionKind::RebalanceRecommendation
+    }
+
+    /// Whether the node drains in the step its replacement is launched, without waiting for
+    /// the replacement to be ready: the instance goes within minutes (a spot reclaim, an
+    /// instance already stopping, a Capacity Block ten minutes from its terminations). A
+    /// scheduled change days ahead waits for its replacements as an expiry does.
+    pub fn drains_at_once(self) -> bool {
+        matches!(
+            self,
+            InterruptionKind::SpotInterruption
+                | InterruptionKind::StateChange
+                | InterruptionKind::CapacityReservationEnding
+        )
+    }
+
+    /// Whether the drain waits for pods marked `karpenter.sh/do-not-disrupt` (until the
+    /// interruption's deadline or the NodeClaim's `terminationGracePeriod`) and evicts in
+    /// Karpenter's order. A spot reclaim or a stopping instance gives no time to honour them:
+    /// every pod is evicted at once, so it gets its graceful shutdown before the instance goes.
+    /// PodDisruptionBudgets are honoured by every kind until its deadline.
+    pub fn honours_do_not_disrupt(self) -> bool {
+        matches!(
+            self,
+            InterruptionKind::ScheduledChange | InterruptionKind::CapacityReservationEnding
+        )
+    }
+}
+
 /// What termination tells about a NodeClaim, as Kubernetes events name it (Karpenter's
 /// reasons, so tools watching for them keep working).
 #[derive(
@@ -491,11 +602,46 @@ mod tests {
             assert_eq!(CapacityType::parse(c.as_str()), Some(c));
         }
         assert_eq!(
+            InterruptionKind::ALL.len(),
+            InterruptionKind::VARIANTS.len()
+        );
+        for k in InterruptionKind::VARIANTS {
+            assert_eq!(InterruptionKind::parse(k.as_str()), Some(*k));
+            assert_eq!(InterruptionKind::from_reason(k.reason()), Some(*k));
+            assert_eq!(serde_json::to_string(k).unwrap(), format!("\"{k}\""));
+        }
+        assert_eq!(
+            InterruptionKind::ScheduledChange.as_str(),
+            "scheduledChange"
+        );
+        assert_eq!(
             serde_json::to_string(&DisruptionAction::Evicted).unwrap(),
             "\"evicted\""
         );
         assert!(serde_json::from_str::<DisruptionReason>("\"Bored\"").is_err());
         assert!(!DisruptionReason::Expired.is_budgeted());
         assert!(DisruptionReason::Drifted.is_budgeted());
+    }
+
+    /// Each kind's handling, as the README's interruption table states it.
+    #[test]
+    fn interruption_kinds_are_handled_each_their_own_way() {
+        use InterruptionKind::*;
+        assert!(!RebalanceRecommendation.replaces());
+        for k in [
+            SpotInterruption,
+            ScheduledChange,
+            StateChange,
+            CapacityReservationEnding,
+        ] {
+            assert!(k.replaces(), "{k}");
+        }
+        assert!(SpotInterruption.drains_at_once() && !SpotInterruption.honours_do_not_disrupt());
+        assert!(StateChange.drains_at_once() && !StateChange.honours_do_not_disrupt());
+        assert!(!ScheduledChange.drains_at_once() && ScheduledChange.honours_do_not_disrupt());
+        assert!(
+            CapacityReservationEnding.drains_at_once()
+                && CapacityReservationEnding.honours_do_not_disrupt()
+        );
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use joiner_controller::DisruptionEvent;
 use joiner_controller::clock::{Clock, ManualClock};
 use joiner_controller::cloud::{CloudProvider, InstanceState, OfferingKey};
-use joiner_controller::interruption::messages::spot_interruption_warning;
+use joiner_controller::interruption::messages;
 use joiner_controller::pods::{is_pending, pod_key};
 use joiner_controller::store::{CachedClient, ClusterStore, InMemoryCluster, StoreError};
 use joiner_controller::{Config, Controller, ControllerError, StepReport};
@@ -18,7 +18,7 @@ use joiner_engine::catalog::{CapacityType, Catalog};
 use joiner_model::api::NodeClaim;
 use joiner_model::api::NodePool;
 use joiner_model::settings::Settings;
-use joiner_model::wellknown::DisruptionAction;
+use joiner_model::wellknown::{DisruptionAction, InterruptionKind};
 use joiner_model::wellknown::{annotations, labels, tags};
 use joiner_model::workloads::expand_workloads;
 use joiner_model::{Manifests, Quantity, Sourced};
@@ -357,38 +357,11 @@ impl Sim {
             }
             self.event("deletePods", json!({"pods": deleted}));
         }
-        if let Some(i) = &step.interrupt_spot {
-            let mut running: Vec<_> = self
-                .cloud
-                .all_instances()
-                .into_iter()
-                .filter(|x| x.state == InstanceState::Running)
-                .filter(|x| match &i.node_claim {
-                    Some(c) => c == "*" || x.tags.get(tags::NODECLAIM) == Some(c),
-                    None => x.capacity_type == CapacityType::Spot,
-                })
-                .collect();
-            running.sort_by(|a, b| (a.launch_time, &a.id).cmp(&(b.launch_time, &b.id)));
-            running.truncate(i.count.unwrap_or(1));
-            let notice = match &i.notice {
-                Some(n) => joiner_model::duration::parse_duration(n)
-                    .context(|| format!("interruptSpot.notice: {n:?}"))?,
-                None => Duration::from_secs(120),
-            };
-            let mut ids = Vec::new();
-            let now = self.clock.now().to_string();
-            for x in running {
-                // The warning now, the reclaim when the notice runs out.
-                self.cloud.reclaim_after(&x.id, notice);
-                let event_id = format!("simulated-{}-{}", self.t(), x.id);
-                self.queue
-                    .send(spot_interruption_warning(&event_id, &x.id, &now));
-                ids.push(x.id);
-            }
-            self.event(
-                "interruptSpot",
-                json!({"instances": ids, "reclaimIn": format!("{}s", notice.as_secs())}),
-            );
+        for i in [&step.interrupt_spot, &step.interrupt]
+            .into_iter()
+            .flatten()
+        {
+            self.interrupt(i)?;
         }
         if let Some(c) = &step.change_node_pool {
             let pool: NodePool = self
@@ -511,6 +484,96 @@ impl Sim {
             }
             self.event("faults", serde_json::to_value(FaultsText(f))?);
         }
+        Ok(())
+    }
+
+    /// Sends an interruption notice of `i.kind` for the instances it targets, as EC2 or AWS
+    /// Health would, and ends the instances when the notice runs out (see
+    /// [`scenario::Interrupt::notice`]).
+    fn interrupt(&mut self, i: &scenario::Interrupt) -> Result<(), Error> {
+        let kind = i.kind().map_err(|e| invalid!("interrupt.{e}"))?;
+        let mut running: Vec<_> = self
+            .cloud
+            .all_instances()
+            .into_iter()
+            .filter(|x| x.state == InstanceState::Running)
+            .filter(|x| match &i.node_claim {
+                Some(c) => c == "*" || x.tags.get(tags::NODECLAIM) == Some(c),
+                None => x.capacity_type == CapacityType::Spot,
+            })
+            .collect();
+        running.sort_by(|a, b| (a.launch_time, &a.id).cmp(&(b.launch_time, &b.id)));
+        running.truncate(i.count.unwrap_or(1));
+        let notice = match &i.notice {
+            Some(n) => joiner_model::duration::parse_duration(n)
+                .context(|| format!("interrupt.notice: {n:?}"))?,
+            None => scenario::Interrupt::default_notice(kind),
+        };
+        let now = self.clock.now();
+        let ends = joiner_controller::clock::add(now, notice);
+        let mut ids = Vec::new();
+        let mut reservations = BTreeSet::new();
+        for x in running {
+            let event_id = format!("simulated-{}-{}", self.t(), x.id);
+            let when = now.to_string();
+            let body = match kind {
+                InterruptionKind::SpotInterruption => {
+                    self.cloud.reclaim_after(&x.id, notice);
+                    messages::spot_interruption_warning(&event_id, &x.id, &when)
+                }
+                InterruptionKind::RebalanceRecommendation => {
+                    messages::rebalance_recommendation(&event_id, &x.id, &when)
+                }
+                InterruptionKind::StateChange => {
+                    self.cloud.reclaim_after(&x.id, notice);
+                    messages::state_change(&event_id, &x.id, "stopping", &when)
+                }
+                InterruptionKind::ScheduledChange => {
+                    // The instance is retired when the change starts.
+                    self.cloud.reclaim_after(&x.id, notice);
+                    messages::scheduled_change(&event_id, &[x.id.as_str()], &when, ends)
+                }
+                InterruptionKind::CapacityReservationEnding => {
+                    // One warning per reservation; EC2 terminates its instances 30 minutes
+                    // before the end.
+                    let claim: Option<NodeClaim> = match x.tags.get(tags::NODECLAIM) {
+                        Some(name) => self.store.get(None, name)?,
+                        None => None,
+                    };
+                    let Some(reservation) = claim
+                        .as_ref()
+                        .and_then(|c| c.label(labels::CAPACITY_RESERVATION_ID))
+                        .map(str::to_string)
+                    else {
+                        return Err(invalid!(
+                            "interrupt: instance {} is not in a capacity reservation",
+                            x.id
+                        ));
+                    };
+                    let lead = Duration::from_secs(30 * 60);
+                    self.cloud.reclaim_after(&x.id, notice.saturating_sub(lead));
+                    if !reservations.insert(reservation.clone()) {
+                        ids.push(x.id);
+                        continue;
+                    }
+                    messages::capacity_block_ending(&event_id, &reservation, ends, &when)
+                }
+            };
+            self.queue.send(body);
+            ids.push(x.id);
+        }
+        let name = if kind == InterruptionKind::SpotInterruption && i.kind.is_none() {
+            "interruptSpot".to_string()
+        } else {
+            format!("interrupt.{}", kind.as_str())
+        };
+        let mut fields = json!({"instances": ids});
+        if kind == InterruptionKind::SpotInterruption {
+            fields["reclaimIn"] = json!(format!("{}s", notice.as_secs()));
+        } else if kind != InterruptionKind::RebalanceRecommendation {
+            fields["endsIn"] = json!(format!("{}s", notice.as_secs()));
+        }
+        self.event(&name, fields);
         Ok(())
     }
 
@@ -714,6 +777,7 @@ impl Serialize for FaultsText<'_> {
             "cacheLag": f.cache_lag,
             "listLag": f.list_lag,
             "volumeDetachDelay": f.volume_detach_delay,
+            "watchDown": f.watch_down,
         })
         .serialize(s)
     }

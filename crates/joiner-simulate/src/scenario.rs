@@ -14,6 +14,12 @@
 //!   - at: 12h
 //!     deletePods: {names: [default/extra-0]}
 //!     interruptSpot: {count: 1}  # a spot interruption warning, the instance reclaimed 2m later
+//!     # Any notice EC2 or AWS Health sends, in its shape: spotInterruption (reclaimed after
+//!     # `notice`, 2m), rebalanceRecommendation (nothing ends), scheduledChange (retired at
+//!     # `notice`, 72h), stateChange (stopping; gone after `notice`, 0s), capacityReservationEnding
+//!     # (the Capacity Block of the NodeClaim's reservation ends after `notice`, 40m; its
+//!     # instances go 30 minutes before the end).
+//!     interrupt: {kind: scheduledChange, nodeClaim: "*", count: 1, notice: 72h}
 //!     changeNodePool: {name: g4-nodepool, patch: {spec: {disruption: {consolidateAfter: 1m}}}}
 //!   - at: 12h30m
 //!     deleteNodeClaim: {nodeClaim: "*", count: 1}  # kubectl delete nodeclaim (oldest first)
@@ -33,6 +39,7 @@
 //!       cacheLag: 20s            # the controller's watch cache trails the API server
 //!       listLag: 30s             # the cloud's listings trail launches and terminations
 //!       volumeDetachDelay: 2m    # a persistent volume takes 2m to detach once unused
+//!       watchDown: 10m           # every watch of the controller fails for 10m (stale caches)
 //! ```
 //!
 //! Every node ends through Joiner's termination (the NodeClaim's finalizer): tainted, drained
@@ -43,16 +50,17 @@
 //!
 //! Limits, checked with an error naming the step and field ([`LIMITS`]): at most 10,000 steps;
 //! `duration` up to 31 days and at most 200,000 ticks; `scale.replicas` 0 to 10,000;
-//! `addPods.count` 1 to 10,000; `addInstances` up to 1,000 per step; `interruptSpot.count`,
+//! `addPods.count` 1 to 10,000; `addInstances` up to 1,000 per step; `interrupt.count`, `interruptSpot.count`,
 //! `deleteNodeClaim.count` and `deleteNode.count` up to 1,000; `launchErrors.count`, `registrationDelay.instances`, `createTimeouts` and
-//! `launchTimeouts` up to 10,000; `throttle` up to 1,000,000 calls; `cacheLag`, `listLag` and
-//! `volumeDetachDelay` up to 1 hour.
+//! `launchTimeouts` up to 10,000; `throttle` up to 1,000,000 calls; `cacheLag`, `listLag`,
+//! `volumeDetachDelay` and `watchDown` up to 1 hour; `interrupt.notice` up to 31 days.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use joiner_model::duration::parse_duration;
+use joiner_model::wellknown::InterruptionKind;
 use serde::Deserialize;
 
 use crate::error::{Context, Error, invalid};
@@ -88,8 +96,12 @@ pub struct Step {
     pub add_pods: Option<AddPods>,
     #[serde(default)]
     pub delete_pods: Option<DeletePods>,
+    /// A spot interruption warning: `interrupt` with `kind: spotInterruption`.
     #[serde(default)]
     pub interrupt_spot: Option<Interrupt>,
+    /// An interruption notice of any kind, as the cloud sends it.
+    #[serde(default)]
+    pub interrupt: Option<Interrupt>,
     #[serde(default)]
     pub change_node_pool: Option<ChangeNodePool>,
     /// NodeClaims deleted as `kubectl delete nodeclaim` deletes them.
@@ -163,15 +175,47 @@ pub struct DeletePods {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Interrupt {
+    /// `spotInterruption` (the default), `rebalanceRecommendation`, `scheduledChange`,
+    /// `stateChange` or `capacityReservationEnding` ([`InterruptionKind`]).
+    #[serde(default)]
+    pub kind: Option<String>,
     /// The NodeClaim whose instance is reclaimed (any capacity type; `*`: any NodeClaim, oldest
     /// first); else the oldest spot instances.
     #[serde(default)]
     pub node_claim: Option<String>,
     #[serde(default)]
     pub count: Option<usize>,
-    /// How long between the warning and the reclaim (EC2 gives spot instances 2 minutes).
+    /// How long between the notice and the instance's end: for a spot interruption the reclaim
+    /// (2m by default, as EC2 gives), a scheduled change its start (72h), a state change the
+    /// instance stopping (0s), a capacity reservation's end the block's end (40m; EC2
+    /// terminates its instances 30 minutes before it). A rebalance recommendation ends nothing.
     #[serde(default)]
     pub notice: Option<String>,
+}
+
+impl Interrupt {
+    /// The kind of notice (`interruptSpot` is always a spot interruption).
+    pub fn kind(&self) -> Result<InterruptionKind, String> {
+        match self.kind.as_deref() {
+            None => Ok(InterruptionKind::SpotInterruption),
+            Some(k) => InterruptionKind::parse(k).ok_or_else(|| {
+                let all: Vec<&str> = InterruptionKind::ALL.iter().map(|k| k.as_str()).collect();
+                format!("kind: {k:?} is not one of {}", all.join(", "))
+            }),
+        }
+    }
+
+    /// How long the notice gives, by kind (see [`Interrupt::notice`]).
+    pub fn default_notice(kind: InterruptionKind) -> Duration {
+        match kind {
+            InterruptionKind::SpotInterruption => Duration::from_secs(120),
+            InterruptionKind::ScheduledChange => Duration::from_secs(72 * 3600),
+            InterruptionKind::CapacityReservationEnding => Duration::from_secs(40 * 60),
+            InterruptionKind::StateChange | InterruptionKind::RebalanceRecommendation => {
+                Duration::ZERO
+            }
+        }
+    }
 }
 
 /// Which NodeClaims a `deleteNodeClaim` or `deleteNode` step acts on, in the shape of
@@ -234,6 +278,10 @@ pub struct Faults {
     /// on (default 10 s); termination waits for it before the instance goes.
     #[serde(default)]
     pub volume_detach_delay: Option<String>,
+    /// Every watch of the controller fails for this long from now on, after it has synced:
+    /// its caches keep what they last saw, and it must not act on them.
+    #[serde(default)]
+    pub watch_down: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -285,7 +333,10 @@ pub struct Limits {
     /// `launchErrors.count`, `registrationDelay.instances`, `createTimeouts`, `launchTimeouts`.
     pub fault_count: u64,
     pub throttle: u32,
+    /// `cacheLag`, `listLag`, `volumeDetachDelay`, `watchDown`.
     pub lag: Duration,
+    /// An interruption's `notice`.
+    pub notice: Duration,
 }
 
 pub const LIMITS: Limits = Limits {
@@ -299,6 +350,7 @@ pub const LIMITS: Limits = Limits {
     fault_count: 10_000,
     throttle: 1_000_000,
     lag: Duration::from_secs(3600),
+    notice: Duration::from_secs(31 * 24 * 3600),
 };
 
 fn at_most(field: &str, value: u64, max: u64) -> Result<(), String> {
@@ -332,12 +384,31 @@ impl Step {
             self.add_instances.len() as u64,
             l.add_instances as u64,
         )?;
-        if let Some(i) = &self.interrupt_spot {
+        for (field, interrupt) in [
+            ("interruptSpot", &self.interrupt_spot),
+            ("interrupt", &self.interrupt),
+        ] {
+            let Some(i) = interrupt else { continue };
             at_most(
-                "interruptSpot.count",
+                &format!("{field}.count"),
                 i.count.unwrap_or(1) as u64,
                 l.interruptions as u64,
             )?;
+            let kind = i.kind().map_err(|e| format!("{field}.{e}"))?;
+            if field == "interruptSpot" && kind != InterruptionKind::SpotInterruption {
+                return Err(format!(
+                    "{field}.kind: interruptSpot is always spotInterruption; use interrupt"
+                ));
+            }
+            if let Some(n) = &i.notice {
+                let d = parse_duration(n).map_err(|e| format!("{field}.notice: {n:?}: {e}"))?;
+                if d > l.notice {
+                    return Err(format!(
+                        "{field}.notice: {d:?} is longer than the {:?} allowed",
+                        l.notice
+                    ));
+                }
+            }
         }
         for (field, target) in [
             ("deleteNodeClaim.count", &self.delete_node_claim),
@@ -375,6 +446,7 @@ impl Step {
             ("faults.cacheLag", &f.cache_lag),
             ("faults.listLag", &f.list_lag),
             ("faults.volumeDetachDelay", &f.volume_detach_delay),
+            ("faults.watchDown", &f.watch_down),
         ] {
             if let Some(text) = lag {
                 let d = parse_duration(text).map_err(|e| format!("{field}: {text:?}: {e}"))?;
@@ -530,6 +602,13 @@ mod tests {
             ),
             ("addPods: {from: x, count: 0}", "steps[0].addPods.count"),
             ("faults: {cacheLag: 48h}", "steps[0].faults.cacheLag"),
+            ("faults: {watchDown: 2h}", "steps[0].faults.watchDown"),
+            ("interrupt: {kind: spotReclaim}", "steps[0].interrupt.kind"),
+            (
+                "interruptSpot: {kind: scheduledChange}",
+                "steps[0].interruptSpot.kind",
+            ),
+            ("interrupt: {notice: 90d}", "steps[0].interrupt.notice"),
             (
                 "faults: {createTimeouts: 4000000000}",
                 "steps[0].faults.createTimeouts",
@@ -538,6 +617,28 @@ mod tests {
             let e = resolve(&format!("duration: 1h\nsteps:\n  - {yaml}\n")).expect_err(yaml);
             assert!(e.contains(field), "{yaml}: {e}");
         }
+    }
+
+    #[test]
+    fn every_interruption_kind_is_named_with_its_default_notice() {
+        let r = resolve(
+            "duration: 1h\nsteps:\n  - interrupt: {kind: scheduledChange, nodeClaim: \"*\"}\n    interruptSpot: {count: 2}\n",
+        )
+        .expect("valid");
+        let step = &r.steps[0].1;
+        let i = step.interrupt.as_ref().expect("interrupt");
+        assert_eq!(i.kind(), Ok(InterruptionKind::ScheduledChange));
+        assert_eq!(
+            Interrupt::default_notice(InterruptionKind::ScheduledChange),
+            Duration::from_secs(72 * 3600)
+        );
+        let spot = step.interrupt_spot.as_ref().expect("interruptSpot");
+        assert_eq!(spot.kind(), Ok(InterruptionKind::SpotInterruption));
+        let e = resolve("duration: 1h\nsteps:\n  - interrupt: {kind: bogus}\n").expect_err("bogus");
+        assert!(
+            e.contains("capacityReservationEnding"),
+            "lists the kinds: {e}"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use joiner_controller::DisruptionEvent;
-use joiner_controller::clock::{Clock, ManualClock};
+use joiner_controller::clock::{Clock, ManualClock, add, elapsed};
 use joiner_controller::cloud::InstanceState;
 use joiner_controller::disruption::allowed_disruptions;
 use joiner_controller::pods::pod_key;
@@ -723,13 +723,10 @@ mod interruption {
 
     /// A PodDisruptionBudget that forbids evicting one pod of the interrupted node does not
     /// hold back the others: they are evicted at once; the protected pod is deleted 90 s after
-    /// the notice, and the NodeClaim and instance go before the cloud reclaims it at 120 s.
+    /// the notice, so that its 30 s of grace end as the cloud reclaims the instance at 120 s,
+    /// and then the NodeClaim goes.
     #[test]
     fn an_interruption_drain_goes_past_a_protected_pod_and_finishes_before_the_reclaim() {
-        use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-
         let world = spot_world();
         let queue = SimulatedInterruptionQueue::new();
         let mut c = world.controller();
@@ -741,17 +738,66 @@ mod interruption {
         assert!(on_victim.len() >= 2, "{on_victim:?}");
         // The first pod of the node, by name, may never be evicted.
         let protected = on_victim[0].clone();
-        let (_, protected_name) = protected.split_once('/').expect("key");
-        let mut pod: Pod = world
-            .store
-            .get(Some("default"), protected_name)
-            .expect("get")
-            .expect("pod");
-        pod.metadata
-            .labels
-            .get_or_insert_with(Default::default)
-            .insert("protected".into(), "yes".into());
-        world.store.update(&pod).expect("label");
+        protect(&world, &[&protected]);
+        let instance = instance_of(&victim);
+        warn(&world, &queue, &victim);
+        let first = world.run(&mut c, 1).remove(0);
+        let evicted: Vec<&String> = events(std::slice::from_ref(&first), DisruptionAction::Evicted)
+            .flat_map(|e| &e.detail)
+            .collect();
+        for p in on_victim.iter().filter(|p| **p != protected) {
+            assert!(evicted.contains(&p), "{p} evicted at once: {evicted:?}");
+        }
+        assert!(first.eviction_refused.contains(&protected), "{first:?}");
+        assert!(!world.cloud.terminate_calls().contains(&instance));
+        let rest = world.run(&mut c, 130);
+        let deleted_at = rest
+            .iter()
+            .position(|r| {
+                events(std::slice::from_ref(r), DisruptionAction::Forced)
+                    .next()
+                    .is_some()
+            })
+            .expect("the protected pod is deleted");
+        assert!(
+            (85..=92).contains(&deleted_at),
+            "deleted {deleted_at} s after the notice"
+        );
+        // The pod's grace runs to the reclaim: the instance goes then, by Joiner's hand or
+        // the cloud's, and the NodeClaim with it.
+        assert_eq!(
+            world.instance_state(&victim),
+            Some(InstanceState::Terminated)
+        );
+        assert!(
+            world
+                .store
+                .get::<NodeClaim>(None, victim.name())
+                .expect("get")
+                .is_none(),
+            "the NodeClaim is gone"
+        );
+    }
+
+    /// Puts `pods` (keys) under a PodDisruptionBudget that allows no disruption.
+    fn protect(world: &World, pods: &[&str]) {
+        use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+        for key in pods {
+            let (_, name) = key.split_once('/').expect("key");
+            let mut pod: Pod = world
+                .store
+                .get(Some("default"), name)
+                .expect("get")
+                .expect("pod");
+            pod.metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert("protected".into(), "yes".into());
+            world.store.update(&pod).expect("label");
+        }
         world
             .store
             .create(&PodDisruptionBudget {
@@ -771,25 +817,92 @@ mod interruption {
                 status: None,
             })
             .expect("pdb");
+    }
+
+    fn mark_do_not_disrupt(world: &World, key: &str) {
+        let (_, name) = key.split_once('/').expect("key");
+        let mut pod: Pod = world
+            .store
+            .get(Some("default"), name)
+            .expect("get")
+            .expect("pod");
+        pod.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(annotations::DO_NOT_DISRUPT.into(), "true".into());
+        world.store.update(&pod).expect("annotate");
+    }
+
+    /// An AWS Health scheduled change three days ahead is not a spot reclaim: the replacement
+    /// is launched at once, the node drains only once it is ready, a do-not-disrupt pod and a
+    /// pod a PodDisruptionBudget protects stay where they are for days, and only as the change
+    /// starts are they deleted (in time for their grace period) and the instance let go.
+    #[test]
+    fn a_scheduled_change_days_ahead_honours_do_not_disrupt_and_budgets() {
+        use joiner_controller::interruption::messages::scheduled_change;
+
+        let world = spot_world();
+        let queue = SimulatedInterruptionQueue::new();
+        let mut c = world.controller();
+        c.set_interruption_queue(Box::new(queue.clone()));
+        world.run(&mut c, 120);
+        settled(&world, 2);
+        let victim = world.live_claims()[0].clone();
+        let on_victim = pods_on(&world, &victim);
+        assert!(on_victim.len() >= 3, "{on_victim:?}");
+        let (held, protected) = (on_victim[0].clone(), on_victim[1].clone());
+        mark_do_not_disrupt(&world, &held);
+        protect(&world, &[&protected]);
         let instance = instance_of(&victim);
-        warn(&world, &queue, &victim);
-        let first = world.run(&mut c, 1).remove(0);
-        let evicted: Vec<&String> = events(std::slice::from_ref(&first), DisruptionAction::Evicted)
+        let starts = add(world.clock.now(), Duration::from_secs(72 * 3600));
+        world
+            .cloud
+            .reclaim_after(&instance, Duration::from_secs(72 * 3600));
+        queue.send(scheduled_change(
+            "health-1",
+            &[&instance],
+            &world.clock.now().to_string(),
+            starts,
+        ));
+        let first = world.run(&mut c, 1);
+        assert_eq!(events(&first, DisruptionAction::Replacing).count(), 1);
+        assert_eq!(
+            events(&first, DisruptionAction::Evicted).count(),
+            0,
+            "nothing is evicted before the replacement is ready"
+        );
+        // An hour on: the replacement is up, the others moved, the two held pods stay.
+        let hour = world.run(&mut c, 3600);
+        let evicted: Vec<&String> = events(&hour, DisruptionAction::Evicted)
             .flat_map(|e| &e.detail)
             .collect();
-        for p in on_victim.iter().filter(|p| **p != protected) {
-            assert!(evicted.contains(&p), "{p} evicted at once: {evicted:?}");
-        }
-        assert!(first.eviction_refused.contains(&protected), "{first:?}");
-        assert!(!world.cloud.terminate_calls().contains(&instance));
-        let rest = world.run(&mut c, 110);
-        let terminated_at = rest
-            .iter()
-            .position(|r| r.terminated.contains(&instance))
-            .expect("the instance is terminated");
         assert!(
-            (88..=110).contains(&terminated_at),
-            "terminated {terminated_at} s after the notice"
+            !evicted.is_empty(),
+            "the node drains once its replacement is ready"
+        );
+        assert!(
+            !evicted.contains(&&held) && !evicted.contains(&&protected),
+            "{evicted:?}"
+        );
+        assert_eq!(events(&hour, DisruptionAction::Forced).count(), 0);
+        let left = pods_on(&world, &victim);
+        assert!(
+            left.contains(&held) && left.contains(&protected),
+            "{left:?}"
+        );
+        assert_eq!(world.instance_state(&victim), Some(InstanceState::Running));
+        // Two minutes before the change starts, the held pods are deleted (their 30 s of grace
+        // end before it) and the instance goes by the start.
+        world
+            .clock
+            .advance(elapsed(starts, world.clock.now()) - Duration::from_secs(120));
+        let end = world.run(&mut c, 180);
+        let forced: Vec<&String> = events(&end, DisruptionAction::Forced)
+            .flat_map(|e| &e.detail)
+            .collect();
+        assert!(
+            forced.contains(&&held) && forced.contains(&&protected),
+            "{forced:?}"
         );
         assert!(
             world
@@ -799,6 +912,11 @@ mod interruption {
                 .is_none(),
             "the NodeClaim is gone"
         );
+        assert_eq!(
+            world.instance_state(&victim),
+            Some(InstanceState::Terminated)
+        );
+        settled(&world, 2);
     }
 
     /// A queue whose deletes fail: every message is delivered again.

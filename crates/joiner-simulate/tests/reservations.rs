@@ -11,13 +11,13 @@ use std::time::Duration;
 use common::World;
 use joiner_controller::clock::Clock;
 use joiner_controller::cloud::InstanceState;
-use joiner_controller::interruption::CAPACITY_BLOCK_ENDING;
 use joiner_controller::store::ClusterStore;
 use joiner_controller::{Controller, StepReport};
 use joiner_engine::catalog::CapacityType;
 use joiner_model::api::EC2NodeClass;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 use joiner_model::api::nodeclass_status::CapacityReservation;
+use joiner_model::wellknown::InterruptionKind;
 use joiner_model::wellknown::{annotations, labels};
 use joiner_model::{Manifests, parse_documents};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -248,10 +248,9 @@ fn a_capacity_block_drains_its_nodes_before_ec2_takes_them_back() {
     );
     let reports = run(&world, &mut controller, 120);
     assert!(
-        reports
-            .iter()
-            .flat_map(|r| &r.disruption)
-            .any(|e| e.reason == CAPACITY_BLOCK_ENDING && e.node_claims == [block_claim.clone()]),
+        reports.iter().flat_map(|r| &r.disruption).any(|e| e.reason
+            == InterruptionKind::CapacityReservationEnding.reason()
+            && e.node_claims == [block_claim.clone()]),
         "the block's node is marked as interrupted"
     );
     assert!(world.clock.now() < end - k8s_openapi::jiff::SignedDuration::from_mins(30));

@@ -6,15 +6,16 @@
 //! 0. Bookkeeping: NodeClaims without this version's NodePool/EC2NodeClass hashes are stamped,
 //!    and the `Drifted` condition is set (or cleared) as [`drift::drift_of`] finds.
 //! 1. Interruptions ([`crate::interruption`] marked the NodeClaims in this same step, or this
-//!    step marked them because their Capacity Block ends soon): the pods
-//!    of every newly interrupted node get replacement capacity, planned without those nodes and
-//!    launched at once, whatever the budgets; then the nodes are tainted and drained in the same
-//!    step. Karpenter drains an interrupted node at once too; Joiner launches first so the
-//!    GPU node the pods need is already booting when they are evicted (a GPU node takes
-//!    minutes to initialize, longer than the two minutes a spot warning gives), and drains at
-//!    once so pods get their graceful termination before the instance is reclaimed. The drain
-//!    of an interrupted node evicts every pod, do-not-disrupt and PodDisruptionBudgets
-//!    notwithstanding: the instance goes anyway, and a pod left waiting would only be killed.
+//!    step marked them because their Capacity Block ends soon): the pods of every newly
+//!    interrupted node get replacement capacity, planned without those nodes and launched at
+//!    once, whatever the budgets. Then each node drains as its notice's kind allows
+//!    ([`joiner_model::wellknown::InterruptionKind`]): a spot reclaim, a stopping instance or a
+//!    Capacity Block's end at once (the GPU node the pods need is already booting when they are
+//!    evicted: a GPU node takes minutes to initialize, longer than the two minutes a spot
+//!    warning gives); a scheduled change days ahead once its replacements are initialized, or
+//!    [`INTERRUPTION_DRAIN_LEAD`] before its deadline. The drain's deadline is the
+//!    interruption's ([`crate::interruption::marked`]); a spot or stopping node's drain evicts
+//!    every pod at once, do-not-disrupt notwithstanding.
 //! 2. A disruption in progress (old NodeClaims annotated with [`annotations::DISRUPTION_REASON`] and the
 //!    replacements they wait for in [`annotations::REPLACED_BY`]) is carried on: once every replacement is
 //!    initialized the old nodes are tainted `karpenter.sh/disrupted:NoSchedule` and their
@@ -602,9 +603,14 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
         a.insert(annotations::REPLACED_BY.into(), all.join(","));
         ctx.store.update(&c)?;
     }
-    if wait_for.is_empty() || interrupted {
+    let now = ctx.now;
+    let due: Vec<&NodeClaim> = old
+        .iter()
+        .filter(|c| wait_for.is_empty() || drains_now(c, now))
+        .collect();
+    if !due.is_empty() {
         let pods = ctx.store.list::<Pod>()?;
-        for claim in old {
+        for claim in due {
             // One node's failed drain does not hold back the others'.
             if let Err(e) = terminate(ctx, claim, reason, &pods) {
                 ctx.error(&format!("draining NodeClaim {}", claim.name()), e);
@@ -633,7 +639,7 @@ fn continue_move<S: ClusterStore, C: CloudProvider>(
         );
         return Ok(());
     };
-    if reason == DisruptionReason::Interrupted {
+    if reason == DisruptionReason::Interrupted && drains_now(claim, ctx.now) {
         return terminate(ctx, claim, reason, &view.pods);
     }
     let replacements: Vec<&str> = claim
@@ -680,6 +686,21 @@ fn continue_move<S: ClusterStore, C: CloudProvider>(
         terminate(ctx, claim, reason, &view.pods)?;
     }
     Ok(())
+}
+
+/// How long before an interruption's deadline its node drains even while its replacements are
+/// not ready: long enough for pods to be evicted as their PodDisruptionBudgets allow and shut
+/// down gracefully before the cloud takes the instance.
+pub const INTERRUPTION_DRAIN_LEAD: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+
+/// Whether an interrupted node drains now rather than once its replacements are ready: its
+/// notice's kind drains at once, or its deadline is within [`INTERRUPTION_DRAIN_LEAD`].
+fn drains_now(claim: &NodeClaim, now: Timestamp) -> bool {
+    crate::interruption::marked(claim).is_some_and(|m| {
+        m.kind.drains_at_once()
+            || m.deadline
+                .is_some_and(|d| d <= add(now, INTERRUPTION_DRAIN_LEAD))
+    })
 }
 
 /// The claim's Node: by its recorded name, and only while that Node has the claim's provider ID

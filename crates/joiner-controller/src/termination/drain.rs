@@ -30,12 +30,6 @@ use joiner_model::wellknown::DisruptionAction;
 /// kubelet is taken to be gone (Karpenter's `IsStuckTerminating`).
 pub const STUCK_AFTER: Duration = Duration::from_secs(60);
 
-/// How long after an interruption notice the pods still on the node are deleted rather than
-/// evicted: a spot instance is reclaimed two minutes after its warning, and a pod deleted at 90
-/// seconds still has half a minute to shut down, where one left behind a PodDisruptionBudget
-/// would be killed with its instance.
-pub const INTERRUPTION_DELETE_AFTER: Duration = Duration::from_secs(90);
-
 /// What one drain step found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Drain {
@@ -96,10 +90,14 @@ pub struct Terms<'a> {
     pub node: &'a str,
     /// The reason events carry.
     pub reason: &'a str,
-    /// When the NodeClaim's `terminationGracePeriod` runs out, if it has one.
+    /// When every pod must be gone and the instance goes: the end of the NodeClaim's
+    /// `terminationGracePeriod` or the interruption's deadline, whichever comes first; `None`
+    /// without either.
     pub deadline: Option<Timestamp>,
-    /// When the cloud's interruption notice came, for an interrupted node.
-    pub interrupted_at: Option<Timestamp>,
+    /// Every pod is evicted at once, do-not-disrupt notwithstanding, not group by group: the
+    /// cloud takes the instance within minutes (see
+    /// [`joiner_model::wellknown::InterruptionKind::honours_do_not_disrupt`]).
+    pub rushed: bool,
 }
 
 /// Mirror pods (a static pod's API object, owned by its Node) are the kubelet's, not the
@@ -176,10 +174,7 @@ pub fn drain<S: ClusterStore, C: CloudProvider>(
 ) -> Result<Drain, ControllerError> {
     let now = ctx.now;
     let past_deadline = terms.deadline.is_some_and(|d| d <= now);
-    let interrupted = terms.interrupted_at.is_some();
-    let interruption_over = terms
-        .interrupted_at
-        .is_some_and(|t| elapsed(now, t) >= INTERRUPTION_DELETE_AFTER);
+    let rushed = terms.rushed;
     let on_node = pods.iter().filter(|p| {
         p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(terms.node) && !is_finished(p)
     });
@@ -195,33 +190,32 @@ pub fn drain<S: ClusterStore, C: CloudProvider>(
         return confirm(ctx, terms);
     }
     let mut outcome = Outcome::default();
-    // Pods whose deletion is due whatever blocks them: past the deadline (or close enough that
-    // their own grace period would run past it), or left on an interrupted node too long.
+    // Pods whose deletion is due whatever blocks them: past the deadline, or close enough that
+    // their own grace period would run past it.
     for pod in &waiting {
         if pod.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let due = interruption_over || terms.deadline.is_some_and(|d| deletion_due(pod, d, now));
-        if due {
+        if terms.deadline.is_some_and(|d| deletion_due(pod, d, now)) {
             outcome.delete(ctx, pod);
         }
     }
-    if past_deadline || interruption_over {
+    if past_deadline {
         // Every pod is deleted: the instance goes now, as the period promised (an interrupted
-        // one goes before the cloud takes it).
+        // one as the cloud takes it).
         outcome.report(ctx, terms);
         return Ok(Drain::Drained);
     }
-    // Evictions: the first group with pods left, or every pod of an interrupted node.
+    // Evictions: the first group with pods left, or every pod of a rushed drain.
     let first = waiting.first().map(|p| Group::of(p));
     for pod in &waiting {
         if pod.metadata.deletion_timestamp.is_some() || outcome.deleted.contains(&pod_key(pod)) {
             continue;
         }
-        if !interrupted && Some(Group::of(pod)) != first {
+        if !rushed && Some(Group::of(pod)) != first {
             continue;
         }
-        if !interrupted && is_do_not_disrupt(&pod.metadata) {
+        if !rushed && is_do_not_disrupt(&pod.metadata) {
             outcome.blocked.held.push(pod_key(pod));
             continue;
         }

@@ -110,14 +110,19 @@ pub fn finalize<S: ClusterStore, C: CloudProvider>(
     let gone = instance_gone(ctx, &claim)?;
     if let Some(node) = node.as_ref().filter(|_| !gone) {
         taint(ctx, node)?;
-        let interrupted_at = (cause == Cause::Disrupted(DisruptionReason::Interrupted))
-            .then(|| interrupted_at(&claim, ctx.now));
+        // An interruption brings its own deadline (the cloud takes the instance then) and may
+        // leave no time to honour do-not-disrupt.
+        let interruption = crate::interruption::marked(&claim);
+        let deadline = match interruption.and_then(|i| i.deadline) {
+            Some(d) => Some(deadline.map_or(d, |own| own.min(d))),
+            None => deadline,
+        };
         let terms = Terms {
             claim: claim.name(),
             node: node.metadata.name.as_deref().unwrap_or_default(),
             reason: cause.as_str(),
             deadline,
-            interrupted_at,
+            rushed: interruption.is_some_and(|i| !i.kind.honours_do_not_disrupt()),
         };
         if let Drain::Waiting(blocked) = drain::drain(ctx, &terms, pods)? {
             return say_blocked(ctx, &claim, &blocked, deadline);
@@ -333,13 +338,6 @@ fn write<S: ClusterStore, C>(
         Ok(_) | Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => Ok(()),
         Err(e) => Err(e.into()),
     }
-}
-
-/// When the cloud's notice came (the `Interrupted` condition), or now when unknown.
-fn interrupted_at(claim: &NodeClaim, now: Timestamp) -> Timestamp {
-    claim
-        .condition(conditions::INTERRUPTED)
-        .map_or(now, |c| c.last_transition_time.0)
 }
 
 /// The NodeClaim's termination deadline: recorded once, as Karpenter records it, at its
