@@ -72,6 +72,8 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
 
     /// Runs the interruption queue, EC2NodeClass status, the lifecycle, garbage collection (on its period),
     /// provisioning and disruption once. Failures are logged and reported; each is retried on a later step.
+    /// While the store's caches are not synced ([`ClusterStore::synced`]) only the interruption
+    /// queue is read: a notice is recorded, nothing is decided.
     pub fn step(&mut self) -> StepReport {
         let now = self.clock.now();
         if self.unavailable.expire(now) > 0 {
@@ -96,6 +98,17 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         }
         if let Err(e) = crate::interruption::avoid_reclaimed_offerings(&mut ctx) {
             ctx.error("interruption queue", e);
+        }
+        // Everything after this decides from the caches: what to launch, what to drain, delete
+        // or terminate. While a watch is failing its cache answers what it last saw, however
+        // old, so nothing is decided until every cache follows the API server again (as
+        // Karpenter's provisioner and disruption wait for a synced cluster state).
+        if let Err(e) = ctx.store.synced() {
+            ctx.error(
+                "waiting for the cluster caches (nothing is decided on a stale view)",
+                e,
+            );
+            return report;
         }
         // Node class status before anything plans or launches: the view launches nothing
         // from a class that is not Ready.

@@ -95,10 +95,19 @@ pub fn poll<S: ClusterStore>(
         return Ok(0);
     }
     let claims = store.list::<NodeClaim>()?;
+    // A stale NodeClaim cache may not hold the NodeClaim of a new instance yet: its message is
+    // kept for a later poll rather than deleted as no one's.
+    let synced = store.synced().is_ok();
     // Marked by an earlier message of this batch (a duplicate may follow).
     let mut marked = std::collections::BTreeSet::new();
     for m in &received {
         let handled = match messages::parse(&m.body) {
+            Ok(event) if !synced && claims_of(&claims, &event).len() < event.instance_ids.len() => {
+                Err(ControllerError::Store(StoreError::Unavailable(format!(
+                    "event {}: an instance's NodeClaim is not in the cache, which is not synced",
+                    event.id
+                ))))
+            }
             Ok(event) => act(store, now, report, &claims, &event, &mut marked),
             Err(e) => {
                 tracing::warn!(error = %e, "interruption message ignored");

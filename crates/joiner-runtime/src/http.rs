@@ -1,12 +1,17 @@
-//! The HTTP endpoints: `/healthz` (the process is alive), `/readyz` (the cluster caches are
-//! synced and the cloud is set up) and `/metrics` (Prometheus).
+//! The HTTP endpoints: `/healthz` (the process is alive: no step has been stuck for
+//! [`STEP_STALL`]), `/readyz` (the cluster caches are synced and following their watches, the
+//! cloud is set up and answering) and `/metrics` (Prometheus).
 //!
 //! They start before anything else so the kubelet's liveness probe passes while the caches fill;
-//! readiness says what is still missing.
+//! readiness says what is still missing. A replica that loses its Lease does not need either:
+//! it exits (see [`crate::leader`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use joiner_controller::{ControllerError, StepReport};
 
 use axum::Router;
 use axum::extract::State;
@@ -29,7 +34,21 @@ pub struct Health(Arc<HealthState>);
 struct HealthState {
     store: OnceLock<Probe>,
     cloud: AtomicBool,
+    /// When the step in progress began; `None` between steps (and while following).
+    stepping_since: Mutex<Option<Instant>>,
+    /// Steps in a row whose cloud calls failed (not throttling, not a refusal), with the last
+    /// error.
+    cloud_failures: Mutex<(u32, String)>,
 }
+
+/// A step running this long is stuck (a call that never returns, a deadlock): `/healthz` fails,
+/// so the kubelet restarts the process. The longest honest step (a plan over thousands of pods)
+/// takes seconds.
+pub const STEP_STALL: Duration = Duration::from_secs(10 * 60);
+
+/// Steps in a row whose cloud calls fail before `/readyz` says the cloud is unreachable (about
+/// ten seconds at one step a second): one failure is routine, a run of them is an outage.
+pub const CLOUD_FAILURES_BEFORE_NOT_READY: u32 = 10;
 
 impl Health {
     /// From now on, readiness asks `ready` whether the cluster caches are synced.
@@ -42,22 +61,73 @@ impl Health {
         self.0.cloud.store(true, Ordering::Release);
     }
 
+    /// A step begins (called on the step's own thread).
+    pub fn step_began(&self) {
+        *lock(&self.0.stepping_since) = Some(Instant::now());
+    }
+
+    /// A step ended with `report`: it is not stuck, and its cloud errors count.
+    pub fn step_ended(&self, report: &StepReport) {
+        *lock(&self.0.stepping_since) = None;
+        let failed = report.errors.iter().find(|e| {
+            matches!(
+                e,
+                ControllerError::Cloud(joiner_controller::cloud::CloudError::Other(_))
+            )
+        });
+        let mut f = lock(&self.0.cloud_failures);
+        match failed {
+            Some(e) => *f = (f.0.saturating_add(1), e.to_string()),
+            None => *f = (0, String::new()),
+        }
+    }
+
     /// Ok when ready, else what is missing.
-    pub fn readiness(&self) -> Result<(), &'static str> {
+    pub fn readiness(&self) -> Result<(), String> {
         match self.0.store.get() {
-            None => return Err("the cluster caches are starting"),
-            Some(ready) if !ready() => return Err("the cluster caches are not synced"),
+            None => return Err("the cluster caches are starting".into()),
+            Some(ready) if !ready() => {
+                return Err("the cluster caches are not synced or a watch is failing".into());
+            }
             Some(_) => {}
         }
         if !self.0.cloud.load(Ordering::Acquire) {
-            return Err("the cloud provider is not set up yet");
+            return Err("the cloud provider is not set up yet".into());
+        }
+        let (failures, last) = lock(&self.0.cloud_failures).clone();
+        if failures >= CLOUD_FAILURES_BEFORE_NOT_READY {
+            return Err(format!(
+                "the cloud has failed {failures} steps in a row: {last}"
+            ));
         }
         Ok(())
     }
+
+    /// Ok while no step has been running for [`STEP_STALL`].
+    pub fn liveness(&self) -> Result<(), String> {
+        self.liveness_at(Instant::now())
+    }
+
+    fn liveness_at(&self, now: Instant) -> Result<(), String> {
+        match *lock(&self.0.stepping_since) {
+            Some(since) if now.saturating_duration_since(since) >= STEP_STALL => Err(format!(
+                "a controller step has been running for {} s",
+                now.saturating_duration_since(since).as_secs()
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
-async fn healthz() -> &'static str {
-    "ok\n"
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
+    match health.liveness() {
+        Ok(()) => (StatusCode::OK, "ok\n".into()),
+        Err(why) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{why}\n")),
+    }
 }
 
 async fn readyz(State(health): State<Health>) -> (StatusCode, String) {
@@ -205,6 +275,21 @@ pub mod tests {
         );
         health.set_cloud_ready();
         assert_eq!(get(health_addr, "/readyz").await.0, 200);
+        // A cloud that fails step after step makes it unready; one good step ready again.
+        let mut failing = StepReport::default();
+        failing.error(
+            "launching",
+            joiner_controller::cloud::CloudError::Other("connection refused".into()),
+        );
+        for _ in 0..CLOUD_FAILURES_BEFORE_NOT_READY {
+            health.step_began();
+            health.step_ended(&failing);
+        }
+        let (status, body) = get(health_addr, "/readyz").await;
+        assert_eq!(status, 503);
+        assert!(body.contains("connection refused"), "{body}");
+        health.step_ended(&StepReport::default());
+        assert_eq!(get(health_addr, "/readyz").await.0, 200);
         // A watch failing again makes the replica unready, not dead.
         synced.store(false, Ordering::Release);
         assert_eq!(get(health_addr, "/readyz").await.0, 503);
@@ -226,6 +311,22 @@ pub mod tests {
         for (_, task) in servers {
             task.await.unwrap();
         }
+    }
+
+    /// A step stuck past [`STEP_STALL`] fails liveness, so the kubelet restarts the process; a
+    /// replica between steps, or following, is alive.
+    #[test]
+    fn a_stuck_step_fails_liveness() {
+        let health = Health::default();
+        let now = Instant::now();
+        assert!(health.liveness_at(now).is_ok());
+        health.step_began();
+        assert!(health.liveness_at(Instant::now()).is_ok());
+        let later = Instant::now() + STEP_STALL + Duration::from_secs(1);
+        let e = health.liveness_at(later).expect_err("stuck");
+        assert!(e.contains("running for"), "{e}");
+        health.step_ended(&StepReport::default());
+        assert!(health.liveness_at(later).is_ok());
     }
 
     #[tokio::test]

@@ -479,7 +479,10 @@ async fn run(
     };
     let changes = store.clone();
     let end = drive(
-        stepper,
+        Watched {
+            inner: stepper,
+            health: health.clone(),
+        },
         Timing::default(),
         move || changes.changed(),
         leadership,
@@ -506,6 +509,21 @@ async fn run(
 }
 
 type BoxedStep = Box<dyn Step>;
+
+/// A stepper whose steps `/healthz` and `/readyz` watch ([`Health::step_began`]).
+struct Watched {
+    inner: BoxedStep,
+    health: Health,
+}
+
+impl Step for Watched {
+    fn step(&mut self) -> Stepped {
+        self.health.step_began();
+        let out = self.inner.step();
+        self.health.step_ended(&out.report);
+        out
+    }
+}
 
 impl Step for Box<dyn Step> {
     fn step(&mut self) -> Stepped {

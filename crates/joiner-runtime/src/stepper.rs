@@ -180,6 +180,9 @@ impl<S: ClusterStore> ClusterStore for KwokNodes<'_, S> {
     fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
         self.0.undecodable::<K>()
     }
+    fn synced(&self) -> Result<(), StoreError> {
+        self.0.synced()
+    }
     fn pods_on_node_uncached(
         &self,
         node: &str,

@@ -231,6 +231,9 @@ struct Sim {
     /// Instances the scenario put into the cloud (not Joiner's).
     added: BTreeSet<String>,
     node_claims_created: usize,
+    /// When the controller's watches, failed by `faults.watchDown`, recover (seconds from the
+    /// start).
+    watch_up_at: Option<u64>,
 }
 
 impl Sim {
@@ -442,6 +445,12 @@ impl Sim {
             }
             if let Some(delay) = &f.volume_detach_delay {
                 self.attacher.detach_delay = joiner_model::duration::parse_duration(delay)?;
+            }
+            if let Some(down) = &f.watch_down {
+                let down = joiner_model::duration::parse_duration(down)?;
+                self.store.fail_watch("*");
+                let up = self.t() + down.as_secs();
+                self.watch_up_at = Some(self.watch_up_at.map_or(up, |u| u.max(up)));
             }
             if let Some(lag) = &f.list_lag {
                 self.cloud
@@ -836,6 +845,7 @@ pub fn simulate(
         pending_waits: Vec::new(),
         added: BTreeSet::new(),
         node_claims_created: 0,
+        watch_up_at: None,
     };
     let tick = scenario.tick;
     let tick_s = tick.as_secs();
@@ -860,6 +870,11 @@ pub fn simulate(
     let mut t = 0;
     loop {
         progress(t.min(end), end);
+        if sim.watch_up_at.is_some_and(|up| up <= t) {
+            sim.store.heal_watch("*");
+            sim.watch_up_at = None;
+            sim.event("watchUp", json!({}));
+        }
         while next_step < scenario.steps.len() && scenario.steps[next_step].0.as_secs() <= t {
             let step = scenario.steps[next_step].1.clone();
             sim.apply(&step)

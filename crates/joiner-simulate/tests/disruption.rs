@@ -153,6 +153,67 @@ fn empty_nodes_go_after_consolidate_after() {
     assert_eq!(running, 0, "the finalizer terminated the instances");
 }
 
+/// The Pod watch fails for ten minutes after the nodes emptied, and the pods come back
+/// meanwhile: the controller's cache still shows the nodes empty, past `consolidateAfter`, but
+/// nothing is decided on it; each step says it is waiting. Once the watch recovers the nodes
+/// are seen busy and stay.
+#[test]
+fn nothing_is_disrupted_on_a_cache_whose_watch_is_down() {
+    use joiner_controller::store::CachedClient;
+
+    let world = World::new(4, |p| p.spec.disruption.consolidate_after = "2m".into());
+    let mut c = world.controller();
+    world.run(&mut c, 120);
+    settled(&world, 2);
+    let everyone = world.workload.borrow().clone();
+    world.scale_away(|_| false);
+    let mut cached = Controller::new(
+        CachedClient::new(&world.store),
+        &world.cloud,
+        world.clock.clone(),
+        world.config.clone(),
+    );
+    let mut run = |seconds: u64| -> Vec<StepReport> {
+        (0..seconds)
+            .map(|_| {
+                world.before_step(&world.workload.borrow());
+                let r = cached.step();
+                world.tick();
+                r
+            })
+            .collect()
+    };
+    // The pods take their 30 s of grace to stop; then the nodes are empty.
+    run(45);
+    world.store.fail_watch("Pod");
+    // The pods come back and are bound while the controller's Pod cache still says the nodes
+    // are empty.
+    *world.workload.borrow_mut() = everyone;
+    let blind = run(600);
+    assert_eq!(events(&blind, DisruptionAction::Decided).count(), 0);
+    assert!(
+        blind
+            .iter()
+            .all(|r| r.deleted.is_empty() && r.terminated.is_empty())
+    );
+    assert!(
+        blind.iter().all(|r| r
+            .errors
+            .iter()
+            .any(|e| e.to_string().contains("watch of Pod"))),
+        "each step says why it waits"
+    );
+    assert_eq!(world.live_claims().len(), 2);
+    world.store.heal_watch("Pod");
+    let seen = run(300);
+    assert_eq!(
+        events(&seen, DisruptionAction::Decided).count(),
+        0,
+        "the nodes are busy"
+    );
+    settled(&world, 2);
+}
+
 #[test]
 fn do_not_disrupt_pods_keep_their_node() {
     let world = World::new(4, |_| {});

@@ -439,6 +439,9 @@ impl ClusterStore for HidesEvictedPods<'_> {
     fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
         self.0.undecodable::<K>()
     }
+    fn synced(&self) -> Result<(), StoreError> {
+        self.0.synced()
+    }
     fn pods_on_node_uncached(&self, node: &str) -> Result<Vec<Pod>, StoreError> {
         self.0.pods_on_node_uncached(node)
     }

@@ -80,7 +80,15 @@ pub struct DisruptionState {
     pods_since: BTreeMap<String, (u64, Timestamp)>,
     /// The state in which consolidation last found nothing to do.
     quiet: Option<u64>,
+    /// The consolidation decided and not yet acted on: its fingerprint and when it was first
+    /// decided ([`VALIDATION_PERIOD`]).
+    validating: Option<(u64, Timestamp)>,
 }
+
+/// How long a consolidation decision must keep being the decision before anything is
+/// cordoned: Karpenter's validation period. A pod that was on its way to a node that looked
+/// empty, or a cache that was behind, shows within it and changes or cancels the decision.
+pub const VALIDATION_PERIOD: std::time::Duration = std::time::Duration::from_secs(15);
 
 struct View {
     pools: BTreeMap<String, NodePool>,
@@ -375,6 +383,7 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
             .iter()
             .any(|c| c.is_deleting() || !c.is_true(conditions::INITIALIZED))
     {
+        state.validating = None;
         return Ok(());
     }
     // Candidates: initialized nodes of a NodePool whose pods have not changed for
@@ -399,6 +408,7 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
         }
     }
     if eligible.is_empty() {
+        state.validating = None;
         return Ok(());
     }
     let mut parts: Vec<String> = eligible.iter().cloned().collect();
@@ -460,10 +470,50 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
             continue;
         }
         state.quiet = None;
+        if !validated(ctx.now, state, reason, &chosen, &d.replacements) {
+            return Ok(());
+        }
         return start_move(ctx, view, &chosen, reason, Some(d.replacements));
     }
+    state.validating = None;
     state.quiet = Some(fingerprint);
     Ok(())
+}
+
+/// Whether the consolidation decided now was already the decision [`VALIDATION_PERIOD`] ago
+/// (the same reason, nodes and replacements), so it may go ahead; otherwise it is recorded as
+/// the one to validate, and nothing is done yet.
+fn validated(
+    now: Timestamp,
+    state: &mut DisruptionState,
+    reason: DisruptionReason,
+    chosen: &[NodeClaim],
+    replacements: &[PlannedNodeClaim],
+) -> bool {
+    let mut parts: Vec<String> = vec![reason.as_str().to_string()];
+    parts.extend(chosen.iter().map(|c| c.name().to_string()));
+    parts.extend(
+        replacements
+            .iter()
+            .map(|r| format!("{}/{}/{}", r.node_pool, r.instance_type, r.zone)),
+    );
+    let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let decision = fnv1a(&refs);
+    match state.validating {
+        Some((d, since)) if d == decision => {
+            if elapsed(now, since) >= VALIDATION_PERIOD {
+                state.validating = None;
+                true
+            } else {
+                false
+            }
+        }
+        _ => {
+            tracing::debug!(nodeclaims = ?parts, "consolidation decided; validating it");
+            state.validating = Some((decision, now));
+            false
+        }
+    }
 }
 
 /// Starts a move: launches the replacements (planned now when `None`), marks and taints the old

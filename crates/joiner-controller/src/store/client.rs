@@ -10,7 +10,8 @@
 //!   ([`InMemoryCluster::time_out_next_creates`]); the cache does not learn of it.
 //! - [`ClusterStore::get_uncached`] reads the server itself.
 //! - A kind's watch can fail after its first sync ([`InMemoryCluster::fail_watch`]): reads of
-//!   it from the cache then fail, as the kube edge's do while a watch is failing.
+//!   it then answer what the cache held when it failed, as a kube-rs reflector store keeps
+//!   answering, and [`ClusterStore::synced`] says the cache is stale.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -79,22 +80,15 @@ impl<'a> CachedClient<'a> {
     }
 }
 
-impl CachedClient<'_> {
-    /// A cache whose watch has failed answers nothing rather than what it last knew.
-    fn watch_ok<K: Resource>(&self) -> Result<(), StoreError> {
-        if self.server.watch_failing(K::KIND) {
-            return Err(StoreError::Unavailable(format!(
-                "the watch of {} is failing",
-                K::KIND
-            )));
-        }
-        Ok(())
-    }
-}
-
 impl ClusterStore for CachedClient<'_> {
     fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
-        self.watch_ok::<K>()?;
+        if let Some(frozen) = self.server.frozen(K::KIND) {
+            return Ok(frozen
+                .iter()
+                .filter(|(k, _)| k.kind == K::KIND)
+                .filter_map(|(_, v)| v.downcast_ref::<K>().cloned())
+                .collect());
+        }
         if self.server.cache_lag().is_zero() {
             return self.server.list();
         }
@@ -112,11 +106,15 @@ impl ClusterStore for CachedClient<'_> {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<K>, StoreError> {
-        self.watch_ok::<K>()?;
+        let key = ObjectKey::of::<K>(namespace, name);
+        if let Some(frozen) = self.server.frozen(K::KIND) {
+            return Ok(frozen
+                .get(&key)
+                .and_then(|v| v.downcast_ref::<K>().cloned()));
+        }
         if self.server.cache_lag().is_zero() {
             return self.server.get(namespace, name);
         }
-        let key = ObjectKey::of::<K>(namespace, name);
         Ok(self.read(|objects| {
             objects
                 .get(&key)
@@ -134,6 +132,10 @@ impl ClusterStore for CachedClient<'_> {
 
     fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
         self.server.undecodable::<K>()
+    }
+
+    fn synced(&self) -> Result<(), StoreError> {
+        self.server.synced()
     }
 
     fn pods_on_node_uncached(&self, node: &str) -> Result<Vec<Pod>, StoreError> {

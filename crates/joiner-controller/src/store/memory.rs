@@ -36,9 +36,10 @@ struct Inner {
     /// status counts them as expected and unhealthy (`status.disruptedPods`, and the owner's
     /// scale in `expectedPods`) until their controller replaces them, or for 2 minutes.
     evicted: BTreeMap<ObjectKey, (Pod, k8s_openapi::jiff::Timestamp)>,
-    /// Kinds whose watch, in every client's cache, has failed after its first sync: reads of
-    /// them through a [`super::CachedClient`] fail until it recovers.
-    failing_watches: std::collections::BTreeSet<&'static str>,
+    /// Kinds whose watch, in every client's cache, has failed after its first sync (`*`: every
+    /// kind), each with what the server held when it failed: reads of them through a
+    /// [`super::CachedClient`] answer that, however stale, until it recovers.
+    failing_watches: BTreeMap<&'static str, BTreeMap<ObjectKey, Stored>>,
     /// Pods deleted while bound to a Node, Terminating until their kubelet has stopped them:
     /// when each is gone (its `deletionTimestamp`, which the API server sets to the deletion's
     /// time plus the pod's grace period).
@@ -166,19 +167,31 @@ impl InMemoryCluster {
         self.lock().cache_lag = lag;
     }
 
-    /// The watch of `kind` (`"Pod"`) fails in every client from now on, after its first sync,
-    /// as a watch whose connection keeps breaking does: reads of it through a
-    /// [`super::CachedClient`] answer [`StoreError::Unavailable`] until [`Self::heal_watch`].
+    /// The watch of `kind` (`"Pod"`; `"*"` for every kind) fails in every client from now on,
+    /// after its first sync, as a watch whose connection keeps breaking does: reads of it
+    /// through a [`super::CachedClient`] answer what the server held now, as kube-rs's reflector
+    /// store keeps answering, until [`Self::heal_watch`]; [`ClusterStore::synced`] fails
+    /// meanwhile (the server's own, too: it stands for the controller's view in the tests that
+    /// read it directly).
     pub fn fail_watch(&self, kind: &'static str) {
-        self.lock().failing_watches.insert(kind);
+        let mut inner = self.lock();
+        let frozen = inner.objects.clone();
+        inner.failing_watches.entry(kind).or_insert(frozen);
     }
 
     pub fn heal_watch(&self, kind: &str) {
         self.lock().failing_watches.remove(kind);
     }
 
-    pub(super) fn watch_failing(&self, kind: &str) -> bool {
-        self.lock().failing_watches.contains(kind)
+    /// What a client's cache of `kind` holds while its watch is failing (every kind's objects
+    /// as of the failure); `None` while it is not.
+    pub(super) fn frozen(&self, kind: &str) -> Option<BTreeMap<ObjectKey, Stored>> {
+        let inner = self.lock();
+        inner
+            .failing_watches
+            .get(kind)
+            .or_else(|| inner.failing_watches.get("*"))
+            .cloned()
     }
 
     pub(super) fn now(&self) -> k8s_openapi::jiff::Timestamp {
@@ -312,6 +325,17 @@ impl ClusterStore for InMemoryCluster {
         self.get(namespace, name)
     }
 
+    fn synced(&self) -> Result<(), StoreError> {
+        let inner = self.lock();
+        if inner.failing_watches.is_empty() {
+            return Ok(());
+        }
+        let kinds: Vec<&str> = inner.failing_watches.keys().copied().collect();
+        Err(StoreError::Unavailable(format!(
+            "the watch of {} is failing: the cache is stale",
+            kinds.join(", ")
+        )))
+    }
     fn pods_on_node_uncached(&self, node: &str) -> Result<Vec<Pod>, StoreError> {
         Ok(self
             .list::<Pod>()?

@@ -113,6 +113,12 @@ pub trait ClusterStore {
         &self,
         node: &str,
     ) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, StoreError>;
+    /// Whether every cache [`ClusterStore::list`] reads is following the API server now: each
+    /// kind listed and its watch not failing. A watch that fails after its first sync leaves its
+    /// cache answering with what it last saw, however old: whoever decides to remove something
+    /// asks here first, and a failure ([`StoreError::Unavailable`], naming the kinds) means
+    /// "do nothing yet".
+    fn synced(&self) -> Result<(), StoreError>;
     /// Objects of the kind that exist but do not decode (a newer API's values, say), which
     /// [`ClusterStore::list`] leaves out. Whoever would conclude from an object's absence that
     /// it is gone (garbage collection) must look here first.
@@ -168,6 +174,9 @@ macro_rules! forward_store {
             }
             fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
                 (**self).undecodable::<K>()
+            }
+            fn synced(&self) -> Result<(), StoreError> {
+                (**self).synced()
             }
             fn pods_on_node_uncached(&self, node: &str) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, StoreError> {
                 (**self).pods_on_node_uncached(node)

@@ -256,6 +256,24 @@ impl ClusterStore for KubeStore {
         Ok(list.items)
     }
 
+    /// Ready as [`KubeStore::is_ready`] says, else which kinds are not and why.
+    fn synced(&self) -> Result<(), StoreError> {
+        let behind: Vec<String> = self
+            .health()
+            .into_iter()
+            .filter(|h| !h.ready())
+            .map(|h| h.to_string())
+            .collect();
+        if behind.is_empty() {
+            Ok(())
+        } else {
+            Err(StoreError::Unavailable(format!(
+                "the cluster caches are not following the API server: {}",
+                behind.join("; ")
+            )))
+        }
+    }
+
     /// The objects the cache holds that do not decode (their keys, in name order).
     fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
         self.cache::<K>()?.undecodable()

@@ -59,6 +59,9 @@ impl<S: ClusterStore> ClusterStore for FencedStore<S> {
     fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
         self.inner.undecodable::<K>()
     }
+    fn synced(&self) -> Result<(), StoreError> {
+        self.inner.synced()
+    }
     fn pods_on_node_uncached(
         &self,
         node: &str,

@@ -361,6 +361,9 @@ impl ClusterStore for FusedStore<'_> {
     fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
         self.inner.undecodable::<K>()
     }
+    fn synced(&self) -> Result<(), StoreError> {
+        self.inner.synced()
+    }
     fn pods_on_node_uncached(&self, node: &str) -> Result<Vec<Pod>, StoreError> {
         self.inner.pods_on_node_uncached(node)
     }
