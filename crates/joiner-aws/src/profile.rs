@@ -4,13 +4,17 @@
 //! - The profile the class's `status.instanceProfile` names (Karpenter's or Joiner's) is used
 //!   while it exists and holds the class's role; ownership tags it lacks are added.
 //! - Otherwise Joiner makes its own: named `<cluster>_<hash>` as Karpenter names its profiles
-//!   (a decimal 64-bit FNV-1a hash, here of the region, the class's name and its uid: the same
-//!   class always gets the same name, so a create whose answer was lost is found, not
-//!   repeated), tagged as Karpenter tags them (the class's `spec.tags`, the cluster tag
-//!   `owned`, `eks:eks-cluster-name`, `karpenter.k8s.aws/ec2nodeclass` and the region), with the
-//!   role added. `EntityAlreadyExists` on create means it is there: it is read and adopted.
-//! - A profile holding another role has its role replaced only when it carries this cluster's
-//!   and this class's ownership tags; anyone else's is left alone and the class is not ready.
+//!   (a decimal 64-bit FNV-1a hash, here of the region, the class's name, its uid and the role:
+//!   the same class and role always get the same name, so a create whose answer was lost is
+//!   found, not repeated), tagged as Karpenter tags them (the class's `spec.tags`, the cluster
+//!   tag `owned`, `eks:eks-cluster-name`, `karpenter.k8s.aws/ec2nodeclass` and the region), with
+//!   the role added. `EntityAlreadyExists` on create means it is there: it is read and adopted.
+//! - A changed `spec.role` therefore gets a new profile, for new nodes only: the profile the
+//!   running nodes were launched with keeps its role, so they keep their credentials until they
+//!   are replaced (as Karpenter does since v1.7, rather than swapping the role under them).
+//! - The profile named for this role holding another role (changed by hand) has its role
+//!   replaced only when it carries this cluster's and this class's ownership tags; anyone
+//!   else's is left alone and the class is not ready.
 //!
 //! `spec.instanceProfile` is used as given, with no IAM call.
 
@@ -40,11 +44,16 @@ fn fnv1a64(text: &str) -> u64 {
     })
 }
 
-/// The name of the profile Joiner makes for `class`: `<cluster>_<hash>`.
-pub(crate) fn profile_name(cluster: &str, region: &str, class: &EC2NodeClass) -> String {
+/// The name of the profile Joiner makes for `class` and its `role`: `<cluster>_<hash>`.
+pub(crate) fn profile_name(
+    cluster: &str,
+    region: &str,
+    class: &EC2NodeClass,
+    role: &str,
+) -> String {
     let name = class.metadata.name.as_deref().unwrap_or_default();
     let uid = class.metadata.uid.as_deref().unwrap_or_default();
-    let hash = fnv1a64(&format!("{region}{name}{uid}")).to_string();
+    let hash = fnv1a64(&format!("{region}{name}{uid}{role}")).to_string();
     let room = MAX_NAME.saturating_sub(hash.len() + 1);
     let cluster: String = cluster.chars().take(room).collect();
     format!("{cluster}_{hash}")
@@ -143,7 +152,7 @@ impl Clients {
                 .await?;
             return Ok(recorded.to_string());
         }
-        let name = profile_name(cluster, region, class);
+        let name = profile_name(cluster, region, class, role);
         let profile = match self.get_profile(&name).await? {
             Some(p) => p,
             None => self.create_profile(&name, &wanted_tags).await?,
@@ -325,15 +334,28 @@ mod tests {
     }
 
     #[test]
-    fn names_are_karpenters_shape_and_stable_per_class_object() {
-        let a = profile_name("lab", "us-east-1", &class("gpu", "u1"));
+    fn names_are_karpenters_shape_and_stable_per_class_object_and_role() {
+        let name = |region: &str, uid: &str, role: &str| {
+            profile_name("lab", region, &class("gpu", uid), role)
+        };
+        let a = name("us-east-1", "u1", "NodeRole");
         let (cluster, hash) = a.split_once('_').expect("cluster_hash");
         assert_eq!(cluster, "lab");
         assert!(hash.parse::<u64>().is_ok(), "{a}");
-        assert_eq!(a, profile_name("lab", "us-east-1", &class("gpu", "u1")));
-        assert_ne!(a, profile_name("lab", "us-east-1", &class("gpu", "u2")));
-        assert_ne!(a, profile_name("lab", "us-west-2", &class("gpu", "u1")));
-        let long = profile_name(&"c".repeat(200), "us-east-1", &class("gpu", "u1"));
+        assert_eq!(a, name("us-east-1", "u1", "NodeRole"));
+        assert_ne!(a, name("us-east-1", "u2", "NodeRole"));
+        assert_ne!(a, name("us-west-2", "u1", "NodeRole"));
+        assert_ne!(
+            a,
+            name("us-east-1", "u1", "OtherRole"),
+            "a new role, a new profile"
+        );
+        let long = profile_name(
+            &"c".repeat(200),
+            "us-east-1",
+            &class("gpu", "u1"),
+            "NodeRole",
+        );
         assert_eq!(long.len(), MAX_NAME);
         assert!(long.ends_with(hash), "the hash survives the cut");
         // FNV-1a's published test vector.

@@ -869,6 +869,58 @@ fn a_profile_that_already_exists_under_joiners_name_is_adopted_not_duplicated() 
     assert_eq!(profile_role(&env, &name).as_deref(), Some("OtherRole"));
 }
 
+/// A changed `spec.role` gets a new profile for new nodes; the profile the running nodes were
+/// launched with keeps its role (no RemoveRoleFromInstanceProfile), so they keep working.
+#[test]
+fn a_role_change_makes_a_new_profile_and_leaves_the_running_nodes_one_alone() {
+    let Some(env) = Env::start() else { return };
+    let first = env.cloud.resolve_node_class(&stored_class());
+    let old = found(&first.instance_profile).clone();
+    let iam = env.iam();
+    env.rt.block_on(async {
+        iam.create_role()
+            .role_name("NewNodeRole")
+            .assume_role_policy_document("{}")
+            .send()
+            .await
+            .expect("CreateRole");
+    });
+    let mut changed = stored_class();
+    changed.spec.role = Some("NewNodeRole".into());
+    changed.status = Some(joiner_model::api::ec2nodeclass::EC2NodeClassStatus {
+        instance_profile: Some(old.clone()),
+        ..Default::default()
+    });
+    let since = env.moto.recorded().len();
+    let r = env.cloud.resolve_node_class(&changed);
+    let new = found(&r.instance_profile).clone();
+    assert_ne!(new, old);
+    assert_eq!(profile_role(&env, &new).as_deref(), Some("NewNodeRole"));
+    assert_eq!(
+        profile_role(&env, &old).as_deref(),
+        Some(NODE_ROLE),
+        "the running nodes' profile keeps its role"
+    );
+    let writes = iam_writes_since(&env, since);
+    assert!(
+        !writes
+            .iter()
+            .any(|w| w == "RemoveRoleFromInstanceProfile" || w == "DeleteInstanceProfile"),
+        "{writes:?}"
+    );
+    // Resolved again with the new profile recorded: nothing more is written.
+    changed.status = Some(joiner_model::api::ec2nodeclass::EC2NodeClassStatus {
+        instance_profile: Some(new.clone()),
+        ..Default::default()
+    });
+    let since = env.moto.recorded().len();
+    assert_eq!(
+        found(&env.cloud.resolve_node_class(&changed).instance_profile),
+        &new
+    );
+    assert_eq!(iam_writes_since(&env, since), Vec::<String>::new());
+}
+
 #[test]
 fn spec_instance_profile_is_used_as_given_with_no_iam_call() {
     let Some(env) = Env::start() else { return };

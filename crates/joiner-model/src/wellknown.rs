@@ -556,6 +556,9 @@ pub enum DisruptionAction {
     Interrupted,
     /// A rebalance recommendation: recorded only.
     Recommended,
+    /// Something that cannot progress (a pod that can never schedule, a NodeClaim stuck
+    /// launching or draining) is left out of consolidation, which goes on without it.
+    Excluded,
 }
 
 impl DisruptionAction {

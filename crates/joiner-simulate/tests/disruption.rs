@@ -153,6 +153,113 @@ fn empty_nodes_go_after_consolidate_after() {
     assert_eq!(running, 0, "the finalizer terminated the instances");
 }
 
+/// The node of the claim whose pods are `keys`' first, and that claim.
+fn claim_with_pods(world: &World) -> (NodeClaim, Vec<String>) {
+    let claim = world.live_claims()[0].clone();
+    let node = claim.status.node_name.clone().expect("node");
+    let pods = bound_to(&world.store.list::<Pod>().expect("pods"), &node)
+        .map(pod_key)
+        .collect();
+    (claim, pods)
+}
+
+/// A NodeClaim deleted by hand whose drain a PodDisruptionBudget holds up for good (no
+/// `terminationGracePeriod`) holds up only its own node: the other node expires and is replaced
+/// and drained within the hour.
+#[test]
+fn a_drain_held_by_a_budget_does_not_hold_back_expiry_elsewhere() {
+    let world = World::new(4, |p| {
+        p.spec.disruption.consolidate_after = "Never".into();
+        p.spec.template.spec.expire_after = "30m".into();
+    });
+    let mut c = world.controller();
+    world.run(&mut c, 120);
+    settled(&world, 2);
+    let (held, pods) = claim_with_pods(&world);
+    protect(&world, &[&pods[0]]);
+    world
+        .store
+        .delete::<NodeClaim>(None, held.name())
+        .expect("delete");
+    let other = world
+        .live_claims()
+        .into_iter()
+        .find(|c| c.name() != held.name())
+        .expect("the other node");
+    let hour = world.run(&mut c, 3600);
+    let expired: Vec<&DisruptionEvent> = events(&hour, DisruptionAction::Decided)
+        .filter(|e| e.reason == "Expired")
+        .collect();
+    assert!(
+        expired
+            .iter()
+            .any(|e| e.node_claims == [other.name().to_string()]),
+        "the other node expired and was replaced: {expired:?}"
+    );
+    assert!(
+        world
+            .store
+            .get::<NodeClaim>(None, other.name())
+            .expect("get")
+            .is_none(),
+        "and is gone"
+    );
+    let still: NodeClaim = world
+        .store
+        .get(None, held.name())
+        .expect("get")
+        .expect("the held node is still draining");
+    assert!(still.is_deleting());
+    let node = held.status.node_name.clone().expect("node");
+    assert!(
+        bound_to(&world.store.list::<Pod>().expect("pods"), &node).any(|p| pod_key(p) == pods[0]),
+        "the protected pod has not been evicted"
+    );
+}
+
+/// The same held drain does not stop consolidation elsewhere: the other node, emptied, goes
+/// after `consolidateAfter`, and the timeline says what consolidation went on without.
+#[test]
+fn a_drain_held_by_a_budget_does_not_hold_back_consolidation_elsewhere() {
+    let world = World::new(4, |p| {
+        p.spec.disruption.consolidate_after = "2m".into();
+        // The held node counts against the budget, as in Karpenter: allow both.
+        p.spec.disruption.budgets[0].nodes = "2".into();
+    });
+    let mut c = world.controller();
+    world.run(&mut c, 120);
+    settled(&world, 2);
+    let (held, pods) = claim_with_pods(&world);
+    protect(&world, &[&pods[0]]);
+    world
+        .store
+        .delete::<NodeClaim>(None, held.name())
+        .expect("delete");
+    // Every pod but the protected one goes; the pods evicted from the held node come back
+    // nowhere.
+    let keep = pods[0].clone();
+    world.scale_away(|k| k == keep);
+    let later = world.run(&mut c, 900);
+    let excluded: Vec<&DisruptionEvent> = events(&later, DisruptionAction::Excluded).collect();
+    assert!(
+        excluded.iter().any(|e| e
+            .detail
+            .iter()
+            .any(|d| d.contains(held.name()) && d.contains("deleting for"))),
+        "{excluded:?}"
+    );
+    let empty: Vec<&DisruptionEvent> = events(&later, DisruptionAction::Decided)
+        .filter(|e| e.reason == "Empty")
+        .collect();
+    assert_eq!(empty.len(), 1, "the other node was consolidated: {empty:?}");
+    let live: Vec<NodeClaim> = world.live_claims();
+    assert!(
+        live.is_empty(),
+        "{:?}",
+        live.iter().map(NodeClaim::name).collect::<Vec<_>>()
+    );
+}
+
 /// The Pod watch fails for ten minutes after the nodes emptied, and the pods come back
 /// meanwhile: the controller's cache still shows the nodes empty, past `consolidateAfter`, but
 /// nothing is decided on it; each step says it is waiting. Once the watch recovers the nodes
@@ -378,33 +485,11 @@ impl TestPool for NodePool {
 
 #[test]
 fn pod_disruption_budgets_pace_the_drain() {
-    use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-
     let world = World::new(4, |p| {
         p.spec.template.spec.expire_after = "30m".into();
         p.spec.disruption.consolidate_after = "Never".into();
     });
-    world
-        .store
-        .create(&PodDisruptionBudget {
-            metadata: ObjectMeta {
-                name: Some("lab".into()),
-                namespace: Some("default".into()),
-                ..ObjectMeta::default()
-            },
-            spec: Some(PodDisruptionBudgetSpec {
-                max_unavailable: Some(IntOrString::Int(1)),
-                selector: Some(LabelSelector {
-                    match_labels: Some([("app".to_string(), "learning-lab".to_string())].into()),
-                    ..LabelSelector::default()
-                }),
-                ..PodDisruptionBudgetSpec::default()
-            }),
-            status: None,
-        })
-        .expect("pdb");
+    create_pdb(&world, "lab", ("app", "learning-lab"), 1);
     let mut c = world.controller();
     world.run(&mut c, 120);
     settled(&world, 2);
@@ -659,6 +744,51 @@ fn termination_grace_period_overrides_do_not_disrupt_once_it_runs_out() {
     settled(&world, 1);
 }
 
+/// Puts `pods` (keys) under a PodDisruptionBudget that allows no disruption.
+fn protect(world: &World, pods: &[&str]) {
+    for key in pods {
+        let (_, name) = key.split_once('/').expect("key");
+        let mut pod: Pod = world
+            .store
+            .get(Some("default"), name)
+            .expect("get")
+            .expect("pod");
+        pod.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("protected".into(), "yes".into());
+        world.store.update(&pod).expect("label");
+    }
+    create_pdb(world, "protected", ("protected", "yes"), 0);
+}
+
+/// A PodDisruptionBudget in `default` over the pods labelled `label`.
+fn create_pdb(world: &World, name: &str, label: (&str, &str), max_unavailable: i32) {
+    use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    world
+        .store
+        .create(&PodDisruptionBudget {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodDisruptionBudgetSpec {
+                max_unavailable: Some(IntOrString::Int(max_unavailable)),
+                selector: Some(LabelSelector {
+                    match_labels: Some([(label.0.to_string(), label.1.to_string())].into()),
+                    ..LabelSelector::default()
+                }),
+                ..PodDisruptionBudgetSpec::default()
+            }),
+            status: None,
+        })
+        .expect("pdb");
+}
+
 mod interruption {
     use joiner_controller::cloud::CloudError;
     use joiner_controller::interruption::messages::spot_interruption_warning;
@@ -838,46 +968,6 @@ mod interruption {
                 .is_none(),
             "the NodeClaim is gone"
         );
-    }
-
-    /// Puts `pods` (keys) under a PodDisruptionBudget that allows no disruption.
-    fn protect(world: &World, pods: &[&str]) {
-        use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-
-        for key in pods {
-            let (_, name) = key.split_once('/').expect("key");
-            let mut pod: Pod = world
-                .store
-                .get(Some("default"), name)
-                .expect("get")
-                .expect("pod");
-            pod.metadata
-                .labels
-                .get_or_insert_with(Default::default)
-                .insert("protected".into(), "yes".into());
-            world.store.update(&pod).expect("label");
-        }
-        world
-            .store
-            .create(&PodDisruptionBudget {
-                metadata: ObjectMeta {
-                    name: Some("protected".into()),
-                    namespace: Some("default".into()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(PodDisruptionBudgetSpec {
-                    max_unavailable: Some(IntOrString::Int(0)),
-                    selector: Some(LabelSelector {
-                        match_labels: Some([("protected".to_string(), "yes".to_string())].into()),
-                        ..LabelSelector::default()
-                    }),
-                    ..PodDisruptionBudgetSpec::default()
-                }),
-                status: None,
-            })
-            .expect("pdb");
     }
 
     fn mark_do_not_disrupt(world: &World, key: &str) {

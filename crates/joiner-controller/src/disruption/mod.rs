@@ -22,18 +22,25 @@
 //!    NodeClaims deleted; the termination finalizer ([`crate::termination`]) drains them (pods
 //!    marked `karpenter.sh/do-not-disrupt` wait, the rest are evicted only as far as their
 //!    PodDisruptionBudgets allow) and terminates the instances. A replacement that went away
-//!    (no capacity) aborts the move. Only one voluntary move is in progress at a time.
-//! 3. Otherwise expiry: the oldest NodeClaim older than its `expireAfter` gets replacement
-//!    capacity for its pods (planned without it), launched first, then is drained. Expiry is
-//!    not budgeted (as in Karpenter v1).
+//!    (no capacity) aborts the move. A move that fails is reported and holds back no other's
+//!    step. While one waits for its replacements no new voluntary move starts (the next plan
+//!    would count on the same planned capacity); once its old NodeClaim is deleted, its drain
+//!    holds back nothing but its own node.
+//! 3. Otherwise expiry: the oldest NodeClaim older than its `expireAfter` and not yet being
+//!    disrupted gets replacement capacity for its pods (planned without it), launched first,
+//!    then is drained. Expiry is not budgeted (as in Karpenter v1).
 //! 4. Otherwise drift: the oldest drifted NodeClaim, within the budgets for `Drifted`, is
-//!    replaced the same way. A node or pod marked do-not-disrupt holds it back unless the
-//!    NodeClaim has a `terminationGracePeriod`.
-//! 5. Otherwise consolidation: [`joiner_engine::disruption::consolidate`] over the same snapshot
-//!    provisioning plans (in-flight NodeClaims counted as nodes), with only the nodes whose bound
-//!    pods have not changed for their NodePool's `consolidateAfter` as candidates, and only while
-//!    nothing is pending or in flight. The first decision is taken within the NodePools'
-//!    disruption budgets ([`budgets`]).
+//!    replaced the same way. A node or pod marked do-not-disrupt, or a pod whose
+//!    PodDisruptionBudget allows no eviction, holds it back unless the NodeClaim has a
+//!    `terminationGracePeriod`.
+//! 5. Otherwise consolidation:
+//!    [`joiner_engine::disruption::consolidate`] over the same snapshot provisioning plans
+//!    (in-flight NodeClaims counted as nodes), with only the nodes whose bound pods have not
+//!    changed for their NodePool's `consolidateAfter` (and that no PodDisruptionBudget pins) as
+//!    candidates, and only while the cluster is not settling ([`settling`]: what cannot
+//!    progress is excluded, not waited for). The first decision is taken within the NodePools'
+//!    disruption budgets ([`budgets`]), once it has stayed the decision for
+//!    [`VALIDATION_PERIOD`].
 //!
 //! Replacements for expiry, drift and interruption are planned by
 //! [`joiner_engine::disruption::replacements`]. Draining is termination's: it counts the
@@ -55,6 +62,7 @@ use joiner_model::api::ec2nodeclass::EC2NodeClass;
 use joiner_model::wellknown::{DisruptionAction, DisruptionReason};
 use joiner_model::wellknown::{annotations, labels, taints};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 
 pub use budgets::allowed_disruptions;
@@ -83,6 +91,8 @@ pub struct DisruptionState {
     /// The consolidation decided and not yet acted on: its fingerprint and when it was first
     /// decided ([`VALIDATION_PERIOD`]).
     validating: Option<(u64, Timestamp)>,
+    /// What consolidation last said it goes on without ([`settling`]).
+    excluded: Option<u64>,
 }
 
 /// How long a consolidation decision must keep being the decision before anything is
@@ -96,6 +106,7 @@ struct View {
     claims: Vec<NodeClaim>,
     nodes: Vec<Node>,
     pods: Vec<Pod>,
+    pdbs: Vec<PodDisruptionBudget>,
 }
 
 impl View {
@@ -132,6 +143,14 @@ impl View {
         let (total, disrupting) = self.pool_counts(pool_name);
         allowed_disruptions(pool, reason, total, now).saturating_sub(disrupting)
     }
+    /// The PodDisruptionBudget that would hold up a drain of the claim's node now, if any: such
+    /// a node is no candidate for a graceful move (drift, consolidation), as in Karpenter.
+    fn blocked_by_budget(&self, claim: &NodeClaim) -> Option<String> {
+        let node = claim.status.node_name.as_deref()?;
+        bound_to(&self.pods, node)
+            .filter(|p| !crate::pods::is_daemon_pod(p))
+            .find_map(|p| crate::store::pdb::blocking(&self.pdbs, &self.pods, p))
+    }
     /// Whether the claim's node or one of its pods is marked do-not-disrupt.
     fn do_not_disrupt(&self, claim: &NodeClaim) -> bool {
         let Some(node) = claim.status.node_name.as_deref() else {
@@ -166,6 +185,7 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
         claims: ctx.store.list::<NodeClaim>()?,
         nodes: ctx.store.list::<Node>()?,
         pods: ctx.store.list::<Pod>()?,
+        pdbs: ctx.store.list::<PodDisruptionBudget>()?,
     };
     track_pods(ctx.now, &view, state);
 
@@ -209,13 +229,19 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
         c.annotation(annotations::DISRUPTION_REASON) != Some(DisruptionReason::Interrupted.as_str())
     });
     for claim in &in_progress {
-        continue_move(ctx, &view, claim)?;
+        // One move that cannot go on does not hold back the others.
+        if let Err(e) = continue_move(ctx, &view, claim) {
+            ctx.error(&format!("disrupting NodeClaim {}", claim.name()), e);
+        }
     }
+    // A move waiting for its replacements holds back the start of the next one: the
+    // replacements it waits for are planned capacity that the next move's plan would count on
+    // again. A move whose old NodeClaim is deleted is over as far as disruption goes: its drain
+    // (held up by a PodDisruptionBudget, say), like an interrupted node's, counts against the
+    // budgets but holds back no other node.
     if voluntary_in_progress || !interrupted.is_empty() {
         return Ok(());
     }
-    // Nodes still terminating or draining after an interruption count against budgets but
-    // block nothing else.
 
     // 3. Expiry.
     if let Some(claim) = expired(ctx.now, &view) {
@@ -301,8 +327,8 @@ fn mark_drift<S: ClusterStore, C: CloudProvider>(
 }
 
 /// The drifted NodeClaim to replace now: initialized, not being disrupted, within its pool's
-/// budget for `Drifted`, not held by do-not-disrupt (unless it has a termination grace period);
-/// the oldest first.
+/// budget for `Drifted`, not held by do-not-disrupt or a PodDisruptionBudget that allows no
+/// eviction (unless it has a termination grace period); the oldest first.
 fn drift_candidate<'a>(
     now: Timestamp,
     view: &'a View,
@@ -314,7 +340,12 @@ fn drift_candidate<'a>(
         .filter(|c| drifted.contains(c.name()))
         .filter(|c| !c.is_deleting() && c.is_true(conditions::INITIALIZED))
         .filter(|c| c.annotation(annotations::DISRUPTION_REASON).is_none())
-        .filter(|c| c.spec.termination_grace_period.is_some() || !view.do_not_disrupt(c))
+        // A termination grace period bounds the drain, so neither holds a drift back then (as
+        // in Karpenter).
+        .filter(|c| {
+            c.spec.termination_grace_period.is_some()
+                || (!view.do_not_disrupt(c) && view.blocked_by_budget(c).is_none())
+        })
         .filter(|c| {
             c.label(labels::NODEPOOL)
                 .is_some_and(|p| view.budget_left(p, DisruptionReason::Drifted, now) > 0)
@@ -346,11 +377,12 @@ fn track_pods(now: Timestamp, view: &View, state: &mut DisruptionState) {
     state.pods_since = seen;
 }
 
-/// The NodeClaim that expired first, if any (initialized ones only).
+/// The NodeClaim that expired first, if any (initialized ones not already being disrupted).
 fn expired(now: Timestamp, view: &View) -> Option<&NodeClaim> {
     view.claims
         .iter()
         .filter(|c| !c.is_deleting() && c.is_true(conditions::INITIALIZED))
+        .filter(|c| c.annotation(annotations::DISRUPTION_REASON).is_none())
         .filter_map(|c| {
             let after = duration_setting(c.spec.expire_after.as_deref()?)?;
             let created = c.metadata.creation_timestamp.as_ref()?.0;
@@ -375,14 +407,7 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
     view: &View,
     state: &mut DisruptionState,
 ) -> Result<(), ControllerError> {
-    // Only a settled cluster: nothing pending (a pending pod may be on its way to a node that
-    // looks empty), nothing in flight, nothing terminating.
-    if view.pods.iter().any(is_pending)
-        || view
-            .claims
-            .iter()
-            .any(|c| c.is_deleting() || !c.is_true(conditions::INITIALIZED))
-    {
+    if settling(ctx, view, state)? {
         state.validating = None;
         return Ok(());
     }
@@ -396,6 +421,12 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
         let Some(claim) = view.claim_of_node(name) else {
             continue;
         };
+        if claim.is_deleting()
+            || !claim.is_true(conditions::INITIALIZED)
+            || claim.annotation(annotations::DISRUPTION_REASON).is_some()
+        {
+            continue;
+        }
         let Some(pool) = view.pool_of(claim) else {
             continue;
         };
@@ -403,7 +434,10 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
             continue;
         };
         let since = state.pods_since.get(name).map(|s| s.1).unwrap_or(ctx.now);
-        if elapsed(ctx.now, since) >= after && !is_do_not_disrupt(&node.metadata) {
+        if elapsed(ctx.now, since) >= after
+            && !is_do_not_disrupt(&node.metadata)
+            && view.blocked_by_budget(claim).is_none()
+        {
             eligible.insert(name.to_string());
         }
     }
@@ -478,6 +512,75 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
     state.validating = None;
     state.quiet = Some(fingerprint);
     Ok(())
+}
+
+/// How long a NodeClaim's deletion goes on before consolidation's exclusion event names it.
+const SLOW_DRAIN: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
+/// Whether the cluster is still settling, so consolidation waits: a pending pod the plan
+/// places (it is on its way to a node that may look empty), or a NodeClaim launching within its
+/// registration timeout (capacity about to exist). What cannot progress holds nothing back and
+/// is only excluded: a pending pod no node can take (it waits with its reason) or that waits for
+/// scheduling gates, a NodeClaim being deleted (a drain a PodDisruptionBudget holds up: it is
+/// no candidate, its pods count where they are), a NodeClaim past its registration timeout
+/// without initializing. A [`DisruptionAction::Excluded`] event names them whenever the set
+/// changes.
+fn settling<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    view: &View,
+    state: &mut DisruptionState,
+) -> Result<bool, ControllerError> {
+    let mut excluded: Vec<String> = Vec::new();
+    let pending: Vec<&Pod> = view.pods.iter().filter(|p| is_pending(p)).collect();
+    if !pending.is_empty() {
+        let plan = ctx.view()?.plan();
+        let placed: BTreeSet<&str> = plan.bindings.iter().map(|b| b.pod.as_str()).collect();
+        for pod in pending {
+            let key = pod_key(pod);
+            if placed.contains(key.as_str()) {
+                return Ok(true);
+            }
+            excluded.push(format!(
+                "pod {key} can not be placed: consolidation goes on without it"
+            ));
+        }
+    }
+    for c in &view.claims {
+        if c.is_deleting() {
+            // Named once its drain has gone on for a while: most end within minutes.
+            let since = c.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+            if since.is_some_and(|t| elapsed(ctx.now, t) >= SLOW_DRAIN) {
+                excluded.push(format!(
+                    "NodeClaim {} has been deleting for {} min",
+                    c.name(),
+                    SLOW_DRAIN.as_secs() / 60
+                ));
+            }
+        } else if !c.is_true(conditions::INITIALIZED) {
+            let launched = c.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            if launched.is_none_or(|t| add(t, ctx.config.registration_timeout) > ctx.now) {
+                return Ok(true);
+            }
+            excluded.push(format!(
+                "NodeClaim {} has not initialized within {:?}",
+                c.name(),
+                ctx.config.registration_timeout
+            ));
+        }
+    }
+    let parts: Vec<&str> = excluded.iter().map(String::as_str).collect();
+    let said = fnv1a(&parts);
+    if !excluded.is_empty() && state.excluded != Some(said) {
+        tracing::info!(excluded = ?excluded, "consolidation goes on without what cannot progress");
+        ctx.report.disruption.push(DisruptionEvent {
+            action: DisruptionAction::Excluded,
+            reason: DisruptionReason::Underutilized.as_str().into(),
+            node_claims: Vec::new(),
+            detail: excluded,
+        });
+    }
+    state.excluded = Some(said);
+    Ok(false)
 }
 
 /// Whether the consolidation decided now was already the decision [`VALIDATION_PERIOD`] ago

@@ -41,6 +41,29 @@ fn scaled(v: &IntOrString, total: usize) -> usize {
     }
 }
 
+/// The PodDisruptionBudget that allows no eviction of `pod` now, if one does: its
+/// `status.disruptionsAllowed` as the API server's disruption controller keeps it, or, for a
+/// budget without a status (a budget just created, the in-memory double), the count
+/// [`Budgets`] makes from `pods`. What Karpenter asks before it picks a node to drain
+/// gracefully: a drain a budget blocks would only hold its node, and its replacement, up.
+pub fn blocking(pdbs: &[PodDisruptionBudget], pods: &[Pod], pod: &Pod) -> Option<String> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    pdbs.iter()
+        .filter(|pdb| pdb.metadata.namespace.as_deref().unwrap_or("default") == ns)
+        .filter(|pdb| {
+            pdb.spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .is_some_and(|sel| matches(sel, &labels))
+        })
+        .find(|pdb| match &pdb.status {
+            Some(status) => status.disruptions_allowed <= 0,
+            None => !Budgets::new(std::slice::from_ref(*pdb), pods).try_evict(pod),
+        })
+        .map(|pdb| format!("{ns}/{}", pdb.metadata.name.as_deref().unwrap_or_default()))
+}
+
 /// How many more evictions each budget allows now, by budget key, and which budgets cover a pod.
 pub struct Budgets {
     left: BTreeMap<String, usize>,
