@@ -11,7 +11,7 @@ use joiner_model::api::nodeclass_status::conditions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::cloud::{CloudInstanceType, CloudProvider, OfferingKey};
+use crate::cloud::{CloudInstanceType, CloudProvider, Instance, OfferingKey};
 use crate::config::Config;
 use crate::error::ControllerError;
 use crate::report::StepReport;
@@ -38,6 +38,8 @@ pub struct Ctx<'a, S, C> {
     stale: bool,
     candidates: Option<BTreeSet<String>>,
     instance_types: Option<Vec<CloudInstanceType>>,
+    /// The cluster's instances as listed in this step ([`Ctx::instances`]).
+    instances: Option<Vec<Instance>>,
 }
 
 impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
@@ -60,6 +62,43 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
             stale: false,
             candidates: None,
             instance_types: None,
+            instances: None,
+        }
+    }
+
+    /// The instances Joiner launched for this cluster, listed from the cloud once per step (one
+    /// DescribeInstances filtered by the ownership tags, paged) however many NodeClaims are
+    /// launching or terminating; this step's own launches and terminations are recorded in it
+    /// ([`Ctx::learn_instance`], [`Ctx::learn_terminated`]), and a launch whose outcome is
+    /// unknown makes the next call list again ([`Ctx::forget_instances`]). Like every listing it may trail the cloud: absence from
+    /// it proves nothing, and whoever would act on an absence asks for the instance itself.
+    pub fn instances(&mut self) -> Result<&[Instance], ControllerError> {
+        if self.instances.is_none() {
+            self.instances = Some(self.cloud.list(&self.config.cluster_name)?);
+        }
+        Ok(self.instances.as_deref().unwrap_or_default())
+    }
+
+    /// A launch's outcome is unknown (it may have started an instance): the next
+    /// [`Ctx::instances`] lists again.
+    pub fn forget_instances(&mut self) {
+        self.instances = None;
+    }
+
+    /// This step terminated the instance: this step's listing, which holds only instances not
+    /// terminated, drops it.
+    pub fn learn_terminated(&mut self, instance_id: &str) {
+        if let Some(listed) = self.instances.as_mut() {
+            listed.retain(|i| i.id != instance_id);
+        }
+    }
+
+    /// This step launched `instance`: this step's listing holds it from now on.
+    pub fn learn_instance(&mut self, instance: &Instance) {
+        if let Some(listed) = self.instances.as_mut()
+            && !listed.iter().any(|i| i.id == instance.id)
+        {
+            listed.push(instance.clone());
         }
     }
 

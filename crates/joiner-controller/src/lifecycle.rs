@@ -228,6 +228,7 @@ pub fn launch<S: ClusterStore, C: CloudProvider>(
             match ctx.cloud.launch(&request) {
                 Ok(launched) => {
                     mark_unavailable(ctx, &launched.insufficient);
+                    ctx.learn_instance(&launched.instance);
                     launched.instance
                 }
                 Err(CloudError::InsufficientCapacity(keys)) => {
@@ -235,7 +236,12 @@ pub fn launch<S: ClusterStore, C: CloudProvider>(
                     return delete(ctx, &claim);
                 }
                 Err(CloudError::Rejected(why)) => return rejected(ctx, claim, why),
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    // A launch that answered a timeout may have started an instance this
+                    // step's listing lacks.
+                    ctx.forget_instances();
+                    return Err(e.into());
+                }
             }
         }
     };

@@ -260,6 +260,141 @@ fn a_drain_held_by_a_budget_does_not_hold_back_consolidation_elsewhere() {
     );
 }
 
+/// A cloud that counts the reads the controller makes of it.
+struct Counting<'a> {
+    inner: &'a SimulatedCloud,
+    lists: std::cell::Cell<u64>,
+    gets: std::cell::Cell<u64>,
+}
+
+impl joiner_controller::cloud::CloudProvider for Counting<'_> {
+    fn launch(
+        &self,
+        r: &joiner_controller::cloud::LaunchRequest,
+    ) -> Result<joiner_controller::cloud::Launched, joiner_controller::cloud::CloudError> {
+        self.inner.launch(r)
+    }
+    fn terminate(&self, id: &str) -> Result<(), joiner_controller::cloud::CloudError> {
+        self.inner.terminate(id)
+    }
+    fn get(
+        &self,
+        id: &str,
+    ) -> Result<Option<joiner_controller::cloud::Instance>, joiner_controller::cloud::CloudError>
+    {
+        self.gets.set(self.gets.get() + 1);
+        self.inner.get(id)
+    }
+    fn list(
+        &self,
+        cluster: &str,
+    ) -> Result<Vec<joiner_controller::cloud::Instance>, joiner_controller::cloud::CloudError> {
+        self.lists.set(self.lists.get() + 1);
+        self.inner.list(cluster)
+    }
+    fn instance_types(
+        &self,
+    ) -> Result<
+        Vec<joiner_controller::cloud::CloudInstanceType>,
+        joiner_controller::cloud::CloudError,
+    > {
+        self.inner.instance_types()
+    }
+    fn delete_unused_launch_templates(
+        &self,
+        classes: &[joiner_model::api::EC2NodeClass],
+    ) -> Result<Vec<String>, joiner_controller::cloud::CloudError> {
+        self.inner.delete_unused_launch_templates(classes)
+    }
+    fn resolve_node_class(
+        &self,
+        class: &joiner_model::api::EC2NodeClass,
+    ) -> joiner_controller::cloud::NodeClassResolution {
+        self.inner.resolve_node_class(class)
+    }
+}
+
+/// The instance reads of one step do not grow with the NodeClaims: one listing, shared by
+/// every NodeClaim launching and every NodeClaim terminating, where each used to list (or
+/// describe) the instances on its own. `JOINER_CALLS_PODS` sets the size (the closing figures of
+/// the issue were measured with 1,000).
+#[test]
+fn one_step_reads_the_instances_once_however_many_nodeclaims() {
+    let pods: i32 = std::env::var("JOINER_CALLS_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    // Every pod pending at once: as many NodeClaims launch in one step.
+    let world = World::new(pods, |p| {
+        p.spec.disruption.consolidate_after = "Never".into();
+        p.spec.disruption.budgets[0].nodes = "100%".into();
+    });
+    let counting = Counting {
+        inner: &world.cloud,
+        lists: Default::default(),
+        gets: Default::default(),
+    };
+    let mut c = Controller::new(
+        &world.store,
+        &counting,
+        world.clock.clone(),
+        world.config.clone(),
+    );
+    let mut step = |world: &World| -> (StepReport, u64, u64) {
+        let before = (counting.lists.get(), counting.gets.get());
+        world.before_step(&world.workload.borrow());
+        let r = c.step();
+        world.tick();
+        (
+            r,
+            counting.lists.get() - before.0,
+            counting.gets.get() - before.1,
+        )
+    };
+    let mut launching = (0, 0, 0);
+    for _ in 0..180 {
+        let (r, lists, gets) = step(&world);
+        if r.launched.len() > launching.0 {
+            launching = (r.launched.len(), lists, gets);
+        }
+    }
+    let claims = world.live_claims().len();
+    assert!(claims >= 2, "{claims} NodeClaims");
+    world.assert_nothing_pending();
+    eprintln!(
+        "{} NodeClaims launched in one step: {} listings, {} instance reads",
+        launching.0, launching.1, launching.2
+    );
+    assert!(launching.0 >= 2, "{launching:?}");
+    assert!(
+        launching.1 <= 2,
+        "one listing (and GC's), not one per launch: {launching:?}"
+    );
+    assert_eq!(launching.2, 0);
+    // Every NodeClaim deleting, every drain held by a PodDisruptionBudget.
+    create_pdb(&world, "all", ("app", "learning-lab"), 0);
+    for claim in world.live_claims() {
+        world
+            .store
+            .delete::<NodeClaim>(None, claim.name())
+            .expect("delete");
+    }
+    let mut worst = (0, 0);
+    for _ in 0..30 {
+        let (_, lists, gets) = step(&world);
+        worst = (worst.0.max(lists), worst.1.max(gets));
+    }
+    eprintln!(
+        "{claims} NodeClaims deleting: at most {} listings and {} instance reads a step",
+        worst.0, worst.1
+    );
+    assert!(worst.0 <= 2, "{worst:?}");
+    assert_eq!(
+        worst.1, 0,
+        "a running instance in the listing is not asked for again"
+    );
+}
+
 /// The Pod watch fails for ten minutes after the nodes emptied, and the pods come back
 /// meanwhile: the controller's cache still shows the nodes empty, past `consolidateAfter`, but
 /// nothing is decided on it; each step says it is waiting. Once the watch recovers the nodes

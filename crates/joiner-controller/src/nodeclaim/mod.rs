@@ -18,6 +18,7 @@ use crate::batcher::fnv1a;
 use crate::cloud::{CloudProvider, Instance};
 use crate::context::Ctx;
 use crate::error::ControllerError;
+use crate::store::ClusterStore;
 
 /// The planned type first, then the fallbacks the plan allows.
 pub fn instance_types_of(planned: &PlannedNodeClaim) -> Vec<String> {
@@ -152,15 +153,15 @@ pub fn node_claim_for(
 }
 
 /// Non-terminated instances tagged with this NodeClaim's name, oldest first.
-pub(crate) fn tagged_instances<S, C: CloudProvider>(
-    ctx: &Ctx<'_, S, C>,
+pub(crate) fn tagged_instances<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
     claim: &NodeClaim,
 ) -> Result<Vec<Instance>, ControllerError> {
     let mut found: Vec<Instance> = ctx
-        .cloud
-        .list(&ctx.config.cluster_name)?
-        .into_iter()
+        .instances()?
+        .iter()
         .filter(|i| i.tags.get(tags::NODECLAIM).map(String::as_str) == Some(claim.name()))
+        .cloned()
         .collect();
     found.sort_by(|a, b| (a.launch_time, &a.id).cmp(&(b.launch_time, &b.id)));
     Ok(found)

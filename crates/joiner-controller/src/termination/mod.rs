@@ -175,6 +175,15 @@ fn instance_gone<S: ClusterStore, C: CloudProvider>(
     let Some(id) = claim.status.provider_id.as_deref().and_then(instance_id_of) else {
         return Ok(false);
     };
+    // This step's listing answers for every NodeClaim at once; only an instance missing from
+    // it (terminated, or a listing that trails) is asked for by itself.
+    if ctx
+        .instances()?
+        .iter()
+        .any(|i| i.id == id && i.state != InstanceState::Terminated)
+    {
+        return Ok(false);
+    }
     Ok(match ctx.cloud.get(id)? {
         Some(i) => i.state == InstanceState::Terminated,
         None => claim.is_true(conditions::REGISTERED),
@@ -435,6 +444,7 @@ fn terminate_instances<S: ClusterStore, C: CloudProvider>(
     }
     for id in ids {
         ctx.cloud.terminate(&id)?;
+        ctx.learn_terminated(&id);
         tracing::info!(nodeclaim = claim.name(), instance = %id, "terminated instance");
         ctx.report.terminated.push(id);
     }
