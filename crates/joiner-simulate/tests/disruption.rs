@@ -456,6 +456,21 @@ fn nothing_is_disrupted_on_a_cache_whose_watch_is_down() {
     settled(&world, 2);
 }
 
+/// Marks the pod `key` `karpenter.sh/do-not-disrupt`.
+fn mark_do_not_disrupt(world: &World, key: &str) {
+    let (_, name) = key.split_once('/').expect("key");
+    let mut pod: Pod = world
+        .store
+        .get(Some("default"), name)
+        .expect("get")
+        .expect("pod");
+    pod.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(annotations::DO_NOT_DISRUPT.into(), "true".into());
+    world.store.update(&pod).expect("annotate");
+}
+
 #[test]
 fn do_not_disrupt_pods_keep_their_node() {
     let world = World::new(4, |_| {});
@@ -478,16 +493,7 @@ fn do_not_disrupt_pods_keep_their_node() {
         .find(|(_, ps)| ps.len() == 1)
         .map(|(n, ps)| (n.clone(), ps[0].clone()))
         .expect("a node with one pod");
-    let mut pod: Pod = world
-        .store
-        .get(Some("default"), lone.split_once('/').expect("key").1)
-        .expect("get")
-        .expect("pod");
-    pod.metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .insert(annotations::DO_NOT_DISRUPT.into(), "true".into());
-    world.store.update(&pod).expect("annotate");
+    mark_do_not_disrupt(&world, &lone);
     // Keep only the do-not-disrupt pod and one pod of the full node: moving the do-not-disrupt
     // pod would save a node, but it may not move; the other node is drained instead.
     let other = per_node
@@ -1103,20 +1109,6 @@ mod interruption {
                 .is_none(),
             "the NodeClaim is gone"
         );
-    }
-
-    fn mark_do_not_disrupt(world: &World, key: &str) {
-        let (_, name) = key.split_once('/').expect("key");
-        let mut pod: Pod = world
-            .store
-            .get(Some("default"), name)
-            .expect("get")
-            .expect("pod");
-        pod.metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(annotations::DO_NOT_DISRUPT.into(), "true".into());
-        world.store.update(&pod).expect("annotate");
     }
 
     /// An AWS Health scheduled change three days ahead is not a spot reclaim: the replacement

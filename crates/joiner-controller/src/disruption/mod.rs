@@ -93,6 +93,10 @@ pub struct DisruptionState {
     validating: Option<(u64, Timestamp)>,
     /// What consolidation last said it goes on without ([`settling`]).
     excluded: Option<u64>,
+    /// The pending pods the last plan placed, and the state of the cluster it planned
+    /// ([`placed_pending`]): while nothing changes, a pod no node can take is not planned again
+    /// every step.
+    placed: Option<(u64, BTreeSet<String>)>,
 }
 
 /// How long a consolidation decision must keep being the decision before anything is
@@ -533,8 +537,7 @@ fn settling<S: ClusterStore, C: CloudProvider>(
     let mut excluded: Vec<String> = Vec::new();
     let pending: Vec<&Pod> = view.pods.iter().filter(|p| is_pending(p)).collect();
     if !pending.is_empty() {
-        let plan = ctx.view()?.plan();
-        let placed: BTreeSet<&str> = plan.bindings.iter().map(|b| b.pod.as_str()).collect();
+        let placed = placed_pending(ctx, view, state)?;
         for pod in pending {
             let key = pod_key(pod);
             if placed.contains(key.as_str()) {
@@ -581,6 +584,38 @@ fn settling<S: ClusterStore, C: CloudProvider>(
     }
     state.excluded = Some(said);
     Ok(false)
+}
+
+/// The pods the plan places, planned again only when a pod, NodeClaim, Node, NodePool or
+/// EC2NodeClass changed (their resourceVersions) since the last time.
+fn placed_pending<'s, S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    view: &View,
+    state: &'s mut DisruptionState,
+) -> Result<&'s BTreeSet<String>, ControllerError> {
+    let version = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        format!(
+            "{}@{}",
+            m.name.as_deref().unwrap_or_default(),
+            m.resource_version.as_deref().unwrap_or_default()
+        )
+    };
+    let mut parts: Vec<String> = view.pods.iter().map(|p| version(&p.metadata)).collect();
+    parts.extend(view.claims.iter().map(|c| version(&c.metadata)));
+    parts.extend(view.nodes.iter().map(|n| version(&n.metadata)));
+    parts.extend(view.pools.values().map(|p| version(&p.metadata)));
+    parts.extend(view.classes.values().map(|c| version(&c.metadata)));
+    let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let cluster = fnv1a(&refs);
+    if state.placed.as_ref().is_none_or(|(c, _)| *c != cluster) {
+        let plan = ctx.view()?.plan();
+        let placed = plan.bindings.into_iter().map(|b| b.pod).collect();
+        state.placed = Some((cluster, placed));
+    }
+    Ok(&state
+        .placed
+        .get_or_insert_with(|| (cluster, BTreeSet::new()))
+        .1)
 }
 
 /// Whether the consolidation decided now was already the decision [`VALIDATION_PERIOD`] ago
