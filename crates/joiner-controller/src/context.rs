@@ -107,6 +107,12 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
         if self.view.is_none() || self.stale {
             let mut m = manifests_of(self.store)?;
             mark_unresolved(&mut m.node_classes, crate::clock::k8s_time(self.now));
+            let unreadable_classes: BTreeSet<String> = self
+                .store
+                .undecodable::<EC2NodeClass>()?
+                .into_iter()
+                .map(|k| k.name)
+                .collect();
             let unavailable = self.unavailable.active(self.now);
             let sold = self.sold();
             let described: Vec<joiner_engine::catalog::Ec2Facts> = self
@@ -118,6 +124,7 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
             let mut builder =
                 ClusterSnapshot::builder(&m, &self.config.settings, &self.config.options)
                     .unavailable(&unavailable)
+                    .unreadable_classes(&unreadable_classes)
                     .at(self.now);
             if let Some(sold) = &sold {
                 builder = builder.sold(sold).described(&described);

@@ -45,12 +45,19 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
     } else {
         claims
     };
+    // A NodePool that does not decode still exists: its NodeClaims are not orphans.
     let pools: BTreeSet<String> = ctx
         .store
         .list::<NodePool>()?
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter_map(|p| p.metadata.name)
+        .chain(
+            ctx.store
+                .undecodable::<NodePool>()?
+                .into_iter()
+                .map(|k| k.name),
+        )
         .collect();
     // Pods are read only when a drain needs them.
     let pods = if claims.iter().any(NodeClaim::is_deleting) {
@@ -60,35 +67,48 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
     };
     for claim in claims {
         let name = claim.name().to_string();
-        let result = if claim.is_deleting() {
-            termination::finalize(ctx, claim, &nodes, &pods)
-        } else if let Some(why) = pool_gone(ctx, &claim, &pools)? {
-            tracing::warn!(nodeclaim = %name, "{why}; deleting");
-            delete(ctx, &claim)
-        } else if let Some(why) = ghost(ctx, &claim, &nodes)? {
-            tracing::warn!(nodeclaim = %name, "{why}; deleting");
-            delete(ctx, &claim)
-        } else if timed_out(ctx, &claim) {
-            tracing::warn!(nodeclaim = %name, "not registered in time; deleting");
-            delete(ctx, &claim)
-        } else if claim.status.provider_id.is_none() {
-            if backing_off(ctx, &claim) {
-                Ok(())
-            } else {
-                launch(ctx, claim)
-            }
-        } else if !claim.is_true(conditions::REGISTERED) {
-            register(ctx, claim, &nodes)
-        } else if !claim.is_true(conditions::INITIALIZED) {
-            initialize(ctx, claim, &nodes)
-        } else {
-            keep_finalizer(ctx, &claim, &nodes)
-        };
-        if let Err(e) = result {
+        // One NodeClaim that cannot be handled (a read that fails, a write refused) waits on
+        // its own; the others go on.
+        if let Err(e) = step_claim(ctx, claim, &nodes, &pods, &pools) {
             ctx.error(&format!("NodeClaim {name}"), e);
         }
     }
     Ok(())
+}
+
+/// One step of one NodeClaim's life: finalize, collect, launch, register or initialize it.
+fn step_claim<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: NodeClaim,
+    nodes: &[Node],
+    pods: &[Pod],
+    pools: &BTreeSet<String>,
+) -> Result<(), ControllerError> {
+    let name = claim.name().to_string();
+    if claim.is_deleting() {
+        termination::finalize(ctx, claim, nodes, pods)
+    } else if let Some(why) = pool_gone(ctx, &claim, pools)? {
+        tracing::warn!(nodeclaim = %name, "{why}; deleting");
+        delete(ctx, &claim)
+    } else if let Some(why) = ghost(ctx, &claim, nodes)? {
+        tracing::warn!(nodeclaim = %name, "{why}; deleting");
+        delete(ctx, &claim)
+    } else if timed_out(ctx, &claim) {
+        tracing::warn!(nodeclaim = %name, "not registered in time; deleting");
+        delete(ctx, &claim)
+    } else if claim.status.provider_id.is_none() {
+        if backing_off(ctx, &claim) {
+            Ok(())
+        } else {
+            launch(ctx, claim)
+        }
+    } else if !claim.is_true(conditions::REGISTERED) {
+        register(ctx, claim, nodes)
+    } else if !claim.is_true(conditions::INITIALIZED) {
+        initialize(ctx, claim, nodes)
+    } else {
+        keep_finalizer(ctx, &claim, nodes)
+    }
 }
 
 /// A running NodeClaim's Node keeps the termination finalizer, so deleting it by hand drains it:

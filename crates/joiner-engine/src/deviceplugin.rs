@@ -102,12 +102,18 @@ impl DevicePluginConfig {
 }
 
 /// All the configs of the plugin's ConfigMap, and the default key.
+///
+/// A key that cannot be read is kept as its error, not as a failure of the whole map: only
+/// the nodes that would use it (those whose NodePools select it) are unknown, and only their
+/// NodePools wait ([`Selection::Unreadable`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DevicePluginConfigs {
     /// The ConfigMap, for messages.
     pub object: ObjectRef,
-    configs: BTreeMap<String, DevicePluginConfig>,
+    configs: BTreeMap<String, Result<DevicePluginConfig, InputError>>,
     default: Option<String>,
+    /// The default key the settings name, when the map lacks it.
+    missing_default: Option<InputError>,
 }
 
 /// Which config a node uses and why.
@@ -120,13 +126,16 @@ pub enum Selection<'a> {
     },
     /// The plugin runs without a config from the map: GPUs are not shared.
     NoConfig(NoConfig<'a>),
+    /// The config the node would use cannot be read (or the default the settings name is not
+    /// in the map): what its GPUs will advertise is unknown.
+    Unreadable(&'a InputError),
 }
 
 impl<'a> Selection<'a> {
     pub fn config(&self) -> Option<&'a DevicePluginConfig> {
         match self {
             Selection::Config { config, .. } => Some(config),
-            Selection::NoConfig(_) => None,
+            Selection::NoConfig(_) | Selection::Unreadable(_) => None,
         }
     }
 }
@@ -178,12 +187,14 @@ impl fmt::Display for NoConfig<'_> {
 
 impl DevicePluginConfigs {
     /// Reads every key of the plugin's ConfigMap. `default_config` is the plugin's default key
-    /// (the Helm chart's `config.default`), which must be one of the keys.
+    /// (the Helm chart's `config.default`), which should be one of the keys. A key that does not
+    /// parse, or a default the map lacks, is kept as an error ([`DevicePluginConfigs::errors`])
+    /// for the nodes that would use it; the other keys are read as usual.
     pub fn from_config_map(
         cm: &ConfigMap,
         default_config: Option<&str>,
         origin: &Source,
-    ) -> Result<DevicePluginConfigs, InputError> {
+    ) -> DevicePluginConfigs {
         let object = ObjectRef::new(
             "ConfigMap",
             cm.metadata.namespace.as_deref(),
@@ -193,30 +204,43 @@ impl DevicePluginConfigs {
         let mut configs = BTreeMap::new();
         for (key, text) in cm.data.iter().flatten() {
             let field = format!("data.{key}");
-            let value: Value = serde_saphyr::from_str(text)
-                .map_err(|e| err(field.clone(), format!("not YAML: {e}")))?;
-            let config = parse_config(&value)
-                .map_err(|(path, message)| err(format!("{field}{path}"), message))?;
+            let config = serde_saphyr::from_str::<Value>(text)
+                .map_err(|e| err(field.clone(), format!("not YAML: {e}")))
+                .and_then(|value| {
+                    parse_config(&value)
+                        .map_err(|(path, message)| err(format!("{field}{path}"), message))
+                });
             configs.insert(key.clone(), config);
         }
-        if let Some(default) = default_config
-            && !configs.contains_key(default)
-        {
-            return Err(err(
-                "data".to_string(),
-                format!("the default config {default:?} is not a key of the ConfigMap"),
-            ));
-        }
-        Ok(DevicePluginConfigs {
+        let missing_default = default_config
+            .filter(|default| !configs.contains_key(*default))
+            .map(|default| {
+                err(
+                    "data".to_string(),
+                    format!(
+                        "the default config {default:?} (settings.nvidiaDevicePlugin.defaultConfig) is not a key of the ConfigMap"
+                    ),
+                )
+            });
+        DevicePluginConfigs {
             object,
             configs,
             default: default_config.map(str::to_string),
-        })
+            missing_default,
+        }
     }
 
-    /// The config of a key.
+    /// What cannot be read: each key that does not parse, and a default the map lacks.
+    pub fn errors(&self) -> impl Iterator<Item = &InputError> {
+        self.configs
+            .values()
+            .filter_map(|c| c.as_ref().err())
+            .chain(self.missing_default.as_ref())
+    }
+
+    /// The config of a key, if it is there and can be read.
     pub fn get(&self, key: &str) -> Option<&DevicePluginConfig> {
-        self.configs.get(key)
+        self.configs.get(key)?.as_ref().ok()
     }
 
     /// The keys, sorted.
@@ -229,7 +253,8 @@ impl DevicePluginConfigs {
     /// key named `default`, else the only key.
     pub fn select<'a>(&'a self, node_labels: &'a BTreeMap<String, String>) -> Selection<'a> {
         let found = |key: &'a str, by| match self.configs.get_key_value(key) {
-            Some((key, config)) => Selection::Config { key, config, by },
+            Some((key, Ok(config))) => Selection::Config { key, config, by },
+            Some((_, Err(e))) => Selection::Unreadable(e),
             None => Selection::NoConfig(NoConfig::UnknownKey(key)),
         };
         if let Some(key) = node_labels
@@ -238,19 +263,18 @@ impl DevicePluginConfigs {
         {
             return found(key, SelectedBy::NodeLabel);
         }
+        if let Some(e) = &self.missing_default {
+            return Selection::Unreadable(e);
+        }
         if let Some(key) = &self.default {
             return found(key, SelectedBy::Default);
         }
         if self.configs.contains_key(NAMED_FALLBACK) {
             return found(NAMED_FALLBACK, SelectedBy::NamedFallback);
         }
-        let mut keys = self.configs.iter();
+        let mut keys = self.configs.keys();
         match (keys.next(), keys.next()) {
-            (Some((key, config)), None) => Selection::Config {
-                key,
-                config,
-                by: SelectedBy::OnlyKey,
-            },
+            (Some(key), None) => found(key, SelectedBy::OnlyKey),
             (None, _) => Selection::NoConfig(NoConfig::Empty),
             (Some(_), Some(_)) => Selection::NoConfig(NoConfig::Ambiguous),
         }

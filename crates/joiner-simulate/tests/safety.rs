@@ -1,8 +1,9 @@
 //! Safe in a real cluster: the controller against doubles that behave as EC2 and the API server
 //! do when they are not kind. Instances other tools launched are never touched; one need gets
 //! one NodeClaim and one instance through timeouts, lagging caches and lagging listings, and
-//! with two controllers racing; a NodeClaim that does not decode keeps its instance; a launch the
-//! cloud rejects backs off.
+//! with two controllers racing; a NodeClaim, NodePool or EC2NodeClass that does not decode keeps
+//! its instances; a launch the cloud
+//! rejects backs off.
 
 mod common;
 
@@ -18,6 +19,7 @@ use joiner_controller::store::{
 use joiner_controller::{Config, Controller, StepReport};
 use joiner_engine::catalog::CapacityType;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
+use joiner_model::api::{EC2NodeClass, NodePool};
 use joiner_model::wellknown::{annotations, tags};
 
 fn offering(instance_type: &str) -> OfferingKey {
@@ -163,6 +165,45 @@ fn a_nodeclaim_that_does_not_decode_keeps_its_instance() {
             .any(|(i, n)| *i == instance && n == claim.name())),
         "the kept instance is reported"
     );
+}
+
+/// A NodePool or an EC2NodeClass that does not decode (written by a newer Karpenter, say)
+/// still exists: its NodeClaims are not orphans of a deleted NodePool, nothing of it is
+/// drained, deleted or terminated, and the controller goes on stepping.
+#[test]
+fn a_node_pool_or_class_that_does_not_decode_keeps_its_nodes() {
+    let world = World::learning_lab();
+    let mut c = controller(&world, world.config.clone());
+    run(&world, &mut c, 120);
+    world.assert_settled(2);
+    let before = world.live_names();
+    let pool = world.node_pool();
+    let class = pool.spec.template.spec.node_class_ref.name.clone();
+    let mut raw = serde_json::to_value(&pool).expect("json");
+    raw["spec"]["template"]["spec"]["nodeClassRef"] = 7.into();
+    world.store.put_undecodable(
+        ObjectKey::of::<NodePool>(None, pool.metadata.name.as_deref().expect("name")),
+        raw,
+    );
+    let mut c = controller(&world, world.config.clone());
+    let reports = run(&world, &mut c, 300);
+    assert_eq!(world.live_names(), before);
+    assert!(world.cloud.terminate_calls().is_empty());
+    assert!(
+        reports.iter().all(|r| r.deleted.is_empty()),
+        "nothing is deleted"
+    );
+
+    // The class too: still nothing moves.
+    let class_obj: EC2NodeClass = world.store.get(None, &class).expect("get").expect("class");
+    let mut raw = serde_json::to_value(&class_obj).expect("json");
+    raw["spec"]["role"] = serde_json::json!({"not": "a role"});
+    world
+        .store
+        .put_undecodable(ObjectKey::of::<EC2NodeClass>(None, &class), raw);
+    run(&world, &mut c, 300);
+    assert_eq!(world.live_names(), before);
+    assert!(world.cloud.terminate_calls().is_empty());
 }
 
 /// A store whose NodeClaim listing fails (caches not synced, the CRD missing, the API server

@@ -321,7 +321,19 @@ impl ClusterStore for InMemoryCluster {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<K>, StoreError> {
-        // This store is the API server: nothing stands between.
+        // This store is the API server: nothing stands between. An object that does not
+        // decode fails the read, as a real client's GET does; only a cache leaves it out.
+        let key = ObjectKey::of::<K>(namespace, name);
+        if self
+            .lock()
+            .objects
+            .get(&key)
+            .is_some_and(|v| v.is::<Undecodable>())
+        {
+            return Err(StoreError::Unavailable(format!(
+                "{key}: the API server's answer does not decode"
+            )));
+        }
         self.get(namespace, name)
     }
 
@@ -678,6 +690,11 @@ mod tests {
         assert_eq!(listed, ["good"]);
         assert_eq!(store.undecodable::<ConfigMap>(), Ok(vec![key]));
         assert!(store.get::<ConfigMap>(None, "bad").expect("get").is_none());
+        // A read past the cache fails, as the real client's does; it never says "not found".
+        assert!(matches!(
+            store.get_uncached::<ConfigMap>(None, "bad"),
+            Err(StoreError::Unavailable(_))
+        ));
     }
 
     #[test]

@@ -17,11 +17,16 @@ fn origin() -> Source {
 }
 
 fn configs(yaml: &str, default: Option<&str>) -> DevicePluginConfigs {
-    DevicePluginConfigs::from_config_map(&config_map(yaml), default, &origin()).unwrap()
+    let configs = DevicePluginConfigs::from_config_map(&config_map(yaml), default, &origin());
+    assert_eq!(configs.errors().count(), 0, "{configs:?}");
+    configs
 }
 
 fn error(yaml: &str) -> joiner_model::InputError {
-    DevicePluginConfigs::from_config_map(&config_map(yaml), None, &origin()).unwrap_err()
+    let configs = DevicePluginConfigs::from_config_map(&config_map(yaml), None, &origin());
+    let errors: Vec<_> = configs.errors().cloned().collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    errors[0].clone()
 }
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -321,7 +326,38 @@ data:
     }
 
     let cm = config_map("metadata: {name: dp}\ndata: {a: 'version: v1'}");
-    let err = DevicePluginConfigs::from_config_map(&cm, Some("b"), &origin()).unwrap_err();
+    let configs = DevicePluginConfigs::from_config_map(&cm, Some("b"), &origin());
+    let err = configs.errors().next().expect("the default is missing");
     assert_eq!(err.field, "data");
     assert!(err.message.contains("\"b\""));
+}
+
+#[test]
+fn a_key_that_cannot_be_read_affects_only_the_nodes_that_use_it() {
+    let cm = config_map(
+        "metadata: {name: dp, namespace: kube-system}\ndata:\n  good: 'sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 2}]}}'\n  bad: 'sharing: {timeSlicing: 3}'\n",
+    );
+    let configs = DevicePluginConfigs::from_config_map(&cm, Some("good"), &origin());
+    assert_eq!(configs.errors().count(), 1);
+    // Nodes labelled for the good key, or using the default, are read as usual.
+    let none = labels(&[]);
+    assert!(configs.select(&none).config().is_some());
+    let good = labels(&[(labels::NVIDIA_DEVICE_PLUGIN_CONFIG, "good")]);
+    assert!(matches!(
+        configs.select(&good),
+        Selection::Config { key: "good", .. }
+    ));
+    // A node labelled for the bad key is unknown, with the error naming the key.
+    let bad = labels(&[(labels::NVIDIA_DEVICE_PLUGIN_CONFIG, "bad")]);
+    match configs.select(&bad) {
+        Selection::Unreadable(e) => {
+            assert_eq!(e.field, "data.bad.sharing.timeSlicing");
+            assert_eq!(e.object.to_string(), "ConfigMap/kube-system/dp");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A default the map lacks leaves unlabelled nodes unknown, labelled ones as they were.
+    let configs = DevicePluginConfigs::from_config_map(&cm, Some("gone"), &origin());
+    assert!(matches!(configs.select(&none), Selection::Unreadable(_)));
+    assert!(configs.select(&good).config().is_some());
 }

@@ -433,3 +433,79 @@ fn objects_that_cannot_be_read_are_left_out_one_by_one() {
     assert_eq!(plan.node_claims[0].pods, ["default/good"]);
     assert!(reason(&plan, "team/bad").contains("spec.containers[0].resources.requests.cpu"));
 }
+
+/// A GPU NodePool of class `cpu` whose nodes use the device-plugin config `key`.
+fn gpu_pool_using(name: &str, key: &str) -> String {
+    format!(
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: {name}}}\nspec:\n  template:\n    metadata:\n      labels: {{nvidia.com/device-plugin.config: {key}}}\n    spec:\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: cpu}}\n      requirements: [{{key: karpenter.k8s.aws/instance-family, operator: In, values: [g6]}}]\n      taints: [{{key: nvidia.com/gpu, effect: NoSchedule}}]\n"
+    )
+}
+
+/// The device plugin's ConfigMap with a good key and one that does not parse.
+const PLUGIN_CONFIG: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: nvidia-device-plugin, namespace: kube-system}\ndata:\n  shared: 'sharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 4}]}}'\n  broken: 'sharing: {timeSlicing: [oops]}'\n";
+
+#[test]
+fn a_device_plugin_config_that_cannot_be_read_holds_back_only_the_pools_that_use_it() {
+    let cpu = plain_pod("cpu", "");
+    let gpu = plain_pod(
+        "gpu",
+        "  tolerations: [{key: nvidia.com/gpu, operator: Exists}]\n",
+    );
+    let docs = [
+        cpu_pool(),
+        gpu_pool_using("broken", "broken"),
+        PLUGIN_CONFIG.to_string(),
+        cpu.clone(),
+        gpu.clone(),
+    ];
+    let s = snapshot(&docs.iter().map(String::as_str).collect::<Vec<_>>(), false);
+    // Reported once, naming the ConfigMap and the key's field; `joiner plan` refuses it.
+    assert_eq!(s.invalid().len(), 1, "{:?}", s.invalid());
+    assert_eq!(
+        s.invalid()[0].field,
+        "data.broken.sharing.timeSlicing",
+        "{:?}",
+        s.invalid()
+    );
+    let plan = s.plan();
+    // The CPU pod launches as if nothing were wrong.
+    assert_eq!(
+        nodes(&plan),
+        [(
+            "cpu".into(),
+            plan.node_claims[0].instance_type.clone(),
+            vec!["default/cpu".into()]
+        )]
+    );
+    // The GPU pod waits, told which config holds its NodePool back.
+    let r = reason(&plan, "default/gpu");
+    assert!(r.contains("NodePool broken launches nothing"), "{r}");
+    assert!(
+        r.contains("ConfigMap/kube-system/nvidia-device-plugin: data.broken"),
+        "{r}"
+    );
+
+    // A NodePool whose nodes use the good key launches GPU nodes, shared as the key says.
+    let docs = [
+        cpu_pool(),
+        gpu_pool_using("broken", "broken"),
+        gpu_pool_using("shared", "shared"),
+        PLUGIN_CONFIG.to_string(),
+        gpu,
+    ];
+    let s = snapshot(&docs.iter().map(String::as_str).collect::<Vec<_>>(), false);
+    let plan = s.plan();
+    assert_eq!(plan.node_claims.len(), 1, "{plan:?}");
+    assert_eq!(plan.node_claims[0].node_pool, "shared");
+    let option = s
+        .launch_option("shared", &plan.node_claims[0].instance_type)
+        .expect("launchable");
+    assert_eq!(
+        option
+            .allocatable
+            .get("nvidia.com/gpu")
+            .map(|q| q.to_string()),
+        Some("4".to_string()),
+        "{option:?}"
+    );
+}

@@ -38,7 +38,7 @@ use crate::plan::{Plan, Unschedulable};
 use crate::scheduling::{
     DaemonInput, ExistingNode, LaunchOption, PodInfo, PoolInput, SchedulingInput, schedule,
 };
-use pools::{PoolCatalog, UnreadyPool, build_pool};
+use pools::{PoolCatalog, PoolError, UnreadyPool, build_pool};
 
 /// How to build a snapshot beyond what the settings say.
 #[derive(Debug, Clone)]
@@ -85,6 +85,7 @@ pub struct SnapshotBuilder<'a> {
     sold: Option<&'a BTreeMap<String, Vec<Offering>>>,
     described: &'a [crate::catalog::Ec2Facts],
     now: Option<k8s_openapi::jiff::Timestamp>,
+    unreadable_classes: Option<&'a BTreeSet<String>>,
 }
 
 impl<'a> SnapshotBuilder<'a> {
@@ -110,6 +111,13 @@ impl<'a> SnapshotBuilder<'a> {
         self
     }
 
+    /// EC2NodeClasses the cluster has that cannot be read (they do not decode): a NodePool of
+    /// one launches nothing and says so, rather than that its class is missing.
+    pub fn unreadable_classes(mut self, names: &'a BTreeSet<String>) -> Self {
+        self.unreadable_classes = Some(names);
+        self
+    }
+
     /// The time now, for what depends on it: a Capacity Block stops taking nodes
     /// [`joiner_model::api::nodeclass_status::CAPACITY_BLOCK_DRAIN_LEAD_SECONDS`] before its
     /// end. Without it, end times are not checked.
@@ -130,8 +138,9 @@ impl<'a> SnapshotBuilder<'a> {
     /// An object that cannot be used affects only itself: a pod whose claims lead nowhere or
     /// that cannot be read is unschedulable with the reason; a NodePool whose EC2NodeClass is
     /// missing, not Ready or that cannot be read launches nothing; a Node, DaemonSet or InstanceType that
-    /// cannot be read is left out; each with a warning naming the object and the field. Only
-    /// the settings-wide device-plugin ConfigMap fails the whole build.
+    /// cannot be read is left out; a device-plugin config that cannot be read holds back only
+    /// the NodePools whose GPU nodes would use it; each with a warning naming the object and
+    /// the field.
     pub fn build(self) -> Result<ClusterSnapshot, InputError> {
         let SnapshotBuilder {
             manifests: m,
@@ -142,6 +151,7 @@ impl<'a> SnapshotBuilder<'a> {
             sold,
             described,
             now,
+            unreadable_classes,
         } = self;
         let mut warnings = Vec::new();
         let mut invalid = Vec::new();
@@ -153,7 +163,13 @@ impl<'a> SnapshotBuilder<'a> {
             &mut warnings,
             &mut invalid,
         );
-        let plugin = device_plugin_configs(m, settings)?;
+        let plugin = device_plugin_configs(m, settings);
+        for e in plugin.iter().flat_map(DevicePluginConfigs::errors) {
+            warnings.push(format!(
+                "{e}; NodePools whose GPU nodes would use this config launch nothing until it is fixed"
+            ));
+            invalid.push(e.clone());
+        }
         let classes: BTreeMap<&str, &Sourced<EC2NodeClass>> = m
             .node_classes
             .iter()
@@ -186,6 +202,17 @@ impl<'a> SnapshotBuilder<'a> {
             }
             let class_name = &np.object.spec.template.spec.node_class_ref.name;
             let Some(class) = classes.get(class_name.as_str()) else {
+                if unreadable_classes.is_some_and(|u| u.contains(class_name)) {
+                    let why = format!(
+                        "EC2NodeClass {class_name:?} cannot be read (it does not decode as karpenter.k8s.aws/v1)"
+                    );
+                    warnings.push(format!(
+                        "{}: NodePool/{name}: spec.template.spec.nodeClassRef: {why}; the NodePool launches nothing until it can be",
+                        np.origin
+                    ));
+                    unready.push(UnreadyPool::new(np, why));
+                    continue;
+                }
                 warnings.push(format!(
                     "{}: NodePool/{name}: spec.template.spec.nodeClassRef: EC2NodeClass {class_name:?} not found; the NodePool launches nothing until it exists",
                     np.origin
@@ -235,7 +262,7 @@ impl<'a> SnapshotBuilder<'a> {
                     }
                     pools.push(pool);
                 }
-                Err(e) => {
+                Err(PoolError::Invalid(e)) => {
                     warnings.push(format!(
                         "{e}; the NodePool launches nothing until it is fixed"
                     ));
@@ -244,6 +271,20 @@ impl<'a> SnapshotBuilder<'a> {
                         format!("{}: {}: {}", e.object, e.field, e.message),
                     ));
                     invalid.push(e);
+                }
+                // Reported above, once for every NodePool it holds back.
+                Err(PoolError::DevicePlugin(e)) => {
+                    warnings.push(format!(
+                        "{}: NodePool/{name}: the device-plugin config its GPU nodes would use cannot be read ({}: {}); the NodePool launches nothing until it is fixed",
+                        np.origin, e.object, e.field
+                    ));
+                    unready.push(UnreadyPool::new(
+                        np,
+                        format!(
+                            "the device-plugin config its GPU nodes would use cannot be read: {}: {}: {}",
+                            e.object, e.field, e.message
+                        ),
+                    ));
                 }
             }
         }
@@ -450,6 +491,7 @@ impl ClusterSnapshot {
             sold: None,
             described: &[],
             now: None,
+            unreadable_classes: None,
         }
     }
 
@@ -657,10 +699,7 @@ fn user_type(it: &Sourced<joiner_model::api::InstanceType>) -> Result<InstanceTy
     Ok(user)
 }
 
-fn device_plugin_configs(
-    m: &Manifests,
-    settings: &Settings,
-) -> Result<Option<DevicePluginConfigs>, InputError> {
+fn device_plugin_configs(m: &Manifests, settings: &Settings) -> Option<DevicePluginConfigs> {
     let want = &settings.nvidia_device_plugin;
     m.config_maps
         .iter()
@@ -676,7 +715,6 @@ fn device_plugin_configs(
                 &cm.origin,
             )
         })
-        .transpose()
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Taint;
 
 use crate::catalog::devices::TemplateOptions;
 use crate::catalog::{Catalog, InstanceType, NodeShape, OfferingKey};
-use crate::deviceplugin::{DevicePluginConfigs, NodeGpus, node_resources};
+use crate::deviceplugin::{DevicePluginConfigs, NodeGpus, Selection, node_resources};
 use crate::requirements::{Requirement, Requirements};
 use crate::scheduling::allowed::type_allowed;
 use crate::scheduling::taints::first_untolerated;
@@ -145,6 +145,16 @@ pub(super) fn claimed_types<'a>(claims: &'a [Sourced<NodeClaim>], pool: &str) ->
         .collect()
 }
 
+/// Why a NodePool cannot launch.
+#[derive(Debug)]
+pub(super) enum PoolError {
+    /// The NodePool or its class cannot be used as written.
+    Invalid(InputError),
+    /// The device-plugin config its GPU nodes would use cannot be read: an error of the
+    /// ConfigMap's, reported once with it, that holds back every NodePool that would use it.
+    DevicePlugin(InputError),
+}
+
 /// The NodePool joined with its class: every catalog type its requirements allow (by the
 /// planner's rule, less zone and capacity type), and the types its NodeClaims already have, as
 /// the pool launches them. Types the requirements rule out are not resolved at all: with every
@@ -157,11 +167,11 @@ pub(super) fn build_pool(
     devices: Option<TemplateOptions>,
     unavailable: &BTreeSet<OfferingKey>,
     reserved_free: &BTreeMap<String, u32>,
-) -> Result<PoolInput, InputError> {
+) -> Result<PoolInput, PoolError> {
     let name = np.object.metadata.name.clone().unwrap_or_default();
     let spec = &np.object.spec;
     let tmpl = &spec.template;
-    let requirements = requirements(np)?;
+    let requirements = requirements(np).map_err(PoolError::Invalid)?;
     let labels = tmpl.metadata.labels.clone();
     let kubelet = class
         .object
@@ -208,13 +218,14 @@ pub(super) fn build_pool(
             zone_ids: &zone_ids,
         };
         options.push(
-            launch_option(it, &shape, &labels, plugin, devices, sold).map_err(|e| {
-                InputError::new(
+            launch_option(it, &shape, &labels, plugin, devices, sold).map_err(|e| match e {
+                OptionError::Catalog(e) => PoolError::Invalid(InputError::new(
                     &class.origin,
                     &class_ref,
                     format!("spec.kubelet.{}", e.field()),
                     e,
-                )
+                )),
+                OptionError::DevicePlugin(e) => PoolError::DevicePlugin(e),
             })?,
         );
     }
@@ -243,6 +254,13 @@ struct Sold<'a> {
     zone_ids: &'a BTreeMap<&'a str, &'a str>,
 }
 
+/// Why a type cannot be offered: its kubelet settings leave nothing, or the device-plugin
+/// config its GPUs would use cannot be read.
+enum OptionError {
+    Catalog(crate::catalog::CatalogError),
+    DevicePlugin(InputError),
+}
+
 fn launch_option(
     it: &InstanceType,
     shape: &NodeShape,
@@ -250,21 +268,24 @@ fn launch_option(
     plugin: Option<&DevicePluginConfigs>,
     devices: Option<TemplateOptions>,
     sold: Sold,
-) -> Result<LaunchOption, crate::catalog::CatalogError> {
+) -> Result<LaunchOption, OptionError> {
     let Sold {
         unavailable,
         reserved,
         zone_ids,
     } = sold;
-    let mut allocatable = it.allocatable(shape)?;
-    let capacity = it.capacity_for(shape)?;
+    let mut allocatable = it.allocatable(shape).map_err(OptionError::Catalog)?;
+    let capacity = it.capacity_for(shape).map_err(OptionError::Catalog)?;
     let mut labels = it.labels.clone();
     let mut at_most_one = Vec::new();
     if let Some(gpu) = &it.gpu {
         // The device plugin picks its config by the node's labels, which come from the template.
         let mut node_labels = labels.clone();
         node_labels.extend(template_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let config = plugin.and_then(|p| p.select(&node_labels).config());
+        let config = match plugin.map(|p| p.select(&node_labels)) {
+            Some(Selection::Unreadable(e)) => return Err(OptionError::DevicePlugin(e.clone())),
+            selection => selection.and_then(|s| s.config()),
+        };
         let gpus = node_resources(&NodeGpus::of(gpu, &it.name), config);
         gpus.apply(&mut allocatable);
         if gpus.fail_requests_greater_than_one {
