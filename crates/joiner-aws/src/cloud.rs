@@ -314,6 +314,7 @@ impl AwsCloud {
             .clients
             .launch_profile(&self.cluster.name, &class)
             .await?;
+        let profile_used = instance_profile.clone();
         let resolved = Resolved {
             images: amis.clone(),
             subnets: subnet_per_zone(&subnets)
@@ -472,6 +473,7 @@ impl AwsCloud {
                     launch_time: joiner_controller::clock::Clock::now(
                         &joiner_controller::clock::SystemClock,
                     ),
+                    instance_profile: profile_used.clone(),
                 }
             }
         };
@@ -548,6 +550,16 @@ impl CloudProvider for AwsCloud {
         node_classes: &[EC2NodeClass],
     ) -> Result<Vec<String>, CloudError> {
         AwsCloud::delete_unused_launch_templates(self, node_classes)
+    }
+
+    fn list_instance_profiles(&self) -> Result<Vec<String>, CloudError> {
+        let c = &self.clients;
+        Ok(c.block(c.cluster_profiles(&self.cluster.name))?)
+    }
+
+    fn delete_instance_profile(&self, name: &str) -> Result<(), CloudError> {
+        let c = &self.clients;
+        Ok(c.block(c.delete_profile(&self.cluster.name, name))?)
     }
 
     fn resolve_node_class(&self, class: &EC2NodeClass) -> NodeClassResolution {

@@ -72,7 +72,19 @@ pub(crate) fn from_ec2(i: &aws_sdk_ec2::types::Instance) -> Option<Instance> {
         state,
         tags,
         launch_time,
+        instance_profile: i
+            .iam_instance_profile()
+            .and_then(|p| p.arn())
+            .and_then(profile_name_of),
     })
+}
+
+/// The profile's name in its ARN (`arn:aws:iam::1:instance-profile/path/name` gives `name`).
+pub(crate) fn profile_name_of(arn: &str) -> Option<String> {
+    arn.rsplit_once('/')
+        .map(|(_, name)| name)
+        .filter(|name| !name.is_empty())
+        .map(str::to_string)
 }
 
 impl Clients {

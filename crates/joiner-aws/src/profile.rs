@@ -16,7 +16,12 @@
 //!   replaced only when it carries this cluster's and this class's ownership tags; anyone
 //!   else's is left alone and the class is not ready.
 //!
-//! `spec.instanceProfile` is used as given, with no IAM call.
+//! - Profiles are made under Karpenter's path for the cluster, `/karpenter/<region>/<cluster>/
+//!   <class uid>/`, so Karpenter's garbage collection and Joiner's treat each other's alike.
+//!   Those no EC2NodeClass, NodeClaim or instance uses any more are deleted
+//!   ([`Clients::cluster_profiles`], [`Clients::delete_profile`]; the controller decides which).
+//!
+//! `spec.instanceProfile` is used as given, with no IAM call, and is never deleted.
 
 use std::collections::BTreeMap;
 
@@ -26,6 +31,11 @@ use joiner_model::wellknown::{labels, tags};
 
 use crate::clients::Clients;
 use crate::error::AwsError;
+
+/// The IAM path under which the cluster's profiles are made: Karpenter's.
+pub(crate) fn cluster_path(region: &str, cluster: &str) -> String {
+    format!("/karpenter/{region}/{cluster}/")
+}
 
 /// IAM's limit on an instance profile's name.
 const MAX_NAME: usize = 128;
@@ -153,9 +163,14 @@ impl Clients {
             return Ok(recorded.to_string());
         }
         let name = profile_name(cluster, region, class, role);
+        let path = format!(
+            "{}{}/",
+            cluster_path(region, cluster),
+            class.metadata.uid.as_deref().unwrap_or("none")
+        );
         let profile = match self.get_profile(&name).await? {
             Some(p) => p,
-            None => self.create_profile(&name, &wanted_tags).await?,
+            None => self.create_profile(&name, &path, &wanted_tags).await?,
         };
         match profile.roles.as_slice() {
             [] => self.add_role(class_name, &name, role).await?,
@@ -235,12 +250,14 @@ impl Clients {
     async fn create_profile(
         &self,
         name: &str,
+        path: &str,
         wanted: &BTreeMap<String, String>,
     ) -> Result<Profile, AwsError> {
         let answer = self
             .iam
             .create_instance_profile()
             .instance_profile_name(name)
+            .path(path)
             .set_tags(Some(iam_tags(wanted)?))
             .send()
             .await;
@@ -258,6 +275,83 @@ impl Clients {
                     return Err(e);
                 }
                 self.get_profile(name).await?.ok_or(e)
+            }
+        }
+    }
+
+    /// The profiles under the cluster's path (every page), by name.
+    pub(crate) async fn cluster_profiles(&self, cluster: &str) -> Result<Vec<String>, AwsError> {
+        let prefix = cluster_path(&self.region, cluster);
+        let mut names = Vec::new();
+        let mut pages = self
+            .iam
+            .list_instance_profiles()
+            .path_prefix(&prefix)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| AwsError::api("iam:ListInstanceProfiles", &prefix, e))?;
+            // Filtered here too: not every IAM implementation honours the prefix (moto).
+            names.extend(
+                page.instance_profiles()
+                    .iter()
+                    .filter(|p| p.path().starts_with(&prefix))
+                    .map(|p| p.instance_profile_name().to_string()),
+            );
+        }
+        Ok(names)
+    }
+
+    /// Removes the profile's role and deletes it, if it carries this cluster's ownership tags;
+    /// one already gone is no error, one that is not the cluster's is left alone.
+    pub(crate) async fn delete_profile(&self, cluster: &str, name: &str) -> Result<(), AwsError> {
+        let Some(profile) = self.get_profile(name).await? else {
+            return Ok(());
+        };
+        let ours = profile
+            .tags
+            .get(&tags::cluster(cluster))
+            .map(String::as_str)
+            == Some(tags::OWNED)
+            && profile.tags.get(tags::CLUSTER_NAME).map(String::as_str) == Some(cluster);
+        if !ours {
+            return Err(AwsError::Settings(format!(
+                "instance profile {name} lacks the ownership tags of cluster {cluster}: not deleted"
+            )));
+        }
+        for role in &profile.roles {
+            let answer = self
+                .iam
+                .remove_role_from_instance_profile()
+                .instance_profile_name(name)
+                .role_name(role)
+                .send()
+                .await;
+            if let Err(e) = answer {
+                let e = AwsError::api("iam:RemoveRoleFromInstanceProfile", name, e);
+                if e.code() != Some("NoSuchEntity") {
+                    return Err(e);
+                }
+            }
+        }
+        match self
+            .iam
+            .delete_instance_profile()
+            .instance_profile_name(name)
+            .send()
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(instance_profile = name, "deleted the instance profile");
+                Ok(())
+            }
+            Err(e) => {
+                let e = AwsError::api("iam:DeleteInstanceProfile", name, e);
+                if e.code() == Some("NoSuchEntity") {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
             }
         }
     }

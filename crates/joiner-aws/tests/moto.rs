@@ -921,6 +921,44 @@ fn a_role_change_makes_a_new_profile_and_leaves_the_running_nodes_one_alone() {
     assert_eq!(iam_writes_since(&env, since), Vec::<String>::new());
 }
 
+/// The cluster's profiles are listed under Karpenter's path for it; deleting one removes its
+/// role first, and one already gone is no error.
+#[test]
+fn the_clusters_profiles_are_listed_by_path_and_deleted_with_their_role() {
+    let Some(env) = Env::start() else { return };
+    let first = env.cloud.resolve_node_class(&stored_class());
+    let name = found(&first.instance_profile).clone();
+    let path = iam_profile(&env, &name).expect("made").path().to_string();
+    assert!(
+        path.starts_with(&format!("/karpenter/{}/", common::REGION)) && path.ends_with('/'),
+        "{path}"
+    );
+    // Someone else's profile elsewhere in the account is never listed.
+    let iam = env.iam();
+    env.rt.block_on(async {
+        iam.create_instance_profile()
+            .instance_profile_name("platform-node-profile")
+            .send()
+            .await
+            .expect("CreateInstanceProfile");
+    });
+    assert_eq!(env.cloud.list_instance_profiles(), Ok(vec![name.clone()]));
+    let since = env.moto.recorded().len();
+    assert_eq!(env.cloud.delete_instance_profile(&name), Ok(()));
+    assert_eq!(
+        iam_writes_since(&env, since),
+        ["RemoveRoleFromInstanceProfile", "DeleteInstanceProfile"]
+    );
+    assert!(iam_profile(&env, &name).is_none());
+    assert_eq!(env.cloud.list_instance_profiles(), Ok(Vec::new()));
+    assert_eq!(
+        env.cloud.delete_instance_profile(&name),
+        Ok(()),
+        "gone is done"
+    );
+    assert!(iam_profile(&env, "platform-node-profile").is_some());
+}
+
 #[test]
 fn spec_instance_profile_is_used_as_given_with_no_iam_call() {
     let Some(env) = Env::start() else { return };

@@ -77,6 +77,8 @@ fn the_policy_grants_every_call_the_aws_edge_makes() {
         "iam:TagInstanceProfile",
         "iam:AddRoleToInstanceProfile",
         "iam:RemoveRoleFromInstanceProfile",
+        "iam:DeleteInstanceProfile",
+        "iam:ListInstanceProfiles",
         "sqs:GetQueueUrl",
         "sqs:ReceiveMessage",
         "sqs:DeleteMessage",
@@ -245,6 +247,7 @@ fn instance_profile_writes_are_scoped_to_the_clusters_ownership_tags() {
         "iam:TagInstanceProfile",
         "iam:AddRoleToInstanceProfile",
         "iam:RemoveRoleFromInstanceProfile",
+        "iam:DeleteInstanceProfile",
     ] {
         for s in statements_with(&policy, action) {
             assert!(

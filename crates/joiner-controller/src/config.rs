@@ -44,6 +44,9 @@ pub struct Config {
     /// How soon a class whose resolution failed (throttled, timed out) is tried again; its last
     /// status stands meanwhile. 10 seconds.
     pub node_class_retry: Duration,
+    /// An instance profile made for the cluster is deleted once this process has seen nothing
+    /// use it for this long (15 minutes): listings trail launches, and a restart starts over.
+    pub instance_profile_grace: Duration,
 }
 
 impl Config {
@@ -71,6 +74,7 @@ impl Config {
             unavailable_ttl: Duration::from_secs(3 * 60),
             node_class_period: Duration::from_secs(60),
             node_class_retry: Duration::from_secs(10),
+            instance_profile_grace: Duration::from_secs(15 * 60),
         })
     }
 }

@@ -37,6 +37,8 @@ pub struct Controller<S, C, K> {
     interruption: Option<Box<dyn InterruptionQueue + Send>>,
     /// When each EC2NodeClass was last resolved.
     node_classes: NodeClassState,
+    /// Since when each of the cluster's instance profiles has been seen unused.
+    profile_use: gc::profiles::ProfileUse,
 }
 
 impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
@@ -56,6 +58,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             last_gc: None,
             interruption: None,
             node_classes: NodeClassState::default(),
+            profile_use: gc::profiles::ProfileUse::default(),
         }
     }
 
@@ -126,7 +129,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             .is_none_or(|t| crate::clock::elapsed(now, t) >= self.config.gc_period);
         if gc_due {
             ctx.report.collected = true;
-            match gc::collect(&mut ctx) {
+            match gc::collect(&mut ctx, &mut self.profile_use) {
                 Ok(()) => self.last_gc = Some(now),
                 Err(e) => ctx.error("garbage collection", e),
             }

@@ -20,10 +20,14 @@
 //!   [`Config::instance_not_found_grace`](crate::Config::instance_not_found_grace) since the
 //!   launch: EC2 answers NotFound for a while after a launch and its listings trail it, so one
 //!   missing answer proves nothing.
+//! - **Instance profiles** made for the cluster's EC2NodeClasses that nothing has used for a
+//!   while are deleted ([`profiles`]).
 //! - **Launch templates** Joiner made for EC2NodeClasses that changed or are gone are deleted
 //!   (the cloud decides which are its own and unused from the full list of classes).
 
 use std::collections::BTreeSet;
+
+pub mod profiles;
 
 use crate::clock::elapsed;
 use crate::cloud::{CloudProvider, Instance, InstanceState, instance_id_of};
@@ -36,6 +40,7 @@ use joiner_model::wellknown::tags;
 
 pub fn collect<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
+    profile_use: &mut profiles::ProfileUse,
 ) -> Result<(), ControllerError> {
     // Both sides are read before anything is decided; either failing means "not now".
     let claims = ctx.store.list::<NodeClaim>()?;
@@ -56,6 +61,9 @@ pub fn collect<S: ClusterStore, C: CloudProvider>(
             Ok(deleted) => ctx.report.launch_templates_deleted.extend(deleted),
             Err(e) => ctx.error("deleting unused launch templates", e),
         }
+    }
+    if let Err(e) = profiles::collect(ctx, profile_use, &claims, &instances) {
+        ctx.error("collecting instance profiles", e);
     }
     Ok(())
 }

@@ -428,6 +428,14 @@ fn record_launch<S: ClusterStore, C: CloudProvider>(
             instance.capacity_type.as_str().into(),
         );
         c.metadata.labels = Some(l);
+        // The profile the instance runs with, so that garbage collection keeps it while the
+        // NodeClaim lives (Karpenter records it the same way).
+        if let Some(profile) = &instance.instance_profile {
+            c.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(annotations::INSTANCE_PROFILE.into(), profile.clone());
+        }
         c.status.provider_id = Some(instance.provider_id());
         c.status.image_id = Some(instance.image_id.clone());
         c.set_condition(conditions::LAUNCHED, true, "Launched", "", now.clone());

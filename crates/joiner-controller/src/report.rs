@@ -29,6 +29,8 @@ pub struct StepReport {
     pub eviction_refused: Vec<String>,
     /// Launch templates garbage collection deleted, by name.
     pub launch_templates_deleted: Vec<String>,
+    /// Instance profiles garbage collection deleted, by name.
+    pub instance_profiles_deleted: Vec<String>,
     /// Whether garbage collection ran in this step.
     pub collected: bool,
     /// Offerings marked unavailable after insufficient capacity.

@@ -157,6 +157,10 @@ pub mod annotations {
     /// Drift stamps: the hash of the EC2NodeClass spec, and the version of the hashing.
     pub const NODECLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
     pub const NODECLASS_HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
+    /// On a NodeClaim: the instance profile its instance was launched with, as Karpenter
+    /// records it, so a profile a role change left behind is deleted only once no NodeClaim
+    /// names it.
+    pub const INSTANCE_PROFILE: &str = "karpenter.k8s.aws/instance-profile-name";
     /// On an EC2NodeClass: how the NVIDIA DRA driver shares a GPU's capacity.
     pub const NVIDIA_CONSUMABLE_CAPACITY: &str = "karpenter.k8s.aws/nvidia-consumable-capacity";
 

@@ -413,6 +413,7 @@ mod tests {
             kept: Vec::new(),
             eviction_refused: Vec::new(),
             launch_templates_deleted: Vec::new(),
+            instance_profiles_deleted: Vec::new(),
             collected: true,
             unavailable: s(&["g4dn.xlarge/us-east-1a/spot"]),
             unschedulable: vec![("lab/big".into(), "too big".into())],

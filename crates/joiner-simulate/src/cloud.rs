@@ -63,6 +63,9 @@ struct State {
     resolution_failures: u32,
     /// Instance profiles by name, with the role each holds.
     profiles: BTreeMap<String, String>,
+    /// Instance profiles deleted, in order: a launch naming one is refused, as EC2 refuses
+    /// an `IamInstanceProfile` that does not exist.
+    deleted_profiles: Vec<String>,
     /// The account's capacity reservations and Capacity Blocks.
     reservations: Reservations,
 }
@@ -131,6 +134,11 @@ impl SimulatedCloud {
     /// The instance profiles made for EC2NodeClass roles, by name, with their role.
     pub fn instance_profiles(&self) -> BTreeMap<String, String> {
         self.lock().profiles.clone()
+    }
+
+    /// The instance profiles deleted so far, in order.
+    pub fn deleted_instance_profiles(&self) -> Vec<String> {
+        self.lock().deleted_profiles.clone()
     }
 
     /// How instances register unless [`SimulatedCloud::set_registration`] says otherwise.
@@ -281,7 +289,7 @@ impl SimulatedCloud {
         if s.instances.contains_key(id) {
             return Err(format!("instance {id} already exists"));
         }
-        let mut instance = self.start_instance(&mut s, offering, tags);
+        let mut instance = self.start_instance(&mut s, offering, tags, None);
         s.instances.remove(&instance.id);
         instance.id = id.to_string();
         s.instances.insert(instance.id.clone(), instance.clone());
@@ -331,7 +339,7 @@ impl SimulatedCloud {
         tags: BTreeMap<String, String>,
     ) -> Instance {
         let mut s = self.lock();
-        self.start_instance(&mut s, offering, tags)
+        self.start_instance(&mut s, offering, tags, None)
     }
 
     fn throttled(s: &mut State) -> bool {
@@ -348,6 +356,7 @@ impl SimulatedCloud {
         s: &mut State,
         offering: &OfferingKey,
         tags: BTreeMap<String, String>,
+        instance_profile: Option<String>,
     ) -> Instance {
         s.launched += 1;
         let n = s.launched;
@@ -361,6 +370,7 @@ impl SimulatedCloud {
             state: InstanceState::Running,
             tags,
             launch_time: self.clock.now(),
+            instance_profile,
         };
         s.instances.insert(instance.id.clone(), instance.clone());
         instance
@@ -407,6 +417,18 @@ impl CloudProvider for SimulatedCloud {
             let message = s.launch_rejections.remove(0);
             return Err(CloudError::Rejected(message));
         }
+        // The profile the class gives its nodes, as the real launch resolves it.
+        let profile = request.node_class_spec.as_ref().and_then(|c| {
+            c.spec
+                .instance_profile
+                .clone()
+                .or_else(|| c.status.as_ref()?.instance_profile.clone())
+        });
+        if let Some(p) = profile.as_ref().filter(|p| s.deleted_profiles.contains(p)) {
+            return Err(CloudError::Rejected(format!(
+                "InvalidParameterValue: Value ({p}) for parameter iamInstanceProfile.name is invalid. Invalid IAM Instance Profile name"
+            )));
+        }
         let mut insufficient = Vec::new();
         for offer in &request.offers {
             if let Some(r) = &offer.reservation {
@@ -433,8 +455,12 @@ impl CloudProvider for SimulatedCloud {
                         continue;
                     }
                     Ok(reclaim) => {
-                        let instance =
-                            self.start_instance(&mut s, &offer.offering, request.tags.clone());
+                        let instance = self.start_instance(
+                            &mut s,
+                            &offer.offering,
+                            request.tags.clone(),
+                            profile.clone(),
+                        );
                         if let Some(at) = reclaim {
                             s.reclaims.insert(instance.id.clone(), at);
                         }
@@ -454,7 +480,12 @@ impl CloudProvider for SimulatedCloud {
                 insufficient.push(offer.offering.clone());
                 continue;
             }
-            let instance = self.start_instance(&mut s, &offer.offering, request.tags.clone());
+            let instance = self.start_instance(
+                &mut s,
+                &offer.offering,
+                request.tags.clone(),
+                profile.clone(),
+            );
             s.tokens
                 .insert(request.client_token.clone(), instance.id.clone());
             if s.launch_timeouts > 0 {
@@ -616,6 +647,26 @@ impl CloudProvider for SimulatedCloud {
         _node_classes: &[joiner_model::api::EC2NodeClass],
     ) -> Result<Vec<String>, CloudError> {
         Ok(Vec::new())
+    }
+
+    /// Every profile made for a class's role: the simulated account holds one cluster.
+    fn list_instance_profiles(&self) -> Result<Vec<String>, CloudError> {
+        let mut s = self.lock();
+        if Self::throttled(&mut s) {
+            return Err(CloudError::Throttled);
+        }
+        Ok(s.profiles.keys().cloned().collect())
+    }
+
+    fn delete_instance_profile(&self, name: &str) -> Result<(), CloudError> {
+        let mut s = self.lock();
+        if Self::throttled(&mut s) {
+            return Err(CloudError::Throttled);
+        }
+        if s.profiles.remove(name).is_some() {
+            s.deleted_profiles.push(name.to_string());
+        }
+        Ok(())
     }
 }
 

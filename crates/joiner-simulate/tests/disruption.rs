@@ -306,6 +306,15 @@ impl joiner_controller::cloud::CloudProvider for Counting<'_> {
     ) -> Result<Vec<String>, joiner_controller::cloud::CloudError> {
         self.inner.delete_unused_launch_templates(classes)
     }
+    fn list_instance_profiles(&self) -> Result<Vec<String>, joiner_controller::cloud::CloudError> {
+        self.inner.list_instance_profiles()
+    }
+    fn delete_instance_profile(
+        &self,
+        name: &str,
+    ) -> Result<(), joiner_controller::cloud::CloudError> {
+        self.inner.delete_instance_profile(name)
+    }
     fn resolve_node_class(
         &self,
         class: &joiner_model::api::EC2NodeClass,

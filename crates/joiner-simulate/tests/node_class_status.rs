@@ -272,3 +272,78 @@ fn a_nodeclaim_of_a_class_that_is_not_ready_waits_without_launching() {
         "nothing launched for the cpu pool"
     );
 }
+
+/// A role change: new nodes get a new profile while the running ones keep theirs, named on
+/// their NodeClaims; the old profile is deleted only once no NodeClaim or instance uses it any
+/// more and the grace has passed, never while a node runs with it.
+#[test]
+fn a_role_change_retires_the_old_profile_only_after_its_nodes_are_gone() {
+    use joiner_model::wellknown::annotations::INSTANCE_PROFILE;
+    let world = World::learning_lab();
+    let workload = world.pods_by_key();
+    let mut controller = Controller::new(
+        &world.store,
+        &world.cloud,
+        &world.clock,
+        world.config.clone(),
+    );
+    let mut step = |n: usize| {
+        (0..n)
+            .map(|_| {
+                world.before_step(&workload);
+                let r = controller.step();
+                world.tick();
+                r
+            })
+            .collect::<Vec<_>>()
+    };
+    step(120);
+    world.assert_settled(2);
+    let name = world
+        .node_pool()
+        .spec
+        .template
+        .spec
+        .node_class_ref
+        .name
+        .clone();
+    let old = class(&world, &name)
+        .status
+        .and_then(|s| s.instance_profile)
+        .expect("a profile");
+    for c in world.live_claims() {
+        assert_eq!(c.annotation(INSTANCE_PROFILE), Some(old.as_str()));
+    }
+    let mut changed = class(&world, &name);
+    changed.spec.role = Some("NewNodeRole".into());
+    world.store.update(&changed).expect("update");
+
+    let mut deleted_at = None;
+    for second in 0..3 * 3600 {
+        let r = step(1).remove(0);
+        let old_in_use = world
+            .live_claims()
+            .iter()
+            .any(|c| c.annotation(INSTANCE_PROFILE) == Some(old.as_str()))
+            || world
+                .running()
+                .iter()
+                .any(|i| i.instance_profile.as_deref() == Some(old.as_str()));
+        if r.instance_profiles_deleted.contains(&old) {
+            assert!(!old_in_use, "deleted while in use, at {second} s");
+            deleted_at = Some(second);
+            break;
+        }
+    }
+    let new = class(&world, &name)
+        .status
+        .and_then(|s| s.instance_profile)
+        .expect("a profile");
+    assert_ne!(new, old);
+    assert!(deleted_at.is_some(), "the old profile is collected");
+    assert_eq!(world.cloud.deleted_instance_profiles(), [old]);
+    for c in world.live_claims() {
+        assert_eq!(c.annotation(INSTANCE_PROFILE), Some(new.as_str()));
+    }
+    world.assert_nothing_pending();
+}

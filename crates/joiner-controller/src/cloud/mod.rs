@@ -86,6 +86,9 @@ pub struct Instance {
     pub state: InstanceState,
     pub tags: BTreeMap<String, String>,
     pub launch_time: Timestamp,
+    /// The instance profile it runs with, by name (EC2's `IamInstanceProfile`, whose ARN ends
+    /// with the name); `None` when it has none or the cloud does not say.
+    pub instance_profile: Option<String>,
 }
 
 impl Instance {
@@ -191,6 +194,12 @@ pub trait CloudProvider {
         &self,
         node_classes: &[EC2NodeClass],
     ) -> Result<Vec<String>, CloudError>;
+    /// The instance profiles made for this cluster's EC2NodeClasses (by Joiner or Karpenter:
+    /// under their path for the cluster, with the ownership tags), by name. A profile named by
+    /// `spec.instanceProfile` is the user's and is never listed.
+    fn list_instance_profiles(&self) -> Result<Vec<String>, CloudError>;
+    /// Removes the profile's role and deletes it; one already gone is no error.
+    fn delete_instance_profile(&self, name: &str) -> Result<(), CloudError>;
     /// Resolves the class's selectors against the cloud (subnets, security groups, AMIs) and
     /// makes sure its instance profile exists: for `spec.role`, the profile its status names or
     /// one created for it (the one write this may make, idempotent). Each part answers on its
@@ -223,6 +232,12 @@ macro_rules! forward_cloud {
                 node_classes: &[EC2NodeClass],
             ) -> Result<Vec<String>, CloudError> {
                 (**self).delete_unused_launch_templates(node_classes)
+            }
+            fn list_instance_profiles(&self) -> Result<Vec<String>, CloudError> {
+                (**self).list_instance_profiles()
+            }
+            fn delete_instance_profile(&self, name: &str) -> Result<(), CloudError> {
+                (**self).delete_instance_profile(name)
             }
             fn resolve_node_class(&self, class: &EC2NodeClass) -> NodeClassResolution {
                 (**self).resolve_node_class(class)

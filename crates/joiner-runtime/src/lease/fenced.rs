@@ -140,6 +140,12 @@ impl<C: CloudProvider> CloudProvider for FencedCloud<C> {
             self.inner.delete_unused_launch_templates(node_classes)
         })
     }
+    fn list_instance_profiles(&self) -> Result<Vec<String>, CloudError> {
+        self.inner.list_instance_profiles()
+    }
+    fn delete_instance_profile(&self, name: &str) -> Result<(), CloudError> {
+        cloud_write(&self.fence, || self.inner.delete_instance_profile(name))
+    }
     /// May create an instance profile: a write, so fenced like the others.
     fn resolve_node_class(&self, class: &joiner_model::api::EC2NodeClass) -> NodeClassResolution {
         cloud_write(&self.fence, || Ok(self.inner.resolve_node_class(class)))
@@ -273,6 +279,13 @@ mod tests {
             self.writes.fetch_add(1, Ordering::SeqCst);
             Ok(Vec::new())
         }
+        fn list_instance_profiles(&self) -> Result<Vec<String>, CloudError> {
+            Ok(Vec::new())
+        }
+        fn delete_instance_profile(&self, _: &str) -> Result<(), CloudError> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
         fn resolve_node_class(&self, _: &joiner_model::api::EC2NodeClass) -> NodeClassResolution {
             self.writes.fetch_add(1, Ordering::SeqCst);
             NodeClassResolution::failed(CloudError::NoOfferings)
@@ -294,6 +307,10 @@ mod tests {
         );
         assert!(matches!(
             cloud.launch(&LaunchRequest::default()),
+            Err(CloudError::Other(_))
+        ));
+        assert!(matches!(
+            cloud.delete_instance_profile("p"),
             Err(CloudError::Other(_))
         ));
         assert_eq!(inner.writes.load(Ordering::SeqCst), 1, "nothing sent");

@@ -420,6 +420,12 @@ impl CloudProvider for FusedCloud<'_> {
         self.fuse
             .write(|| self.inner.delete_unused_launch_templates(node_classes))
     }
+    fn list_instance_profiles(&self) -> Result<Vec<String>, CloudError> {
+        self.inner.list_instance_profiles()
+    }
+    fn delete_instance_profile(&self, name: &str) -> Result<(), CloudError> {
+        self.fuse.write(|| self.inner.delete_instance_profile(name))
+    }
     fn resolve_node_class(
         &self,
         class: &joiner_model::api::EC2NodeClass,
