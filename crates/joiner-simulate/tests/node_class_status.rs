@@ -88,22 +88,41 @@ fn class(world: &World, name: &str) -> EC2NodeClass {
         .expect("the class")
 }
 
-fn run(world: &World, steps: usize) -> Vec<StepReport> {
-    let workload = world.pods_by_key();
-    let mut controller = Controller::new(
+type WorldController<'a> = Controller<
+    &'a joiner_controller::store::InMemoryCluster,
+    &'a joiner_simulate::SimulatedCloud,
+    &'a joiner_controller::clock::ManualClock,
+>;
+
+fn controller(world: &World) -> WorldController<'_> {
+    Controller::new(
         &world.store,
         &world.cloud,
         &world.clock,
         world.config.clone(),
-    );
+    )
+}
+
+/// Steps `controller` `steps` times, a second apart, the pods of `workload` recreated as
+/// their owners would.
+fn step(
+    world: &World,
+    controller: &mut WorldController<'_>,
+    workload: &BTreeMap<String, k8s_openapi::api::core::v1::Pod>,
+    steps: usize,
+) -> Vec<StepReport> {
     (0..steps)
         .map(|_| {
-            world.before_step(&workload);
+            world.before_step(workload);
             let r = controller.step();
             world.tick();
             r
         })
         .collect()
+}
+
+fn run(world: &World, steps: usize) -> Vec<StepReport> {
+    step(world, &mut controller(world), &world.pods_by_key(), steps)
 }
 
 #[test]
@@ -281,23 +300,8 @@ fn a_role_change_retires_the_old_profile_only_after_its_nodes_are_gone() {
     use joiner_model::wellknown::annotations::INSTANCE_PROFILE;
     let world = World::learning_lab();
     let workload = world.pods_by_key();
-    let mut controller = Controller::new(
-        &world.store,
-        &world.cloud,
-        &world.clock,
-        world.config.clone(),
-    );
-    let mut step = |n: usize| {
-        (0..n)
-            .map(|_| {
-                world.before_step(&workload);
-                let r = controller.step();
-                world.tick();
-                r
-            })
-            .collect::<Vec<_>>()
-    };
-    step(120);
+    let mut c = controller(&world);
+    step(&world, &mut c, &workload, 120);
     world.assert_settled(2);
     let name = world
         .node_pool()
@@ -320,7 +324,7 @@ fn a_role_change_retires_the_old_profile_only_after_its_nodes_are_gone() {
 
     let mut deleted_at = None;
     for second in 0..3 * 3600 {
-        let r = step(1).remove(0);
+        let r = step(&world, &mut c, &workload, 1).remove(0);
         let old_in_use = world
             .live_claims()
             .iter()
