@@ -1,5 +1,6 @@
 //! The controller: one step of every reconciler at the clock's now.
 
+use crate::throttle::Throttle;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::batcher::Batcher;
@@ -39,6 +40,8 @@ pub struct Controller<S, C, K> {
     node_classes: NodeClassState,
     /// Since when each of the cluster's instance profiles has been seen unused.
     profile_use: gc::profiles::ProfileUse,
+    /// The pause the cloud's throttling asks for.
+    throttle: Throttle,
 }
 
 impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
@@ -59,6 +62,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             interruption: None,
             node_classes: NodeClassState::default(),
             profile_use: gc::profiles::ProfileUse::default(),
+            throttle: Throttle::default(),
         }
     }
 
@@ -76,7 +80,8 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
     /// Runs the interruption queue, EC2NodeClass status, the lifecycle, garbage collection (on its period),
     /// provisioning and disruption once. Failures are logged and reported; each is retried on a later step.
     /// While the store's caches are not synced ([`ClusterStore::synced`]) only the interruption
-    /// queue is read: a notice is recorded, nothing is decided.
+    /// queue is read: a notice is recorded, nothing is decided. After a step in which the cloud
+    /// throttled a call, the same holds for a pause ([`crate::throttle`]).
     pub fn step(&mut self) -> StepReport {
         let now = self.clock.now();
         if self.unavailable.expire(now) > 0 {
@@ -111,6 +116,10 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
                 "waiting for the cluster caches (nothing is decided on a stale view)",
                 e,
             );
+            return report;
+        }
+        if let Some(pause) = self.throttle.paused(now) {
+            report.cloud_paused = Some(pause);
             return report;
         }
         // Node class status before anything plans or launches: the view launches nothing
@@ -158,6 +167,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         if !report.deleted.is_empty() {
             self.batcher.poke();
         }
+        self.throttle.record(now, &report.errors);
         report
     }
 }

@@ -35,6 +35,7 @@ pub mod provisioning;
 mod report;
 pub mod store;
 pub mod termination;
+pub mod throttle;
 pub mod unavailable;
 
 pub use config::Config;

@@ -70,7 +70,13 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
         // One NodeClaim that cannot be handled (a read that fails, a write refused) waits on
         // its own; the others go on.
         if let Err(e) = step_claim(ctx, claim, &nodes, &pods, &pools) {
+            let throttled = matches!(e, ControllerError::Cloud(CloudError::Throttled));
             ctx.error(&format!("NodeClaim {name}"), e);
+            // The account's request budget is spent: the rest wait for the pause that
+            // follows ([`crate::throttle`]) rather than spend what refills.
+            if throttled {
+                break;
+            }
         }
     }
     Ok(())

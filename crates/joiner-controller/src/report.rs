@@ -31,6 +31,9 @@ pub struct StepReport {
     pub launch_templates_deleted: Vec<String>,
     /// Instance profiles garbage collection deleted, by name.
     pub instance_profiles_deleted: Vec<String>,
+    /// How long cloud work still pauses because the cloud throttled an earlier step; the step
+    /// did nothing but read interruption notices.
+    pub cloud_paused: Option<std::time::Duration>,
     /// Whether garbage collection ran in this step.
     pub collected: bool,
     /// Offerings marked unavailable after insufficient capacity.

@@ -414,6 +414,7 @@ mod tests {
             eviction_refused: Vec::new(),
             launch_templates_deleted: Vec::new(),
             instance_profiles_deleted: Vec::new(),
+            cloud_paused: None,
             collected: true,
             unavailable: s(&["g4dn.xlarge/us-east-1a/spot"]),
             unschedulable: vec![("lab/big".into(), "too big".into())],

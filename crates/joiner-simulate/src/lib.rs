@@ -20,6 +20,7 @@
 //! the `joiner` binary so the fuzz harness, the live controller's `--cloud simulated` and the
 //! tests of other crates use the very code `joiner simulate` runs.
 
+pub mod bench;
 pub mod cloud;
 pub mod command;
 mod error;

@@ -408,3 +408,40 @@ fn a_rejected_launch_backs_off_and_says_why() {
     assert_eq!(claim.annotation(annotations::LAUNCH_REJECTIONS), Some("2"));
     world.assert_settled(2);
 }
+
+/// A cloud that keeps throttling is left alone for a pause that grows (2 s, 4 s, ... up to two
+/// minutes), and within a step the first throttled call stops the NodeClaims' launches; once
+/// the throttling ends, the work resumes and settles.
+#[test]
+fn a_throttling_cloud_is_left_alone_for_a_growing_pause() {
+    use joiner_simulate::bench::CountingCloud;
+    let world = World::learning_lab();
+    world.cloud.throttle_next_calls(1_000_000);
+    let cloud = CountingCloud::new(&world.cloud);
+    let mut c = Controller::new(
+        CachedClient::new(&world.store),
+        &cloud,
+        &world.clock,
+        world.config.clone(),
+    );
+    let reports = run(&world, &mut c, 120);
+    let calls: u64 = cloud.take().values().sum();
+    let working: Vec<usize> = reports
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.cloud_paused.is_none())
+        .map(|(i, _)| i)
+        .collect();
+    // Steps 0, 2, 6, 14, 30 and 62 work (each after a pause twice the last); the rest wait.
+    assert!(working.len() <= 7, "{working:?}");
+    assert!(
+        calls <= 8 * working.len() as u64,
+        "{calls} calls in {} working steps",
+        working.len()
+    );
+    assert!(world.running().is_empty());
+    // The throttling ends: within the last pause (two minutes at most) the work resumes.
+    world.cloud.throttle_next_calls(0);
+    run(&world, &mut c, 300);
+    world.assert_settled(2);
+}

@@ -110,3 +110,35 @@ pub fn consolidation(nodes: usize) -> anyhow::Result<()> {
     println!("total {:.3} s", every + round);
     Ok(())
 }
+
+/// The cloud-calls benchmark: what the controller asks of EC2 per step with `nodes` NodeClaims.
+pub fn cloud_calls(nodes: usize) -> anyhow::Result<()> {
+    use joiner_simulate::bench::CloudCall;
+    println!(
+        "\nCloud calls benchmark ({nodes} NodeClaims of one g6.xlarge each against the simulated cloud: launch, registration, five quiet minutes, deletion of every NodeClaim; one step a second)"
+    );
+    let start = Instant::now();
+    let phases = joiner_simulate::bench::cloud_calls(nodes).map_err(anyhow::Error::msg)?;
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{:<16}  {:>6}  {:<32}  {:>8}  {:>12}  {:>14}",
+        "PHASE", "STEPS", "CALL", "TOTAL", "MOST IN STEP", "PER STEP (AVG)"
+    );
+    for phase in &phases {
+        for call in CloudCall::ALL {
+            let Some(&total) = phase.total.get(&call).filter(|n| **n > 0) else {
+                continue;
+            };
+            println!(
+                "{:<16}  {:>6}  {:<32}  {total:>8}  {:>12}  {:>14.2}",
+                phase.name,
+                phase.steps,
+                call.api(),
+                phase.most_in_a_step.get(&call).copied().unwrap_or(0),
+                total as f64 / phase.steps.max(1) as f64
+            );
+        }
+    }
+    println!("({secs:.1} s of CPU time for the whole run)");
+    Ok(())
+}

@@ -92,7 +92,22 @@ enum Command {
         /// Pod counts for the scheduling benchmark.
         #[arg(long, value_delimiter = ',', default_values_t = [1000, 5000, 20000])]
         pods: Vec<usize>,
+        /// Run only this benchmark.
+        #[arg(long, value_enum)]
+        only: Option<BenchSuite>,
+        /// NodeClaims for the cloud-calls benchmark.
+        #[arg(long, default_value_t = 1000)]
+        node_claims: usize,
     },
+}
+
+/// The benchmarks of `joiner bench`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BenchSuite {
+    Scheduling,
+    Dra,
+    Consolidation,
+    CloudCalls,
 }
 
 #[derive(Subcommand)]
@@ -177,9 +192,27 @@ fn main() -> ExitCode {
             report,
             output,
         } => simulate_cmd(&input, scenario, report, output),
-        Command::Bench { pods } => bench::scheduling(&pods)
-            .and_then(|()| bench::dra(500, 8, 5000))
-            .and_then(|()| bench::consolidation(1000)),
+        Command::Bench {
+            pods,
+            only,
+            node_claims,
+        } => {
+            let run = |suite| only.is_none_or(|o| o == suite);
+            let mut result = Ok(());
+            if run(BenchSuite::Scheduling) {
+                result = result.and_then(|()| bench::scheduling(&pods));
+            }
+            if run(BenchSuite::Dra) {
+                result = result.and_then(|()| bench::dra(500, 8, 5000));
+            }
+            if run(BenchSuite::Consolidation) {
+                result = result.and_then(|()| bench::consolidation(1000));
+            }
+            if run(BenchSuite::CloudCalls) {
+                result = result.and_then(|()| bench::cloud_calls(node_claims));
+            }
+            result
+        }
         Command::Controller(_) => unreachable!("handled before logging is set up"),
     };
     match result {
