@@ -90,6 +90,41 @@ fn the_policy_grants_every_call_the_aws_edge_makes() {
     }
 }
 
+/// The resources every launch path needs: reservations and Capacity Blocks (a launch into one
+/// names it), and the image parameters of every AMI family Joiner resolves.
+#[test]
+fn launches_reach_reservations_and_every_image_parameter_root() {
+    let policy = policy();
+    for action in ["ec2:RunInstances", "ec2:CreateFleet"] {
+        assert!(
+            statements_with(&policy, action)
+                .iter()
+                .any(|s| list(&s["Resource"])
+                    .contains(&"arn:aws:ec2:us-west-2:*:capacity-reservation/*")),
+            "{action} cannot use a capacity reservation"
+        );
+    }
+    let parameters: Vec<String> = statements_with(&policy, "ssm:GetParameter")
+        .iter()
+        .flat_map(|s| {
+            list(&s["Resource"])
+                .into_iter()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for root in [
+        joiner_launch::image::EKS_PARAMETER_ROOT,
+        joiner_launch::image::BOTTLEROCKET_PARAMETER_ROOT,
+    ] {
+        let wanted = format!("arn:aws:ssm:us-west-2::parameter{root}/*");
+        assert!(
+            parameters.contains(&wanted),
+            "{wanted} not in {parameters:?}"
+        );
+    }
+}
+
 #[test]
 fn every_write_is_scoped_to_the_clusters_ownership_tags() {
     let policy = policy();

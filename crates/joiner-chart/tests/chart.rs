@@ -227,6 +227,24 @@ fn the_controller_is_highly_available_and_stays_off_the_nodes_it_manages() {
     assert_eq!(service["spec"]["ports"][0]["port"], 8080);
 }
 
+/// Installed with no resources given, the controller is never a BestEffort pod (the first
+/// evicted under node pressure): it requests CPU and memory, and has a memory limit but no CPU
+/// limit, so it is never throttled.
+#[test]
+fn the_controller_requests_resources_when_none_are_given() {
+    let docs = render(&["settings.clusterName=demo-cluster"]);
+    assert_eq!(
+        container(&docs)["resources"],
+        json!({"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}})
+    );
+    let text = std::fs::read_to_string(chart_dir().join("Chart.yaml")).expect("Chart.yaml");
+    let chart: Value = serde_saphyr::from_str(&text).expect("Chart.yaml parses");
+    assert_eq!(
+        chart["kubeVersion"], ">=1.30.0-0",
+        "Karpenter's oldest supported Kubernetes"
+    );
+}
+
 #[test]
 fn the_configmap_holds_settings_the_controller_reads_without_warnings() {
     let docs = render(SEED);
@@ -522,6 +540,13 @@ const RBAC: &[Grant] = &[
         "joiner-runtime lease/api.rs: LeaseApi::get, every try",
     ),
     grant(
+        Scope::Cluster,
+        "coordination.k8s.io",
+        "leases",
+        "get",
+        "joiner-runtime rivals.rs: Karpenter's Lease, every 5 s (only that name)",
+    ),
+    grant(
         Scope::Lease,
         "coordination.k8s.io",
         "leases",
@@ -624,8 +649,19 @@ fn rbac_grants_exactly_what_the_controller_calls_and_no_wildcards() {
             "no {r} cluster-wide"
         );
     }
-    // Leases only in the release namespace.
-    assert!(!grants.iter().any(|(_, r, _)| r == "leases"));
+    // Cluster-wide, only Karpenter's Lease may be read (to stand aside while it runs); the
+    // controller's own is read and written only in the release namespace.
+    let leases: Vec<&Value> = cluster
+        .iter()
+        .filter(|r| r["resources"] == json!(["leases"]))
+        .collect();
+    assert_eq!(
+        leases,
+        [
+            &json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+            "resourceNames": ["karpenter-leader-election"], "verbs": ["get"]})
+        ]
+    );
     assert_eq!(
         named(&docs, "Role", "joiner")["metadata"]["namespace"],
         NAMESPACE

@@ -508,6 +508,7 @@ impl Settings {
         cluster.unknown_keys(&[], &mut warnings);
 
         resolve_dra(&mut s, &mut out, &mut warnings)?;
+        dra_needs_v1(&mut out, &mut warnings);
         s.unknown_keys(UNUSED_KARPENTER_SETTINGS, &mut warnings);
         Ok((out, warnings))
     }
@@ -537,6 +538,33 @@ fn kubernetes_version(v: &Value) -> Result<String, SettingsError> {
             format!("{text:?} is not a version such as \"1.36\""),
         )),
     }
+}
+
+/// The first Kubernetes minor version that serves DRA as `resource.k8s.io/v1`, the only
+/// version Joiner reads.
+pub const DRA_SINCE_MINOR: u32 = 34;
+
+/// DRA asked for on a cluster older than 1.34 is switched off with a warning: its API server
+/// serves no `resource.k8s.io/v1`, so claims could never be read, and pods would wait on claims
+/// Joiner cannot see rather than be planned as Karpenter plans them with DRA ignored.
+fn dra_needs_v1(out: &mut Settings, warnings: &mut Vec<String>) {
+    let mut parts = out.cluster.kubernetes_version.split('.');
+    let version = (
+        parts.next().and_then(|p| p.parse::<u32>().ok()),
+        parts.next().and_then(|p| p.parse::<u32>().ok()),
+    );
+    let (Some(major), Some(minor)) = version else {
+        return;
+    };
+    if (major, minor) >= (1, DRA_SINCE_MINOR) || out.ignore_dra_requests {
+        return;
+    }
+    warnings.push(format!(
+        "settings.cluster.kubernetesVersion: {major}.{minor} serves no resource.k8s.io/v1 (DRA needs Kubernetes 1.{DRA_SINCE_MINOR} or later): DRA is switched off, its requests ignored as with settings.ignoreDRARequests=true"
+    ));
+    out.dra_nvidia_gpu = false;
+    out.dra_efa = false;
+    out.ignore_dra_requests = true;
 }
 
 /// DRA as Karpenter's chart has it: `enableDRA` is shorthand for both AWS DRA gates on and DRA
@@ -728,6 +756,29 @@ settings:
             s.cluster.feature_gates.get("DRAConsumableCapacity"),
             Some(&true)
         );
+    }
+
+    #[test]
+    fn dra_is_switched_off_below_1_34_with_a_warning() {
+        let values = serde_json::json!({"settings": {"enableDRA": true,
+            "cluster": {"kubernetesVersion": "1.30"}}});
+        let (s, warnings) = Settings::from_values(&values).unwrap();
+        assert!(s.ignore_dra_requests && !s.dra_nvidia_gpu && !s.dra_efa);
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.starts_with("settings.cluster.kubernetesVersion: 1.30")),
+            "{warnings:?}"
+        );
+        let values = serde_json::json!({"settings": {"enableDRA": true,
+            "cluster": {"kubernetesVersion": "1.34"}}});
+        let (s, warnings) = Settings::from_values(&values).unwrap();
+        assert!(!s.ignore_dra_requests && s.dra_nvidia_gpu);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        // DRA left off (Karpenter's default) says nothing on an old cluster.
+        let values = serde_json::json!({"settings": {"cluster": {"kubernetesVersion": "1.31"}}});
+        let (_, warnings) = Settings::from_values(&values).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
     }
 
     #[test]

@@ -39,6 +39,8 @@ struct HealthState {
     /// Steps in a row whose cloud calls failed (not throttling, not a refusal), with the last
     /// error.
     cloud_failures: Mutex<(u32, String)>,
+    /// Why another controller keeps this one from acting, while it does.
+    rival: Mutex<Option<String>>,
 }
 
 /// A step running this long is stuck (a call that never returns, a deadlock): `/healthz` fails,
@@ -59,6 +61,11 @@ impl Health {
     /// The cloud provider is constructed.
     pub fn set_cloud_ready(&self) {
         self.0.cloud.store(true, Ordering::Release);
+    }
+
+    /// Another controller runs (`Some(why)`) or no longer does.
+    pub fn set_rival(&self, why: Option<String>) {
+        *lock(&self.0.rival) = why;
     }
 
     /// A step begins (called on the step's own thread).
@@ -93,6 +100,9 @@ impl Health {
         }
         if !self.0.cloud.load(Ordering::Acquire) {
             return Err("the cloud provider is not set up yet".into());
+        }
+        if let Some(why) = lock(&self.0.rival).clone() {
+            return Err(format!("{why}: Joiner does nothing until it stops"));
         }
         let (failures, last) = lock(&self.0.cloud_failures).clone();
         if failures >= CLOUD_FAILURES_BEFORE_NOT_READY {

@@ -23,6 +23,7 @@ mod leader;
 pub mod lease;
 mod live;
 mod metrics;
+pub mod rivals;
 mod run_loop;
 mod stepper;
 
@@ -47,6 +48,9 @@ pub struct Options {
     pub log_format: LogFormat,
     /// How long to wait for the cluster caches to fill at start-up before giving up.
     pub cache_sync_timeout: Duration,
+    /// Leases (`namespace`, `name`) of other controllers acting on the same NodeClaims
+    /// (Karpenter's): while one is held, Joiner does nothing ([`rivals`]).
+    pub rival_leases: Vec<(String, String)>,
 }
 
 /// The `coordination.k8s.io/v1` Lease replicas elect their leader through.

@@ -26,6 +26,7 @@ use crate::interruptions::{self, Polled, Poller};
 use crate::leader::{self, Election, Leadership};
 use crate::lease::{Fence, FencedCloud, FencedQueue, FencedStore, SystemTicker};
 use crate::metrics::{Metrics, record, record_outcomes};
+use crate::rivals;
 use crate::run_loop::{LoopEnd, Timing, drive};
 use crate::stepper::{Step, Stepped, Stepper};
 use crate::{CloudKind, LogFormat, Options};
@@ -435,6 +436,15 @@ async fn run(
         (None, rx, Some(tx))
     };
     tokio::spawn(follow_leadership(leadership.clone(), metrics.clone()));
+    // Never two controllers: while Karpenter holds its Lease, this replica leads nothing.
+    let (rival_tx, rival) = watch::channel(None);
+    tokio::spawn(rivals::watch(
+        client.clone(),
+        options.rival_leases.clone(),
+        rival_tx,
+    ));
+    tokio::spawn(follow_rival(rival.clone(), health.clone()));
+    let leadership = rivals::gate(leadership, rival);
 
     let (events_tx, events_rx) = mpsc::channel(64);
     let reporter = Reporter {
@@ -528,6 +538,16 @@ impl Step for Watched {
 impl Step for Box<dyn Step> {
     fn step(&mut self) -> Stepped {
         (**self).step()
+    }
+}
+
+/// Keeps `/readyz` in step with what [`rivals::watch`] finds.
+async fn follow_rival(mut rival: watch::Receiver<Option<String>>, health: Health) {
+    loop {
+        health.set_rival(rival.borrow_and_update().clone());
+        if rival.changed().await.is_err() {
+            return;
+        }
     }
 }
 

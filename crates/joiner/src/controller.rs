@@ -64,12 +64,39 @@ pub struct Args {
     /// How long to wait for the cluster caches to fill at start-up, in seconds, before giving up.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub cache_sync_timeout: u64,
+    /// Another controller's leader Lease (Karpenter's): while it is held, Joiner does nothing.
+    /// Repeat for each namespace Karpenter may run in; `none` watches none.
+    #[arg(
+        long = "karpenter-lease",
+        value_name = "NAMESPACE/NAME",
+        default_values_t = [
+            "kube-system/karpenter-leader-election".to_string(),
+            "karpenter/karpenter-leader-election".to_string(),
+        ]
+    )]
+    pub karpenter_leases: Vec<String>,
 }
 
 #[cfg_attr(not(feature = "controller"), allow(dead_code))]
 impl Args {
     pub fn cache_sync_timeout(&self) -> Duration {
         Duration::from_secs(self.cache_sync_timeout)
+    }
+
+    /// The `--karpenter-lease` values as (namespace, name); an error names a malformed one.
+    pub fn rival_leases(&self) -> Result<Vec<(String, String)>, String> {
+        self.karpenter_leases
+            .iter()
+            .filter(|l| l.as_str() != "none")
+            .map(|l| match l.split_once('/') {
+                Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                    Ok((ns.to_string(), name.to_string()))
+                }
+                _ => Err(format!(
+                    "--karpenter-lease {l:?}: expected NAMESPACE/NAME (or none)"
+                )),
+            })
+            .collect()
     }
 }
 
@@ -90,6 +117,13 @@ pub enum LogFormat {
 /// `--set` are read as `joiner plan` reads them, once the controller's logging is up.
 #[cfg(feature = "controller")]
 pub fn run(args: Args) -> ExitCode {
+    let rival_leases = match args.rival_leases() {
+        Ok(leases) => leases,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let options = joiner_runtime::Options {
         cloud: match args.cloud {
             CloudKind::Aws => joiner_runtime::CloudKind::Aws,
@@ -107,6 +141,7 @@ pub fn run(args: Args) -> ExitCode {
             LogFormat::Text => joiner_runtime::LogFormat::Text,
         },
         cache_sync_timeout: args.cache_sync_timeout(),
+        rival_leases,
     };
     joiner_runtime::main(options, || {
         crate::load::load_values(&args.values, &args.set).map_err(Into::into)
@@ -152,6 +187,35 @@ mod tests {
         assert_eq!(a.health_addr, "0.0.0.0:8081".parse().unwrap());
         assert_eq!(a.log_format, LogFormat::Json);
         assert!(!a.kwok);
+    }
+
+    #[test]
+    fn karpenters_lease_is_watched_in_both_usual_namespaces_unless_told() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(
+            a.rival_leases().unwrap(),
+            [
+                (
+                    "kube-system".to_string(),
+                    "karpenter-leader-election".to_string()
+                ),
+                (
+                    "karpenter".to_string(),
+                    "karpenter-leader-election".to_string()
+                ),
+            ]
+        );
+        let a = parse(&["--karpenter-lease", "platform/karpenter-leader-election"]).unwrap();
+        assert_eq!(a.rival_leases().unwrap().len(), 1);
+        assert!(
+            parse(&["--karpenter-lease", "none"])
+                .unwrap()
+                .rival_leases()
+                .unwrap()
+                .is_empty()
+        );
+        let bad = parse(&["--karpenter-lease", "karpenter-leader-election"]).unwrap();
+        assert!(bad.rival_leases().unwrap_err().contains("NAMESPACE/NAME"));
     }
 
     #[test]

@@ -58,6 +58,11 @@ impl LeaseApi {
         }
     }
 
+    /// The Lease as stored, if it exists (to watch another controller's).
+    pub(crate) async fn read(&self) -> Result<Option<LeaseRecord>, String> {
+        self.get().await
+    }
+
     async fn get(&self) -> Result<Option<LeaseRecord>, String> {
         match self.within(self.api.get_opt(&self.name)).await {
             Ok(lease) => lease.map(|l| record_of(&l)).transpose(),

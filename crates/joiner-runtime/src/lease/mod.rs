@@ -14,8 +14,9 @@ pub use elector::{Elector, LeaseRecord, Next, Standing, Timings};
 pub use fence::{Fence, IN_FLIGHT_MARGIN, ManualTicker, Revoked, SystemTicker, Ticker};
 pub use fenced::{FencedCloud, FencedQueue, FencedStore};
 
-/// Where this replica stands in the election, as the loop sees it. It only ever moves
-/// forward: waiting, leading, lost.
+/// Where this replica stands in the election, as the loop sees it. The election only ever moves
+/// it forward: waiting, leading, lost; the loops see it through [`crate::rivals::gate`], which
+/// turns leading back to waiting while another controller runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Leadership {
     /// Another replica holds the Lease (or nobody yet): do not step.
