@@ -15,6 +15,9 @@
 //!   NodeClaim records its provider ID and none fails to decode. A failed listing of either side
 //!   (caches not synced, the NodeClaim CRD missing, a throttled DescribeInstances) stops the
 //!   whole pass.
+//! - **A duplicate instance**, past the same grace, is terminated when the NodeClaim it names
+//!   exists and, read past the cache, records another instance: two controllers (a Karpenter
+//!   not yet stopped) launched for the same NodeClaim and the other's launch was recorded.
 //! - **A NodeClaim without its instance** (launched, not deleting) is deleted when the cloud
 //!   says the instance is terminated, or when it has not found the instance for longer than
 //!   [`Config::instance_not_found_grace`](crate::Config::instance_not_found_grace) since the
@@ -78,7 +81,8 @@ fn terminate_orphans<S: ClusterStore, C: CloudProvider>(
         .iter()
         .filter_map(|c| c.status.provider_id.as_deref())
         .collect();
-    let names: BTreeSet<&str> = claims.iter().map(NodeClaim::name).collect();
+    let by_name: std::collections::BTreeMap<&str, &NodeClaim> =
+        claims.iter().map(|c| (c.name(), c)).collect();
     for i in instances {
         if !tags::is_owned(&i.tags, &ctx.config.cluster_name)
             || recorded.contains(i.provider_id().as_str())
@@ -103,7 +107,34 @@ fn terminate_orphans<S: ClusterStore, C: CloudProvider>(
             }
             continue;
         };
-        if names.contains(claim.as_str()) {
+        // Its NodeClaim exists: the instance is kept while the NodeClaim has recorded no
+        // instance yet (the write may be in flight). One that recorded another instance is
+        // served by that one: this is a duplicate (two controllers launched for it).
+        if let Some(c) = by_name.get(claim.as_str()) {
+            if c.status.provider_id.is_none() {
+                continue;
+            }
+            // The cache may hold an older NodeClaim of the same name: only the API server's
+            // copy, recording another instance, proves this one a duplicate.
+            let fresh = match ctx.store.get_uncached::<NodeClaim>(None, claim) {
+                Ok(fresh) => fresh,
+                Err(e) => {
+                    ctx.error(
+                        &format!("reading NodeClaim {claim} before collecting {}", i.id),
+                        e,
+                    );
+                    continue;
+                }
+            };
+            let recorded = fresh.and_then(|f| f.status.provider_id);
+            let Some(recorded) = recorded.filter(|p| *p != i.provider_id()) else {
+                continue;
+            };
+            tracing::warn!(instance = %i.id, nodeclaim = %claim, %recorded, "the instance's NodeClaim records another instance; terminating the duplicate");
+            match ctx.cloud.terminate(&i.id) {
+                Ok(()) => ctx.report.terminated.push(i.id.clone()),
+                Err(e) => ctx.error(&format!("terminating duplicate {}", i.id), e),
+            }
             continue;
         }
         if undecodable.contains(claim) {

@@ -409,7 +409,15 @@ fn record_launch<S: ClusterStore, C: CloudProvider>(
         .launch_option(&pool, &instance.instance_type)
         .cloned();
     let now = k8s_time(ctx.now);
+    let ours = instance.provider_id();
+    // Another controller (a Karpenter not yet stopped) may have launched for the same
+    // NodeClaim and recorded its instance first: that record is never overwritten.
+    let recorded_by_another = std::cell::Cell::new(None);
     update_claim(ctx, claim, |c| {
+        if let Some(other) = c.status.provider_id.as_ref().filter(|p| **p != ours) {
+            recorded_by_another.set(Some(other.clone()));
+            return;
+        }
         let mut l = c.labels();
         if let Some(o) = &option {
             l.extend(o.labels.clone());
@@ -445,7 +453,14 @@ fn record_launch<S: ClusterStore, C: CloudProvider>(
         c.status.provider_id = Some(instance.provider_id());
         c.status.image_id = Some(instance.image_id.clone());
         c.set_condition(conditions::LAUNCHED, true, "Launched", "", now.clone());
-    })
+    })?;
+    if let Some(other) = recorded_by_another.take() {
+        // Ours is the duplicate: launched by this controller, for a need already served.
+        tracing::warn!(instance = %instance.id, recorded = %other, "the NodeClaim records another instance; terminating the one launched for it here");
+        ctx.cloud.terminate(&instance.id)?;
+        ctx.report.terminated.push(instance.id.clone());
+    }
+    Ok(())
 }
 
 /// Applies `change` and writes; on a conflict re-reads once from the API server (the cache

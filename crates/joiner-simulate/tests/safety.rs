@@ -10,12 +10,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{CLUSTER, World};
+use common::{CLUSTER, HookedStore, World};
 use joiner_controller::cloud::{CloudProvider, Instance, OfferingKey};
-use joiner_controller::store::{
-    CachedClient, ClusterStore, Deleted, InMemoryCluster, ObjectKey, Preconditions, Resource,
-    StoreError,
-};
+use joiner_controller::store::{CachedClient, ClusterStore, ObjectKey, StoreError};
 use joiner_controller::{Config, Controller, StepReport};
 use joiner_engine::catalog::CapacityType;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
@@ -206,60 +203,6 @@ fn a_node_pool_or_class_that_does_not_decode_keeps_its_nodes() {
     assert!(world.cloud.terminate_calls().is_empty());
 }
 
-/// A store whose NodeClaim listing fails (caches not synced, the CRD missing, the API server
-/// down): garbage collection must conclude nothing.
-struct NodeClaimsUnreadable<'a>(&'a InMemoryCluster);
-
-impl ClusterStore for NodeClaimsUnreadable<'_> {
-    fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
-        if K::KIND == "NodeClaim" {
-            return Err(StoreError::Unavailable(
-                "NodeClaim (karpenter.sh/v1/nodeclaims): not served by the API server".into(),
-            ));
-        }
-        self.0.list()
-    }
-    fn get<K: Resource>(&self, ns: Option<&str>, name: &str) -> Result<Option<K>, StoreError> {
-        self.0.get(ns, name)
-    }
-    fn get_uncached<K: Resource>(
-        &self,
-        ns: Option<&str>,
-        name: &str,
-    ) -> Result<Option<K>, StoreError> {
-        self.0.get_uncached(ns, name)
-    }
-    fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
-        self.0.undecodable::<K>()
-    }
-    fn synced(&self) -> Result<(), StoreError> {
-        self.0.synced()
-    }
-    fn pods_on_node_uncached(
-        &self,
-        node: &str,
-    ) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, StoreError> {
-        self.0.pods_on_node_uncached(node)
-    }
-    fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
-        self.0.create(object)
-    }
-    fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
-        self.0.update(object)
-    }
-    fn delete_if<K: Resource>(
-        &self,
-        ns: Option<&str>,
-        name: &str,
-        only: Preconditions<'_>,
-    ) -> Result<Deleted, StoreError> {
-        self.0.delete_if::<K>(ns, name, only)
-    }
-    fn evict(&self, ns: &str, name: &str, only: Preconditions<'_>) -> Result<Deleted, StoreError> {
-        self.0.evict(ns, name, only)
-    }
-}
-
 #[test]
 fn an_unreadable_nodeclaim_list_collects_nothing() {
     let world = World::learning_lab();
@@ -267,12 +210,16 @@ fn an_unreadable_nodeclaim_list_collects_nothing() {
     run(&world, &mut c, 120);
     world.assert_settled(2);
     let instances: Vec<String> = world.running().into_iter().map(|i| i.id).collect();
-    let mut blind = Controller::new(
-        NodeClaimsUnreadable(&world.store),
-        &world.cloud,
-        &world.clock,
-        world.config.clone(),
-    );
+    // A store whose NodeClaim listing fails (caches not synced, the CRD missing, the API
+    // server down): garbage collection must conclude nothing.
+    let mut unreadable = HookedStore::new(&world.store);
+    unreadable.failing_list = Some((
+        "NodeClaim",
+        StoreError::Unavailable(
+            "NodeClaim (karpenter.sh/v1/nodeclaims): not served by the API server".into(),
+        ),
+    ));
+    let mut blind = Controller::new(unreadable, &world.cloud, &world.clock, world.config.clone());
     for _ in 0..300 {
         let r = blind.step();
         assert!(r.terminated.is_empty() && r.deleted.is_empty(), "{r:?}");
@@ -444,4 +391,93 @@ fn a_throttling_cloud_is_left_alone_for_a_growing_pause() {
     world.cloud.throttle_next_calls(0);
     run(&world, &mut c, 300);
     world.assert_settled(2);
+}
+
+/// A second instance tagged for a NodeClaim that records another one (two controllers launched
+/// for it: a Karpenter not yet stopped) is terminated as a duplicate once past the grace; the
+/// recorded instance is never touched, nor an instance of a NodeClaim that records none yet.
+#[test]
+fn a_duplicate_instance_of_a_recorded_nodeclaim_is_collected() {
+    let world = World::learning_lab();
+    let mut c = controller(&world, world.config.clone());
+    run(&world, &mut c, 120);
+    world.assert_settled(2);
+    let claim = world.live_claims()[0].clone();
+    let recorded = common::instance_of(&claim);
+    let real = world
+        .running()
+        .into_iter()
+        .find(|i| i.id == recorded)
+        .expect("the recorded instance");
+    let duplicate = world.cloud.launch_untracked(
+        &OfferingKey {
+            instance_type: real.instance_type.clone(),
+            zone: real.zone.clone(),
+            capacity_type: real.capacity_type,
+        },
+        real.tags.clone(),
+    );
+    // Stepped by hand: until it is collected the NodeClaim has two instances, which `run`
+    // refuses.
+    let workload = world.pods_by_key();
+    let mut terminated = Vec::new();
+    for _ in 0..300 {
+        world.before_step(&workload);
+        terminated.extend(c.step().terminated);
+        world.tick();
+    }
+    assert_eq!(terminated, [duplicate.id]);
+    assert!(world.running().iter().any(|i| i.id == recorded));
+    world.assert_settled(3);
+}
+
+/// The instance another controller records on a NodeClaim.
+const THEIRS: &str = "aws:///us-east-1a/i-0another0000000000";
+
+/// The API server as another controller races it: just before Joiner records its launch on a
+/// NodeClaim, the other records an instance of its own there (Joiner's write then conflicts).
+fn another_controller_records_first(world: &World) -> HookedStore<'_> {
+    let mut store = HookedStore::new(&world.store);
+    store.before_update = Box::new(|server, kind, sent| {
+        if kind != "NodeClaim" || sent["status"]["providerID"].is_null() {
+            return;
+        }
+        let name = sent["metadata"]["name"].as_str().unwrap_or_default();
+        let stored: Option<NodeClaim> = server.get(None, name).expect("get");
+        if let Some(mut stored) = stored.filter(|s| s.status.provider_id.is_none()) {
+            stored.status.provider_id = Some(THEIRS.into());
+            server
+                .update(&stored)
+                .expect("the other controller's write");
+        }
+    });
+    store
+}
+
+/// When another controller recorded its instance on the NodeClaim first, Joiner's launch is the
+/// duplicate: the other's record stands and Joiner terminates the instance it launched.
+#[test]
+fn a_launch_another_controller_recorded_first_is_terminated_not_recorded() {
+    let world = World::learning_lab();
+    let mut c = Controller::new(
+        another_controller_records_first(&world),
+        &world.cloud,
+        &world.clock,
+        world.config.clone(),
+    );
+    let workload = world.pods_by_key();
+    let mut launched = Vec::new();
+    let mut terminated = Vec::new();
+    for _ in 0..30 {
+        world.before_step(&workload);
+        let r = c.step();
+        launched.extend(r.launched.into_iter().map(|(_, i)| i));
+        terminated.extend(r.terminated);
+        world.tick();
+    }
+    assert_eq!(launched.len(), 2, "{launched:?}");
+    assert_eq!(terminated, launched, "each launch is undone");
+    for claim in world.live_claims() {
+        assert_eq!(claim.status.provider_id.as_deref(), Some(THEIRS));
+    }
 }

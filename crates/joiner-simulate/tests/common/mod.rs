@@ -500,3 +500,74 @@ impl XorShift {
         self.next() % n.max(1)
     }
 }
+
+/// The in-memory API server with two hooks, for tests of one misbehaviour: a kind whose
+/// listing fails, and something another writer does just before each update reaches it.
+pub struct HookedStore<'a> {
+    pub inner: &'a InMemoryCluster,
+    /// The error a listing of this kind answers, if any.
+    pub failing_list: Option<(&'static str, StoreError)>,
+    /// Called with the server and the object (as JSON) before each update is applied.
+    pub before_update: Box<BeforeUpdate<'a>>,
+}
+
+/// What another writer does before an update reaches the server: given the server, the kind
+/// and the object sent.
+pub type BeforeUpdate<'a> = dyn Fn(&InMemoryCluster, &'static str, &serde_json::Value) + 'a;
+
+impl<'a> HookedStore<'a> {
+    pub fn new(inner: &'a InMemoryCluster) -> Self {
+        HookedStore {
+            inner,
+            failing_list: None,
+            before_update: Box::new(|_, _, _| {}),
+        }
+    }
+}
+
+impl ClusterStore for HookedStore<'_> {
+    fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
+        match &self.failing_list {
+            Some((kind, e)) if *kind == K::KIND => Err(e.clone()),
+            _ => self.inner.list(),
+        }
+    }
+    fn get<K: Resource>(&self, ns: Option<&str>, name: &str) -> Result<Option<K>, StoreError> {
+        self.inner.get(ns, name)
+    }
+    fn get_uncached<K: Resource>(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, StoreError> {
+        self.inner.get_uncached(ns, name)
+    }
+    fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
+        self.inner.undecodable::<K>()
+    }
+    fn synced(&self) -> Result<(), StoreError> {
+        self.inner.synced()
+    }
+    fn pods_on_node_uncached(&self, node: &str) -> Result<Vec<Pod>, StoreError> {
+        self.inner.pods_on_node_uncached(node)
+    }
+    fn create<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        self.inner.create(object)
+    }
+    fn update<K: Resource>(&self, object: &K) -> Result<K, StoreError> {
+        let json = serde_json::to_value(object).unwrap_or_default();
+        (self.before_update)(self.inner, K::KIND, &json);
+        self.inner.update(object)
+    }
+    fn delete_if<K: Resource>(
+        &self,
+        ns: Option<&str>,
+        name: &str,
+        only: Preconditions<'_>,
+    ) -> Result<Deleted, StoreError> {
+        self.inner.delete_if::<K>(ns, name, only)
+    }
+    fn evict(&self, ns: &str, name: &str, only: Preconditions<'_>) -> Result<Deleted, StoreError> {
+        self.inner.evict(ns, name, only)
+    }
+}
