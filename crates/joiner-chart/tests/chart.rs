@@ -131,7 +131,11 @@ fn the_deployment_runs_the_controller_command_with_the_seed_resources() {
             "0.0.0.0:8081",
             "--leader-elect=true",
             "--log-format",
-            "json"
+            "json",
+            "--karpenter-lease",
+            "kube-system/karpenter-leader-election",
+            "--karpenter-lease",
+            "karpenter/karpenter-leader-election"
         ])
     );
     let env: BTreeMap<&str, &Value> = c["env"]

@@ -252,6 +252,10 @@ mod tests {
             "lease",
             "--log-format",
             "text",
+            "--karpenter-lease",
+            "kube-system/karpenter-leader-election",
+            "--karpenter-lease",
+            "karpenter/karpenter-leader-election",
         ])
         .unwrap();
         assert_eq!(a.values.len(), 2);
@@ -266,6 +270,7 @@ mod tests {
         assert_eq!(a.leader_election_namespace.as_deref(), Some("joiner"));
         assert_eq!(a.leader_election_name, "lease");
         assert_eq!(a.log_format, LogFormat::Text);
+        assert_eq!(a.rival_leases().unwrap().len(), 2);
         assert!(parse(&["--cloud", "gcp"]).is_err());
         assert!(parse(&["--metrics-addr", "localhost"]).is_err());
     }
