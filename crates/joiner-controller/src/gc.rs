@@ -56,16 +56,25 @@ pub fn collect<S: ClusterStore, C: CloudProvider>(
     let instances = ctx.cloud.list(&ctx.config.cluster_name)?;
     terminate_orphans(ctx, &claims, &undecodable, &instances);
     delete_claims_without_instances(ctx, &claims, &instances);
-    // Launch templates of EC2NodeClasses that changed or went; only from a full listing, and
-    // never while a class fails to decode (its templates may still be in use).
-    if ctx.store.undecodable::<EC2NodeClass>()?.is_empty() {
-        let classes = ctx.store.list::<EC2NodeClass>()?;
-        match ctx.cloud.delete_unused_launch_templates(&classes) {
-            Ok(deleted) => ctx.report.launch_templates_deleted.extend(deleted),
-            Err(e) => ctx.error("deleting unused launch templates", e),
-        }
+    // Launch templates and instance profiles of EC2NodeClasses that changed or went; only from
+    // a full listing, and never while a class (or, for profiles, a NodeClaim) fails to decode:
+    // what it uses cannot be known.
+    if !ctx.store.undecodable::<EC2NodeClass>()?.is_empty() {
+        tracing::warn!(
+            "an EC2NodeClass does not decode: no launch template or instance profile is collected"
+        );
+        return Ok(());
     }
-    if let Err(e) = profiles::collect(ctx, profile_use, &claims, &instances) {
+    let classes = ctx.store.list::<EC2NodeClass>()?;
+    match ctx.cloud.delete_unused_launch_templates(&classes) {
+        Ok(deleted) => ctx.report.launch_templates_deleted.extend(deleted),
+        Err(e) => ctx.error("deleting unused launch templates", e),
+    }
+    if !undecodable.is_empty() {
+        tracing::warn!("a NodeClaim does not decode: no instance profile is collected");
+        return Ok(());
+    }
+    if let Err(e) = profiles::collect(ctx, profile_use, &classes, &claims, &instances) {
         ctx.error("collecting instance profiles", e);
     }
     Ok(())
@@ -77,15 +86,16 @@ fn terminate_orphans<S: ClusterStore, C: CloudProvider>(
     undecodable: &BTreeSet<String>,
     instances: &[Instance],
 ) {
+    // By instance id: a provider ID written before EC2 said the zone differs in text only.
     let recorded: BTreeSet<&str> = claims
         .iter()
-        .filter_map(|c| c.status.provider_id.as_deref())
+        .filter_map(|c| c.status.provider_id.as_deref().and_then(instance_id_of))
         .collect();
     let by_name: std::collections::BTreeMap<&str, &NodeClaim> =
         claims.iter().map(|c| (c.name(), c)).collect();
     for i in instances {
         if !tags::is_owned(&i.tags, &ctx.config.cluster_name)
-            || recorded.contains(i.provider_id().as_str())
+            || recorded.contains(i.id.as_str())
             || elapsed(ctx.now, i.launch_time) < ctx.config.gc_grace
         {
             continue;
@@ -127,7 +137,8 @@ fn terminate_orphans<S: ClusterStore, C: CloudProvider>(
                 }
             };
             let recorded = fresh.and_then(|f| f.status.provider_id);
-            let Some(recorded) = recorded.filter(|p| *p != i.provider_id()) else {
+            let Some(recorded) = recorded.filter(|p| instance_id_of(p) != Some(i.id.as_str()))
+            else {
                 continue;
             };
             tracing::warn!(instance = %i.id, nodeclaim = %claim, %recorded, "the instance's NodeClaim records another instance; terminating the duplicate");

@@ -14,7 +14,9 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 
 use crate::clock::{add, k8s_time};
-use crate::cloud::{CloudError, CloudProvider, Instance, LaunchRequest, Offer, OfferingKey};
+use crate::cloud::{
+    CloudError, CloudProvider, Instance, LaunchRequest, Offer, OfferingKey, instance_id_of,
+};
 use crate::context::Ctx;
 use crate::error::ControllerError;
 use crate::nodeclaim::launch::{offers_for, request_for, requested_dra_drivers, reserved_offers};
@@ -409,12 +411,17 @@ fn record_launch<S: ClusterStore, C: CloudProvider>(
         .launch_option(&pool, &instance.instance_type)
         .cloned();
     let now = k8s_time(ctx.now);
-    let ours = instance.provider_id();
     // Another controller (a Karpenter not yet stopped) may have launched for the same
-    // NodeClaim and recorded its instance first: that record is never overwritten.
+    // NodeClaim and recorded its instance first: that record is never overwritten. Instances
+    // are compared by id: a provider ID written before EC2 said the zone differs in text only.
     let recorded_by_another = std::cell::Cell::new(None);
     update_claim(ctx, claim, |c| {
-        if let Some(other) = c.status.provider_id.as_ref().filter(|p| **p != ours) {
+        if let Some(other) = c
+            .status
+            .provider_id
+            .as_ref()
+            .filter(|p| instance_id_of(p) != Some(instance.id.as_str()))
+        {
             recorded_by_another.set(Some(other.clone()));
             return;
         }

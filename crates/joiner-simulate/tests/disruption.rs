@@ -3,6 +3,7 @@
 
 mod common;
 
+use joiner_simulate::bench::{CloudCall, CountingCloud};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ops::Deref;
@@ -260,69 +261,6 @@ fn a_drain_held_by_a_budget_does_not_hold_back_consolidation_elsewhere() {
     );
 }
 
-/// A cloud that counts the reads the controller makes of it.
-struct Counting<'a> {
-    inner: &'a SimulatedCloud,
-    lists: std::cell::Cell<u64>,
-    gets: std::cell::Cell<u64>,
-}
-
-impl joiner_controller::cloud::CloudProvider for Counting<'_> {
-    fn launch(
-        &self,
-        r: &joiner_controller::cloud::LaunchRequest,
-    ) -> Result<joiner_controller::cloud::Launched, joiner_controller::cloud::CloudError> {
-        self.inner.launch(r)
-    }
-    fn terminate(&self, id: &str) -> Result<(), joiner_controller::cloud::CloudError> {
-        self.inner.terminate(id)
-    }
-    fn get(
-        &self,
-        id: &str,
-    ) -> Result<Option<joiner_controller::cloud::Instance>, joiner_controller::cloud::CloudError>
-    {
-        self.gets.set(self.gets.get() + 1);
-        self.inner.get(id)
-    }
-    fn list(
-        &self,
-        cluster: &str,
-    ) -> Result<Vec<joiner_controller::cloud::Instance>, joiner_controller::cloud::CloudError> {
-        self.lists.set(self.lists.get() + 1);
-        self.inner.list(cluster)
-    }
-    fn instance_types(
-        &self,
-    ) -> Result<
-        Vec<joiner_controller::cloud::CloudInstanceType>,
-        joiner_controller::cloud::CloudError,
-    > {
-        self.inner.instance_types()
-    }
-    fn delete_unused_launch_templates(
-        &self,
-        classes: &[joiner_model::api::EC2NodeClass],
-    ) -> Result<Vec<String>, joiner_controller::cloud::CloudError> {
-        self.inner.delete_unused_launch_templates(classes)
-    }
-    fn list_instance_profiles(&self) -> Result<Vec<String>, joiner_controller::cloud::CloudError> {
-        self.inner.list_instance_profiles()
-    }
-    fn delete_instance_profile(
-        &self,
-        name: &str,
-    ) -> Result<(), joiner_controller::cloud::CloudError> {
-        self.inner.delete_instance_profile(name)
-    }
-    fn resolve_node_class(
-        &self,
-        class: &joiner_model::api::EC2NodeClass,
-    ) -> joiner_controller::cloud::NodeClassResolution {
-        self.inner.resolve_node_class(class)
-    }
-}
-
 /// The instance reads of one step do not grow with the NodeClaims: one listing, shared by
 /// every NodeClaim launching and every NodeClaim terminating, where each used to list (or
 /// describe) the instances on its own. `JOINER_CALLS_PODS` sets the size (the closing figures of
@@ -338,11 +276,7 @@ fn one_step_reads_the_instances_once_however_many_nodeclaims() {
         p.spec.disruption.consolidate_after = "Never".into();
         p.spec.disruption.budgets[0].nodes = "100%".into();
     });
-    let counting = Counting {
-        inner: &world.cloud,
-        lists: Default::default(),
-        gets: Default::default(),
-    };
+    let counting = CountingCloud::new(&world.cloud);
     let mut c = Controller::new(
         &world.store,
         &counting,
@@ -350,14 +284,16 @@ fn one_step_reads_the_instances_once_however_many_nodeclaims() {
         world.config.clone(),
     );
     let mut step = |world: &World| -> (StepReport, u64, u64) {
-        let before = (counting.lists.get(), counting.gets.get());
+        counting.take();
         world.before_step(&world.workload.borrow());
         let r = c.step();
         world.tick();
+        let calls = counting.take();
+        let count = |call| calls.get(&call).copied().unwrap_or(0);
         (
             r,
-            counting.lists.get() - before.0,
-            counting.gets.get() - before.1,
+            count(CloudCall::ListInstances),
+            count(CloudCall::DescribeInstance),
         )
     };
     let mut launching = (0, 0, 0);

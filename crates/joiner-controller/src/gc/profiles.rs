@@ -12,7 +12,8 @@
 //! [`Config::instance_profile_grace`](crate::Config::instance_profile_grace); a profile first
 //! seen unused starts that clock, so after a restart nothing goes before the grace has passed
 //! again. A pass that cannot read everything (a NodeClaim or EC2NodeClass that does not
-//! decode, a failed listing) decides nothing and keeps the clocks as they were.
+//! decode, a failed listing: the caller checks) decides nothing and keeps the clocks as they
+//! were.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -82,24 +83,17 @@ pub fn in_use(
 }
 
 /// One pass: lists the cluster's profiles and deletes those unused for the grace period.
-/// `instances` is the cluster's full listing, read this pass.
+/// `classes`, `claims` and `instances` are full listings read this pass, each of which decoded
+/// whole.
 pub fn collect<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     state: &mut ProfileUse,
+    classes: &[EC2NodeClass],
     claims: &[NodeClaim],
     instances: &[Instance],
 ) -> Result<(), ControllerError> {
-    if !ctx.store.undecodable::<NodeClaim>()?.is_empty()
-        || !ctx.store.undecodable::<EC2NodeClass>()?.is_empty()
-    {
-        tracing::warn!(
-            "a NodeClaim or EC2NodeClass does not decode: no instance profile is collected"
-        );
-        return Ok(());
-    }
-    let classes = ctx.store.list::<EC2NodeClass>()?;
     let listed = ctx.cloud.list_instance_profiles()?;
-    let used = in_use(&classes, claims, instances);
+    let used = in_use(classes, claims, instances);
     let grace = ctx.config.instance_profile_grace;
     for name in state.unused_for(&listed, &used, ctx.now, grace) {
         tracing::info!(instance_profile = %name, "no EC2NodeClass, NodeClaim or instance uses the instance profile; deleting it");
