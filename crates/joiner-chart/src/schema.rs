@@ -4,7 +4,9 @@
 //! `required`, `additionalProperties`, `items`, `anyOf`, and the Kubernetes extensions
 //! `x-kubernetes-int-or-string`, `x-kubernetes-preserve-unknown-fields` and
 //! `x-kubernetes-validations` (CEL rules, evaluated with the `cel` crate with `self` bound to the
-//! value; rules that read `oldSelf` only apply on update and are skipped).
+//! value; rules that read `oldSelf` are transition rules, checked by [`validate_update`] with
+//! `oldSelf` bound to the stored value where the API server can correlate one: through object
+//! properties, map entries and the items of `map` lists, not through other lists).
 //!
 //! Unknown fields are errors here, as with the API server's strict field validation (what
 //! `kubectl apply` asks for), so a misspelt field in an example fails its test instead of being
@@ -30,7 +32,16 @@ pub struct SchemaError {
 /// Every violation of `schema` by `value`, in document order; empty when it is valid.
 pub fn validate(schema: &Value, value: &Value) -> Vec<SchemaError> {
     let mut errors = Vec::new();
-    check(schema, value, "", &mut errors);
+    check(schema, value, None, "", &mut errors);
+    errors
+}
+
+/// Every violation of `schema` by `value` as an update of the stored `old`: what [`validate`]
+/// finds, and the transition rules (those reading `oldSelf`) that fail, such as a NodeClaim's
+/// immutable spec.
+pub fn validate_update(schema: &Value, value: &Value, old: &Value) -> Vec<SchemaError> {
+    let mut errors = Vec::new();
+    check(schema, value, Some(old), "", &mut errors);
     errors
 }
 
@@ -110,7 +121,13 @@ fn type_matches(ty: &str, value: &Value) -> bool {
     }
 }
 
-fn check(schema: &Value, value: &Value, path: &str, errors: &mut Vec<SchemaError>) {
+fn check(
+    schema: &Value,
+    value: &Value,
+    old: Option<&Value>,
+    path: &str,
+    errors: &mut Vec<SchemaError>,
+) {
     if value.is_null() {
         if !flag(schema, "nullable") && schema.get("type").is_some() {
             push(errors, path, "must not be null");
@@ -148,16 +165,16 @@ fn check(schema: &Value, value: &Value, path: &str, errors: &mut Vec<SchemaError
     match value {
         Value::String(s) => check_string(schema, s, path, errors),
         Value::Number(n) => check_number(schema, n, path, errors),
-        Value::Array(items) => check_array(schema, items, path, errors),
-        Value::Object(map) => check_object(schema, map, path, errors),
+        Value::Array(items) => check_array(schema, items, old, path, errors),
+        Value::Object(map) => check_object(schema, map, old, path, errors),
         _ => {}
     }
-    check_rules(schema, value, path, errors);
+    check_rules(schema, value, old, path, errors);
 }
 
 fn validate_at(schema: &Value, value: &Value, path: &str) -> Vec<SchemaError> {
     let mut errors = Vec::new();
-    check(schema, value, path, &mut errors);
+    check(schema, value, None, path, &mut errors);
     errors
 }
 
@@ -202,7 +219,13 @@ fn check_number(schema: &Value, n: &serde_json::Number, path: &str, errors: &mut
     }
 }
 
-fn check_array(schema: &Value, items: &[Value], path: &str, errors: &mut Vec<SchemaError>) {
+fn check_array(
+    schema: &Value,
+    items: &[Value],
+    old: Option<&Value>,
+    path: &str,
+    errors: &mut Vec<SchemaError>,
+) {
     let len = items.len() as u64;
     if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
         && len < min
@@ -216,14 +239,32 @@ fn check_array(schema: &Value, items: &[Value], path: &str, errors: &mut Vec<Sch
     }
     if let Some(item_schema) = schema.get("items") {
         for (i, item) in items.iter().enumerate() {
-            check(item_schema, item, &format!("{path}[{i}]"), errors);
+            let old_item = old.and_then(|o| correlated_item(schema, item, o));
+            check(item_schema, item, old_item, &format!("{path}[{i}]"), errors);
         }
     }
+}
+
+/// The stored item of a `map` list with the same keys as `item`; other lists have none.
+fn correlated_item<'a>(schema: &Value, item: &Value, old: &'a Value) -> Option<&'a Value> {
+    if schema.get("x-kubernetes-list-type").and_then(Value::as_str) != Some("map") {
+        return None;
+    }
+    let keys: Vec<&str> = schema
+        .get("x-kubernetes-list-map-keys")?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    old.as_array()?
+        .iter()
+        .find(|o| keys.iter().all(|k| o.get(k) == item.get(k)))
 }
 
 fn check_object(
     schema: &Value,
     map: &serde_json::Map<String, Value>,
+    old: Option<&Value>,
     path: &str,
     errors: &mut Vec<SchemaError>,
 ) {
@@ -257,17 +298,24 @@ fn check_object(
     let open = preserve || (properties.is_none() && additional.is_none());
     for (key, field) in map {
         let field_path = join(path, key);
+        let old_field = old.and_then(|o| o.get(key));
         if let Some(sub) = properties.and_then(|p| p.get(key)) {
-            check(sub, field, &field_path, errors);
+            check(sub, field, old_field, &field_path, errors);
         } else if let Some(sub) = additional.filter(|a| a.is_object()) {
-            check(sub, field, &field_path, errors);
+            check(sub, field, old_field, &field_path, errors);
         } else if !open && additional != Some(&Value::Bool(true)) {
             push(errors, &field_path, "unknown field");
         }
     }
 }
 
-fn check_rules(schema: &Value, value: &Value, path: &str, errors: &mut Vec<SchemaError>) {
+fn check_rules(
+    schema: &Value,
+    value: &Value,
+    old: Option<&Value>,
+    path: &str,
+    errors: &mut Vec<SchemaError>,
+) {
     let Some(rules) = schema
         .get("x-kubernetes-validations")
         .and_then(Value::as_array)
@@ -279,7 +327,8 @@ fn check_rules(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Schem
             push(errors, path, "schema rule without `rule`");
             continue;
         };
-        if expr.contains("oldSelf") {
+        let transition = expr.contains("oldSelf");
+        if transition && old.is_none() {
             continue;
         }
         let field = match rule.get("fieldPath").and_then(Value::as_str) {
@@ -290,7 +339,8 @@ fn check_rules(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Schem
             .get("message")
             .and_then(Value::as_str)
             .map_or_else(|| format!("failed rule: {expr}"), str::to_string);
-        match evaluate(expr, value) {
+        let old = old.filter(|_| transition);
+        match evaluate_with_old(expr, value, old) {
             Ok(true) => {}
             Ok(false) => push(errors, &field, message),
             Err(e) => push(errors, &field, format!("{message} (rule error: {e})")),
@@ -307,14 +357,40 @@ pub fn compile(rule: &str) -> Result<(), String> {
 
 /// Evaluates one CEL rule with `self` bound to `value`.
 pub fn evaluate(rule: &str, value: &Value) -> Result<bool, String> {
+    evaluate_with_old(rule, value, None)
+}
+
+/// Evaluates one CEL rule with `self` bound to `value` and, for a transition rule, `oldSelf`
+/// bound to the stored value.
+fn evaluate_with_old(rule: &str, value: &Value, old: Option<&Value>) -> Result<bool, String> {
     let program = cel::Program::compile(rule).map_err(|e| e.to_string())?;
     let mut ctx = cel::Context::default();
+    add_kubernetes_library(&mut ctx);
     let bound = cel::to_value(value).map_err(|e| e.to_string())?;
     ctx.add_variable_from_value("self", bound);
+    if let Some(old) = old {
+        let bound = cel::to_value(old).map_err(|e| e.to_string())?;
+        ctx.add_variable_from_value("oldSelf", bound);
+    }
     match program.execute(&ctx).map_err(|e| e.to_string())? {
         cel::Value::Bool(b) => Ok(b),
         other => Err(format!("rule returned {other:?}, not a bool")),
     }
+}
+
+/// The functions of the Kubernetes CEL libraries that Karpenter's rules call and the `cel`
+/// crate's standard library lacks: the regex library's `find` (the first match, or `""`).
+fn add_kubernetes_library(ctx: &mut cel::Context) {
+    use cel::extractors::This;
+    use std::sync::Arc;
+    let find = |This(this): This<Arc<String>>, pattern: Arc<String>| -> cel::ResolveResult {
+        let re = regex::Regex::new(&pattern)
+            .map_err(|e| cel::ExecutionError::function_error("find", e.to_string()))?;
+        let found = re.find(&this).map(|m| m.as_str()).unwrap_or_default();
+        Ok(cel::Value::String(Arc::new(found.to_string())))
+    };
+    // `find` is not in the standard library, so adding it cannot conflict.
+    let _ = ctx.add_function("find", find);
 }
 
 /// Every CEL rule in `schema` with the path of the node that carries it, for checking that each

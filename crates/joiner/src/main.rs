@@ -87,6 +87,13 @@ enum Command {
     /// Run the live controller in a cluster: watch pending pods, launch and retire nodes (the
     /// Helm chart runs this). Needs a build with the `controller` feature.
     Controller(Box<controller::Args>),
+    /// Write the CustomResourceDefinitions Joiner serves (Karpenter's kinds, generated from
+    /// Joiner's API types): one file per CRD into `--dir`, or all of them to stdout.
+    Crds {
+        /// The directory to write them into (the chart keeps them in `charts/joiner/crds`).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Run the benchmarks and print their figures.
     Bench {
         /// Pod counts for the scheduling benchmark.
@@ -192,6 +199,7 @@ fn main() -> ExitCode {
             report,
             output,
         } => simulate_cmd(&input, scenario, report, output),
+        Command::Crds { dir } => crds_cmd(dir.as_deref()),
         Command::Bench {
             pods,
             only,
@@ -222,6 +230,23 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Writes the generated CRDs into `dir`, or to stdout as one YAML stream.
+fn crds_cmd(dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    for generated in joiner_model::api::crds::crds() {
+        let text = generated.to_yaml();
+        match dir {
+            Some(dir) => {
+                let path = dir.join(&generated.file_name);
+                std::fs::write(&path, text)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            None => print!("{text}"),
+        }
+    }
+    Ok(())
 }
 
 /// Reads the input and builds the snapshot, printing warnings on stderr.

@@ -6,12 +6,14 @@
 //! returns a [`FieldError`] (a field path and a message); the caller, which knows the file and the
 //! object, turns it into an [`crate::InputError`].
 
+pub mod crds;
 pub mod ec2nodeclass;
 pub mod instancetype;
 pub mod kubelet;
 pub mod nodeclaim;
 pub mod nodeclass_status;
 pub mod nodepool;
+pub mod schema;
 
 pub use ec2nodeclass::EC2NodeClass;
 pub use instancetype::InstanceType;

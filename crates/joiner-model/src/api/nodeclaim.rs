@@ -8,7 +8,11 @@ use crate::ResourceList;
 use crate::api::nodepool::{NodeClassReference, NodeSelectorRequirementWithMinValues, Operator};
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube_derive::CustomResource;
+use schemars::{JsonSchema, Schema};
 use serde::{Deserialize, Serialize};
+
+use super::schema;
 
 pub const API_VERSION: &str = "karpenter.sh/v1";
 pub const KIND: &str = "NodeClaim";
@@ -46,27 +50,80 @@ pub struct NodeClaim {
     pub status: NodeClaimStatus,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// What a NodeClaim asks for. Its schema is the NodeClaim CRD's (see [`crate::api::crds`]);
+/// `NodeClaimResource` is the root kube's derive generates for it, used only for the CRD: Joiner
+/// reads and writes [`NodeClaim`], which keeps the API version and kind it was given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, CustomResource)]
+#[kube(
+    group = "karpenter.sh",
+    version = "v1",
+    kind = "NodeClaim",
+    root = "NodeClaimResource",
+    status = "NodeClaimStatus",
+    category = "karpenter",
+    shortname = "nc",
+    doc = "NodeClaim is the Schema for the NodeClaims API",
+    crates(
+        kube_core = "::kube_core",
+        k8s_openapi = "::k8s_openapi",
+        schemars = "::schemars",
+        serde = "::serde",
+        serde_json = "::serde_json"
+    ),
+    printcolumn = r#"{"name": "Type", "type": "string", "jsonPath": ".metadata.labels.node\\.kubernetes\\.io/instance-type"}"#,
+    printcolumn = r#"{"name": "Capacity", "type": "string", "jsonPath": ".metadata.labels.karpenter\\.sh/capacity-type"}"#,
+    printcolumn = r#"{"name": "Zone", "type": "string", "jsonPath": ".metadata.labels.topology\\.kubernetes\\.io/zone"}"#,
+    printcolumn = r#"{"name": "Node", "type": "string", "jsonPath": ".status.nodeName"}"#,
+    printcolumn = r#"{"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name": "ImageID", "type": "string", "jsonPath": ".status.imageID", "priority": 1}"#,
+    printcolumn = r#"{"name": "ID", "type": "string", "jsonPath": ".status.providerID", "priority": 1}"#,
+    printcolumn = r#"{"name": "NodePool", "type": "string", "jsonPath": ".metadata.labels.karpenter\\.sh/nodepool", "priority": 1}"#,
+    printcolumn = r#"{"name": "NodeClass", "type": "string", "jsonPath": ".spec.nodeClassRef.name", "priority": 1}"#,
+    printcolumn = r#"{"name": "Drifted", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Drifted\")].status", "priority": 1}"#
+)]
 #[serde(rename_all = "camelCase")]
+#[schemars(
+    extend("x-kubernetes-validations" = [schema::rule("self == oldSelf", "spec is immutable")]),
+    transform = nodeclaim_spec_schema
+)]
 pub struct NodeClaimSpec {
     pub node_class_ref: NodeClassReference,
     /// What the instance must satisfy: instance types, zones and capacity types allowed, with
     /// the NodePool's other requirements.
     #[serde(default)]
+    #[schemars(
+        length(max = 100),
+        extend("x-kubernetes-list-type" = "atomic", "x-kubernetes-validations" = schema::requirements_rules())
+    )]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
+    /// The resources the pods planned onto the node request.
     #[serde(default)]
     pub resources: ResourceRequirements,
+    /// Taints the node is created with.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::taints")]
     pub taints: Vec<Taint>,
     /// Taints the node starts with and a daemon removes; the NodeClaim is not initialized while
     /// any remains.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::taints")]
     pub startup_taints: Vec<Taint>,
-    /// A Go duration or `Never`.
+    /// How long the node may live before it is replaced: a Go duration or `Never`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(schema::DURATION_OR_NEVER), extend("default" = "720h"))]
     pub expire_after: Option<String>,
+    /// How long a draining node may wait for its pods before they are deleted regardless of
+    /// PodDisruptionBudgets and `do-not-disrupt`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(schema::DURATION))]
     pub termination_grace_period: Option<String>,
+}
+
+/// Karpenter requires `nodeClassRef` and `requirements` of a stored NodeClaim; Joiner's reader
+/// defaults the requirements (a NodeClaim it wrote always has them), so the schema says so here.
+fn nodeclaim_spec_schema(schema: &mut Schema) {
+    schema::require(schema, &["nodeClassRef", "requirements"]);
 }
 
 impl NodeClaimSpec {
@@ -84,34 +141,44 @@ impl NodeClaimSpec {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ResourceRequirements {
     /// The sum of the requests of the pods (and DaemonSet pods) planned onto this node.
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
     pub requests: ResourceList,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeClaimStatus {
+    /// The instance's provider ID (`aws:///<zone>/<instance-id>`), set once it is launched.
     #[serde(
         rename = "providerID",
         default,
         skip_serializing_if = "Option::is_none"
     )]
     pub provider_id: Option<String>,
+    /// The Node the instance registered as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
+    /// The image the instance was launched from.
     #[serde(rename = "imageID", default, skip_serializing_if = "Option::is_none")]
     pub image_id: Option<String>,
+    /// The instance type's resources.
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
     pub capacity: ResourceList,
     /// What pods will be able to use, device-plugin sharing included: what the plan expected,
     /// and what initialization waits for.
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
     pub allocatable: ResourceList,
+    /// The NodeClaim's lifecycle: Launched, Registered, Initialized, Ready, and why not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions_lenient")]
     pub conditions: Vec<Condition>,
+    /// When a pod was last scheduled to or removed from the node (Karpenter's consolidation
+    /// clock); kept as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_pod_event_time: Option<Time>,
 }
 
 /// A status condition in the shape Karpenter (and `metav1.Condition`) uses.
@@ -125,6 +192,8 @@ pub struct Condition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     pub last_transition_time: Time,
+    /// Karpenter's NodeClaim CRD lets a condition leave its reason out.
+    #[serde(default)]
     pub reason: String,
     #[serde(default)]
     pub message: String,

@@ -6,7 +6,11 @@ use std::collections::BTreeMap;
 use crate::wellknown::labels;
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube_derive::CustomResource;
+use schemars::{JsonSchema, Schema};
 use serde::{Deserialize, Serialize};
+
+use super::schema;
 
 use super::{FieldError, KubeletConfiguration, check_duration};
 use crate::ResourceList;
@@ -26,10 +30,55 @@ pub struct NodePool {
     pub spec: NodePoolSpec,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// What a NodePool allows and when its nodes may go. Its schema is the NodePool CRD's (see
+/// [`crate::api::crds`]); `NodePoolResource` is the root kube's derive generates for it, used
+/// only for the CRD: Joiner reads [`NodePool`], which keeps the API version it was given so that
+/// v1beta1 input can be converted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, CustomResource)]
+#[kube(
+    group = "karpenter.sh",
+    version = "v1",
+    kind = "NodePool",
+    root = "NodePoolResource",
+    status = "NodePoolStatus",
+    category = "karpenter",
+    shortname = "np",
+    doc = "NodePool is the Schema for the NodePools API",
+    crates(
+        kube_core = "::kube_core",
+        k8s_openapi = "::k8s_openapi",
+        schemars = "::schemars",
+        serde = "::serde",
+        serde_json = "::serde_json"
+    ),
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.nodes"
+    ),
+    printcolumn = r#"{"name": "NodeClass", "type": "string", "jsonPath": ".spec.template.spec.nodeClassRef.name"}"#,
+    printcolumn = r#"{"name": "Nodes", "type": "string", "jsonPath": ".status.nodes"}"#,
+    printcolumn = r#"{"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name": "Weight", "type": "integer", "jsonPath": ".spec.weight", "priority": 1}"#,
+    printcolumn = r#"{"name": "CPU", "type": "string", "jsonPath": ".status.resources.cpu", "priority": 1}"#,
+    printcolumn = r#"{"name": "Memory", "type": "string", "jsonPath": ".status.resources.memory", "priority": 1}"#
+)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    schema::rule(
+        "has(self.replicas) == has(oldSelf.replicas)",
+        "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes",
+    ),
+    schema::rule(
+        "!has(self.replicas) || (!has(self.limits) || size(self.limits) == 0 || (size(self.limits) == 1 && 'nodes' in self.limits))",
+        "only 'limits.nodes' is supported on static NodePools",
+    ),
+    schema::rule("!has(self.replicas) || !has(self.weight)", "'weight' is not supported on static NodePools"),
+]))]
 pub struct NodePoolSpec {
+    /// What every NodeClaim of the pool is created from.
     pub template: NodeClaimTemplate,
+    /// When the pool's nodes may be consolidated or replaced, and how many at a time.
     #[serde(default)]
     pub disruption: Disruption,
     /// Upper bounds on the sum of the capacity of this pool's nodes.
@@ -37,45 +86,106 @@ pub struct NodePoolSpec {
     pub limits: ResourceList,
     /// Higher weights are tried first (1..100); unset is lowest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minimum" = 1, "maximum" = 100))]
     pub weight: Option<i32>,
+    /// A static pool's fixed node count (Karpenter's static NodePools). Joiner does not run
+    /// static pools yet: [`NodePool::validate`] refuses a pool that sets it, so it is skipped
+    /// with a reason rather than provisioned as a dynamic one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minimum" = 0))]
+    pub replicas: Option<i64>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// What Karpenter reports about a NodePool. Joiner does not write it yet; the type gives the
+/// CRD its shape.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolStatus {
+    /// The pool's readiness and why not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions_strict")]
+    pub conditions: Vec<super::nodeclaim::Condition>,
+    /// The generation of the node class the pool was last checked against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_class_observed_generation: Option<i64>,
+    /// How many nodes the pool has.
+    #[serde(default)]
+    pub nodes: i64,
+    /// The summed capacity of the pool's nodes.
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    pub resources: ResourceList,
+}
+
+/// Labels and annotations every node of the pool gets.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TemplateMetadata {
+    /// Labels of the pool's nodes (label values: at most 63 characters).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(
+        transform = schema::label_values,
+        extend(
+            "maxProperties" = 100,
+            "x-kubernetes-map-type" = "atomic",
+            "x-kubernetes-validations" = schema::template_label_rules()
+        )
+    )]
     pub labels: BTreeMap<String, String>,
+    /// Annotations of the pool's nodes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("x-kubernetes-map-type" = "granular"))]
     pub annotations: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The NodeClaim every node of the pool is created from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NodeClaimTemplate {
     #[serde(default)]
+    #[schemars(transform = schema::drop_default)]
     pub metadata: TemplateMetadata,
     pub spec: NodeClaimTemplateSpec,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The spec of the pool's NodeClaims.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = template_spec_schema)]
 pub struct NodeClaimTemplateSpec {
+    /// What the pool's instances must satisfy.
     #[serde(default)]
+    #[schemars(
+        length(max = 100),
+        extend("x-kubernetes-list-type" = "atomic", "x-kubernetes-validations" = schema::requirements_rules())
+    )]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
+    /// Taints the pool's nodes are created with.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::taints")]
     pub taints: Vec<Taint>,
     /// Taints present only while the node starts (removed by a daemon); pods need not tolerate
     /// them to be scheduled to the node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::taints")]
     pub startup_taints: Vec<Taint>,
+    /// The node class the pool's nodes are launched with; its group and kind cannot change.
+    #[schemars(extend("x-kubernetes-validations" = [
+        schema::rule("self.group == oldSelf.group", "nodeClassRef.group is immutable"),
+        schema::rule("self.kind == oldSelf.kind", "nodeClassRef.kind is immutable"),
+    ]))]
     pub node_class_ref: NodeClassReference,
     /// A Go duration or `Never`; the API server defaults it to `720h`.
     #[serde(default = "default_expire_after")]
+    #[schemars(pattern(schema::DURATION_OR_NEVER))]
     pub expire_after: String,
+    /// How long a draining node may wait for its pods before they are deleted regardless of
+    /// PodDisruptionBudgets and `do-not-disrupt`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(schema::DURATION))]
     pub termination_grace_period: Option<String>,
     /// Only set on NodePools converted from v1beta1, where kubelet settings lived on the NodePool;
     /// v1 moved them to the EC2NodeClass. Not read from v1 input (the API would prune it), so a v1
     /// NodePool that sets it gets an unknown-field warning.
     #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
+    #[schemars(skip)]
     pub kubelet: Option<KubeletConfiguration>,
 }
 
@@ -83,16 +193,45 @@ fn default_expire_after() -> String {
     "720h".to_string()
 }
 
+/// Karpenter requires `nodeClassRef` and `requirements` of a template; Joiner's reader
+/// defaults the requirements, so the schema says so here.
+fn template_spec_schema(schema: &mut Schema) {
+    schema::require(schema, &["nodeClassRef", "requirements"]);
+}
+
+/// Karpenter requires `consolidateAfter` of a NodePool's disruption settings (the API server
+/// defaults the whole block when it is left out).
+fn disruption_schema(schema: &mut Schema) {
+    schema::require(schema, &["consolidateAfter"]);
+}
+
 /// A node selector requirement with Karpenter's `minValues`: at least that many distinct values
 /// of `key` must stay possible among the instance types Karpenter may choose.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeSelectorRequirementWithMinValues {
+    /// The label key the requirement constrains.
+    #[schemars(
+        length(max = 316),
+        pattern(schema::QUALIFIED_NAME),
+        extend("x-kubernetes-validations" = schema::requirement_key_rules())
+    )]
     pub key: String,
+    #[schemars(schema_with = "schema::requirement_operator")]
     pub operator: Operator,
+    /// The values for `In` and `NotIn`, or the single integer for `Gt` and `Lt`. (Karpenter's
+    /// CRD places the label-value constraints on the list itself, where the API server does not
+    /// apply them; so does this one, to accept exactly what Karpenter's accepts.)
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "atomic",
+        "maxLength" = 63,
+        "pattern" = schema::LABEL_VALUE
+    ))]
     pub values: Vec<String>,
+    /// At least this many values of `key` must stay possible among the instance types chosen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 50))]
     pub min_values: Option<i32>,
 }
 
@@ -134,10 +273,20 @@ impl Operator {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The node class (for AWS, an EC2NodeClass) whose settings a node is launched with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct NodeClassReference {
+    /// The API group of the class (`karpenter.k8s.aws`).
+    #[schemars(
+        pattern(r"^[^/]*$"),
+        extend("x-kubernetes-validations" = [schema::rule("self != ''", "group may not be empty")])
+    )]
     pub group: String,
+    /// The kind of the class (`EC2NodeClass`).
+    #[schemars(extend("x-kubernetes-validations" = [schema::rule("self != ''", "kind may not be empty")]))]
     pub kind: String,
+    /// The name of the class.
+    #[schemars(extend("x-kubernetes-validations" = [schema::rule("self != ''", "name may not be empty")]))]
     pub name: String,
 }
 
@@ -152,15 +301,34 @@ impl NodeClassReference {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// When a pool's nodes may be consolidated or replaced, and how many at a time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = disruption_schema)]
 pub struct Disruption {
+    /// Which nodes consolidation may remove: empty ones only, or underutilized ones too.
+    /// (Karpenter v1.14 also accepts `Balanced`, so the CRD does; Joiner reports a pool using
+    /// it as one it cannot read.)
     #[serde(default)]
+    #[schemars(extend("enum" = ["WhenEmpty", "WhenEmptyOrUnderutilized", "Balanced"]))]
     pub consolidation_policy: ConsolidationPolicy,
     /// A Go duration or `Never`: how long a node must be consolidatable before Karpenter acts.
     #[serde(default = "default_consolidate_after")]
+    #[schemars(pattern(schema::DURATION_OR_NEVER))]
     pub consolidate_after: String,
+    /// How many of the pool's nodes may be disrupted at once; the most restrictive active
+    /// budget applies.
     #[serde(default = "default_budgets")]
+    #[schemars(
+        length(max = 50),
+        extend(
+            "x-kubernetes-list-type" = "atomic",
+            "x-kubernetes-validations" = [schema::rule(
+                "self.all(x, has(x.schedule) == has(x.duration))",
+                "'schedule' must be set with 'duration'"
+            )]
+        )
+    )]
     pub budgets: Vec<DisruptionBudget>,
 }
 
@@ -187,25 +355,47 @@ fn default_budgets() -> Vec<DisruptionBudget> {
     }]
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum ConsolidationPolicy {
     WhenEmpty,
     #[default]
     WhenEmptyOrUnderutilized,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// How many of a pool's nodes may be disrupted at once, for which reasons and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = budget_schema)]
 pub struct DisruptionBudget {
     /// A count (`5`) or a percentage of the pool's nodes (`10%`).
     #[serde(default = "default_budget_nodes")]
+    #[schemars(pattern(r"^((100|[0-9]{1,2})%|[0-9]+)$"))]
     pub nodes: String,
+    /// The disruption reasons the budget limits; all of them when left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 50), extend("x-kubernetes-list-type" = "set"))]
     pub reasons: Option<Vec<BudgetReason>>,
     /// A cron schedule in UTC; the budget applies for `duration` after each activation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(
+        r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$"
+    ))]
     pub schedule: Option<String>,
+    /// How long the budget applies after each activation of `schedule`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$"))]
     pub duration: Option<String>,
+}
+
+/// Karpenter requires `nodes` of a budget (and defaults it to `10%`).
+fn budget_schema(schema: &mut Schema) {
+    schema::require(schema, &["nodes"]);
+    if let Some(nodes) = schema
+        .get_mut("properties")
+        .and_then(|p| p.get_mut("nodes"))
+        .and_then(|n| n.as_object_mut())
+    {
+        nodes.insert("default".into(), default_budget_nodes().into());
+    }
 }
 
 fn default_budget_nodes() -> String {
@@ -213,7 +403,7 @@ fn default_budget_nodes() -> String {
 }
 
 /// The disruption reasons a budget may name (Karpenter's CRD allows only the budgeted ones).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum BudgetReason {
     Underutilized,
     Empty,
@@ -248,6 +438,15 @@ impl NodePool {
             ));
         }
         let spec = &self.spec;
+        if let Some(replicas) = spec.replicas {
+            return Err(FieldError::new(
+                "spec.replicas",
+                format!(
+                    "a static NodePool ({replicas} replicas) is not supported by Joiner yet: it \
+                     launches nothing for this pool and leaves its nodes as they are"
+                ),
+            ));
+        }
         if let Some(w) = spec.weight
             && !(1..=100).contains(&w)
         {
@@ -563,6 +762,7 @@ impl NodePoolV1Beta1 {
                 },
                 limits: s.limits,
                 weight: s.weight,
+                replicas: None,
             },
         }
     }
@@ -596,6 +796,16 @@ spec:
   limits: {cpu: 1000}
   disruption: {expireAfter: 120m, consolidationPolicy: WhenUnderutilized}
 "#;
+
+    #[test]
+    fn a_static_nodepool_is_refused_rather_than_run_as_a_dynamic_one() {
+        let mut pool = from_yaml::<NodePoolV1Beta1>(V1BETA1).into_v1();
+        assert_eq!(pool.validate(), Ok(()));
+        pool.spec.replicas = Some(3);
+        let err = pool.validate().unwrap_err();
+        assert_eq!(err.field, "spec.replicas");
+        assert!(err.message.contains("static NodePool"), "{err}");
+    }
 
     #[test]
     fn converts_v1beta1_like_karpenter() {
