@@ -168,6 +168,7 @@ mod tests {
             tags: BTreeMap::from([("team".to_string(), "ml".to_string())]),
             id: None,
             owner_id: Some("012345678901".into()),
+            instance_match_criteria: None,
         };
         let filters = filters(&term);
         let names: Vec<(&str, &[String])> = filters

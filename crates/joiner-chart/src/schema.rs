@@ -378,19 +378,37 @@ fn evaluate_with_old(rule: &str, value: &Value, old: Option<&Value>) -> Result<b
     }
 }
 
-/// The functions of the Kubernetes CEL libraries that Karpenter's rules call and the `cel`
-/// crate's standard library lacks: the regex library's `find` (the first match, or `""`).
+/// The functions Karpenter's rules call that the `cel` crate (built without its regex
+/// feature) lacks: `matches` from CEL's standard library, the Kubernetes regex library's `find`
+/// (the first match, or `""`) and the strings library's `split`.
 fn add_kubernetes_library(ctx: &mut cel::Context) {
     use cel::extractors::This;
     use std::sync::Arc;
+    fn regex(function: &str, pattern: &str) -> Result<regex::Regex, cel::ExecutionError> {
+        regex::Regex::new(pattern).map_err(|e| cel::ExecutionError::function_error(function, e))
+    }
+    let matches = |This(this): This<Arc<String>>, pattern: Arc<String>| -> cel::ResolveResult {
+        Ok(cel::Value::Bool(
+            regex("matches", &pattern)?.is_match(&this),
+        ))
+    };
     let find = |This(this): This<Arc<String>>, pattern: Arc<String>| -> cel::ResolveResult {
-        let re = regex::Regex::new(&pattern)
-            .map_err(|e| cel::ExecutionError::function_error("find", e.to_string()))?;
+        let re = regex("find", &pattern)?;
         let found = re.find(&this).map(|m| m.as_str()).unwrap_or_default();
         Ok(cel::Value::String(Arc::new(found.to_string())))
     };
-    // `find` is not in the standard library, so adding it cannot conflict.
+    let split = |This(this): This<Arc<String>>, separator: Arc<String>| -> cel::ResolveResult {
+        let parts: Vec<cel::Value> = this
+            .split(separator.as_str())
+            .map(|p| cel::Value::String(Arc::new(p.to_string())))
+            .collect();
+        Ok(cel::Value::List(Arc::new(parts)))
+    };
+    // None of these is in the crate's standard library as built, so adding them cannot
+    // conflict; a conflict would only mean the library has its own.
+    let _ = ctx.add_function("matches", matches);
     let _ = ctx.add_function("find", find);
+    let _ = ctx.add_function("split", split);
 }
 
 /// Every CEL rule in `schema` with the path of the node that carries it, for checking that each

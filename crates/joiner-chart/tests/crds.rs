@@ -342,7 +342,6 @@ fn the_chart_crds_are_the_ones_generated_from_the_types() {
     let mut in_chart: Vec<String> = std::fs::read_dir(&dir)
         .expect("the chart's CRD directory")
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|name| !HAND_WRITTEN.contains(&name.as_str()))
         .collect();
     in_chart.sort();
     generated_files.sort();
@@ -351,9 +350,6 @@ fn the_chart_crds_are_the_ones_generated_from_the_types() {
         "every CRD in the chart is generated"
     );
 }
-
-/// CRDs the chart still keeps by hand, until their kinds' types carry their whole schema.
-const HAND_WRITTEN: &[&str] = &["karpenter.k8s.aws_ec2nodeclasses.yaml"];
 
 fn v1_example(file: &str, kind: &str) -> Value {
     documents(&repo_root().join("examples").join(file))
@@ -528,7 +524,7 @@ fn broken_ec2nodeclasses_are_rejected_naming_the_field() {
         ),
         (
             "empty subnet term",
-            "spec.subnetSelectorTerms[0]",
+            "spec.subnetSelectorTerms",
             Box::new(|c| c["spec"]["subnetSelectorTerms"] = json!([{}])),
         ),
         (
@@ -556,7 +552,7 @@ fn broken_ec2nodeclasses_are_rejected_naming_the_field() {
         ),
         (
             "no AMI family and no alias",
-            "spec.amiFamily",
+            "spec",
             Box::new(|c| c["spec"]["amiSelectorTerms"] = json!([{"id": "ami-0123"}])),
         ),
         (
@@ -599,34 +595,6 @@ const UPSTREAM_PATHS: &str = include_str!("data/karpenter-v1.14.1-crd-paths.json
 /// Kinds of Karpenter v1.14 the chart has no CRD for yet.
 const NO_CRD_YET: &[&str] = &["NodeOverlay"];
 
-/// Paths Karpenter v1.14.1 has that the committed CRDs lack: applied over a v1.14 install they
-/// would prune these from stored objects. The list may only shrink: a path added to the CRDs
-/// is taken off it, and a path the CRDs lose fails the test (issue "Installing over Karpenter":
-/// CRDs generated from the types will close it).
-const NOT_YET: &[(&str, &str)] = &[
-    (
-        "EC2NodeClass",
-        ".spec.capacityReservationSelectorTerms[].instanceMatchCriteria",
-    ),
-    ("EC2NodeClass", ".spec.connectionTracking"),
-    (
-        "EC2NodeClass",
-        ".spec.connectionTracking.tcpEstablishedTimeout",
-    ),
-    ("EC2NodeClass", ".spec.connectionTracking.udpStreamTimeout"),
-    ("EC2NodeClass", ".spec.connectionTracking.udpTimeout"),
-    ("EC2NodeClass", ".spec.cpuOptions"),
-    ("EC2NodeClass", ".spec.cpuOptions.nestedVirtualization"),
-    ("EC2NodeClass", ".spec.ipPrefixCount"),
-    ("EC2NodeClass", ".spec.networkInterfaces"),
-    ("EC2NodeClass", ".spec.networkInterfaces[].deviceIndex"),
-    ("EC2NodeClass", ".spec.networkInterfaces[].interfaceType"),
-    ("EC2NodeClass", ".spec.networkInterfaces[].networkCardIndex"),
-    ("EC2NodeClass", ".spec.placementGroupSelector"),
-    ("EC2NodeClass", ".spec.placementGroupSelector.id"),
-    ("EC2NodeClass", ".spec.placementGroupSelector.name"),
-];
-
 /// Every path a schema keeps: its properties (array items as `[]`), and the prefixes under
 /// which it keeps whatever is stored (`x-kubernetes-preserve-unknown-fields`).
 fn kept_paths(schema: &Value, prefix: &str, paths: &mut Vec<String>, open: &mut Vec<String>) {
@@ -644,7 +612,7 @@ fn kept_paths(schema: &Value, prefix: &str, paths: &mut Vec<String>, open: &mut 
 }
 
 #[test]
-fn the_crds_prune_nothing_karpenter_v1_14_stores_but_the_listed_gaps() {
+fn the_crds_prune_nothing_karpenter_v1_14_stores() {
     let upstream: Value = serde_json::from_str(UPSTREAM_PATHS).expect("the paths file");
     let ours = [
         ("NodePool", nodepools()),
@@ -675,12 +643,170 @@ fn the_crds_prune_nothing_karpenter_v1_14_stores_but_the_listed_gaps() {
             }
         }
     }
-    let listed: std::collections::BTreeSet<(String, String)> = NOT_YET
-        .iter()
-        .map(|(k, p)| (k.to_string(), p.to_string()))
-        .collect();
-    let missing: std::collections::BTreeSet<(String, String)> = missing.into_iter().collect();
-    assert_eq!(missing, listed, "the paths the CRDs lack changed");
+    assert!(
+        missing.is_empty(),
+        "applied over Karpenter v1.14 these CRDs would prune {missing:?}"
+    );
+}
+
+/// The CEL rules of Karpenter v1.14.1's CRDs by property path, as facts read from
+/// aws/karpenter-provider-aws `pkg/apis/crds` at that tag (the file's `source`).
+const UPSTREAM_RULES: &str = include_str!("data/karpenter-v1.14.1-crd-rules.json");
+
+/// Every rule of the schema at each path (`.a.b`, `[]` for items, `{}` for map values).
+fn rules_by_path(schema: &Value, path: &str, out: &mut Vec<(String, String)>) {
+    for rule in schema["x-kubernetes-validations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if let Some(text) = rule["rule"].as_str() {
+            let at = if path.is_empty() { "." } else { path };
+            out.push((at.to_string(), text.to_string()));
+        }
+    }
+    for (name, property) in schema["properties"].as_object().into_iter().flatten() {
+        rules_by_path(property, &format!("{path}.{name}"), out);
+    }
+    if let Some(items) = schema.get("items") {
+        rules_by_path(items, &format!("{path}[]"), out);
+    }
+    if let Some(values) = schema.get("additionalProperties").filter(|v| v.is_object()) {
+        rules_by_path(values, &format!("{path}{{}}"), out);
+    }
+}
+
+/// `rule` with each list literal's repeated items left out: Karpenter's NodePool rules name
+/// one label twice in a list, which means what naming it once does.
+fn without_repeated_list_items(rule: &str) -> String {
+    let mut out = String::new();
+    let mut rest = rule;
+    while let Some(open) = rest.find('[') {
+        let Some(close) = rest[open..].find(']').map(|c| open + c) else {
+            break;
+        };
+        out.push_str(&rest[..=open]);
+        let mut seen: Vec<&str> = Vec::new();
+        for item in rest[open + 1..close].split(", ") {
+            if !seen.contains(&item) {
+                seen.push(item);
+            }
+        }
+        out.push_str(&seen.join(", "));
+        out.push(']');
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Every validation rule of Karpenter v1.14.1's CRDs is in the generated ones, at the same
+/// path, so an object Karpenter's API server refuses is refused here too.
+#[test]
+fn every_karpenter_v1_14_rule_has_its_counterpart() {
+    let upstream: Value = serde_json::from_str(UPSTREAM_RULES).expect("the rules file");
+    let ours = [
+        ("NodePool", nodepools()),
+        ("NodeClaim", nodeclaims()),
+        ("EC2NodeClass", ec2nodeclasses()),
+    ];
+    let mut missing = Vec::new();
+    for (kind, wanted) in upstream["rules"].as_object().expect("rules by kind") {
+        let Some((_, crd)) = ours.iter().find(|(k, _)| k == kind) else {
+            assert!(NO_CRD_YET.contains(&kind.as_str()), "no CRD for {kind}");
+            continue;
+        };
+        let mut have = Vec::new();
+        rules_by_path(schema_of(crd), "", &mut have);
+        let have: Vec<(String, String)> = have
+            .into_iter()
+            .map(|(path, rule)| (path, without_repeated_list_items(&rule)))
+            .collect();
+        for rule in wanted.as_array().expect("a list") {
+            let wanted = (
+                rule["path"].as_str().unwrap_or_default().to_string(),
+                without_repeated_list_items(rule["rule"].as_str().unwrap_or_default()),
+            );
+            if !have.contains(&wanted) {
+                missing.push((kind.clone(), wanted));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "rules without a counterpart: {missing:#?}"
+    );
+}
+
+/// An EC2NodeClass using what Karpenter v1.14 added (placement groups, network interfaces,
+/// prefix delegation, connection tracking) is stored as Karpenter's CRD stores it, and the
+/// rules on those fields hold.
+#[test]
+fn an_ec2nodeclass_with_karpenter_v1_14_fields_validates_and_their_rules_hold() {
+    let crd = ec2nodeclasses();
+    let mut class = v1_example("dra-gpu-efa-aligned/nodepool.yaml", "EC2NodeClass");
+    class["spec"]["placementGroupSelector"] = json!({"name": "training"});
+    class["spec"]["networkInterfaces"] = json!([
+        {"deviceIndex": 0, "networkCardIndex": 0, "interfaceType": "interface"},
+        {"deviceIndex": 1, "networkCardIndex": 1, "interfaceType": "efa-only"}
+    ]);
+    class["spec"]["ipPrefixCount"] = json!(1);
+    class["spec"]["connectionTracking"] = json!({"tcpEstablishedTimeout": 3600});
+    class["spec"]["cpuOptions"] = json!({"nestedVirtualization": "disabled"});
+    class["spec"]["capacityReservationSelectorTerms"] = json!([{"instanceMatchCriteria": "open"}]);
+    class["spec"]["kubelet"] = json!({
+        "clusterDNS": ["10.100.0.10"],
+        "evictionSoft": {"memory.available": "5%"},
+        "evictionSoftGracePeriod": {"memory.available": "1m"},
+        "imageGCHighThresholdPercent": 85,
+        "imageGCLowThresholdPercent": 80
+    });
+    let errors = validate(schema_of(&crd), &class);
+    assert!(errors.is_empty(), "{errors:?}");
+    let cases: Vec<Case> = vec![
+        (
+            "placement group by name and id",
+            "spec.placementGroupSelector",
+            Box::new(|c| c["spec"]["placementGroupSelector"] = json!({"name": "a", "id": "pg-0a"})),
+        ),
+        (
+            "no primary interface",
+            "spec.networkInterfaces",
+            Box::new(|c| {
+                c["spec"]["networkInterfaces"] =
+                    json!([{"deviceIndex": 1, "networkCardIndex": 0, "interfaceType": "efa-only"}])
+            }),
+        ),
+        (
+            "soft eviction without a grace period",
+            "spec.kubelet",
+            Box::new(|c| {
+                c["spec"]["kubelet"] = json!({"evictionSoft": {"memory.available": "5%"}})
+            }),
+        ),
+        (
+            "image GC thresholds the wrong way round",
+            "spec.kubelet",
+            Box::new(|c| {
+                c["spec"]["kubelet"] =
+                    json!({"imageGCHighThresholdPercent": 50, "imageGCLowThresholdPercent": 80})
+            }),
+        ),
+        (
+            "a tag Karpenter owns",
+            "spec.tags",
+            Box::new(|c| c["spec"]["tags"] = json!({"karpenter.sh/nodeclaim": "x"})),
+        ),
+        (
+            "a Windows alias pinned to a version",
+            "spec.amiSelectorTerms[0].alias",
+            Box::new(|c| c["spec"]["amiSelectorTerms"] = json!([{"alias": "windows2022@v2024"}])),
+        ),
+    ];
+    for (what, field, edit) in cases {
+        let errors = rejected(&crd, &class, edit);
+        assert_rejected_at(&errors, field, what);
+    }
 }
 
 /// `kubectl get nodepools` counts nodes from `.status.nodes`, where Karpenter writes the count.

@@ -6,6 +6,8 @@
 //! - It marks every `Option` field `nullable`. Karpenter's CRDs mark nothing nullable, which
 //!   makes the API server drop an explicit `null` instead of storing it; [`crds`] removes the
 //!   marks so the generated CRDs store exactly what Karpenter's do.
+//! - It always requires `spec`, where Karpenter's EC2NodeClass CRD does not: an EC2NodeClass
+//!   with no spec at all is refused here (no such object can launch anything).
 //! - It cannot say that a field Joiner's reader defaults is still required of stored objects;
 //!   the types say so with a schemars transform ([`super::schema::require`]).
 
@@ -15,6 +17,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 use kube_core::CustomResourceExt;
 use serde_json::Value;
 
+use super::ec2nodeclass::EC2NodeClassResource;
 use super::nodeclaim::NodeClaimResource;
 use super::nodepool::NodePoolResource;
 
@@ -90,13 +93,19 @@ pub fn crds() -> Vec<GeneratedCrd> {
     vec![
         GeneratedCrd::of::<NodePoolResource>(),
         GeneratedCrd::of::<NodeClaimResource>(),
+        GeneratedCrd::of::<EC2NodeClassResource>(),
     ]
 }
 
+/// Removes `nullable` marks, and the `null` that kube's `OptionalEnum` transform adds to the
+/// values of an optional enum (a null is dropped before validation when nothing is nullable).
 fn strip_nullable(value: &mut Value) {
     match value {
         Value::Object(map) => {
             map.remove("nullable");
+            if let Some(Value::Array(options)) = map.get_mut("enum") {
+                options.retain(|o| !o.is_null());
+            }
             map.values_mut().for_each(strip_nullable);
         }
         Value::Array(items) => items.iter_mut().for_each(strip_nullable),

@@ -5,7 +5,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube_derive::CustomResource;
+use schemars::{JsonSchema, Schema};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::schema::{self, rule};
 
 pub use super::nodeclass_status::{
     Ami, CapacityReservation, EC2NodeClassStatus, Readiness, SecurityGroup, Subnet,
@@ -35,36 +40,153 @@ pub struct EC2NodeClass {
     pub status: Option<EC2NodeClassStatus>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// How the AWS provider launches a NodePool's instances. Its schema is the EC2NodeClass CRD's
+/// (see [`crate::api::crds`]); `EC2NodeClassResource` is the root kube's derive generates for
+/// it, used only for the CRD: Joiner reads [`EC2NodeClass`], which keeps the API version it was
+/// given so that v1beta1 input can be converted.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema, CustomResource)]
+#[kube(
+    group = "karpenter.k8s.aws",
+    version = "v1",
+    kind = "EC2NodeClass",
+    plural = "ec2nodeclasses",
+    root = "EC2NodeClassResource",
+    status = "EC2NodeClassStatus",
+    category = "karpenter",
+    shortname = "ec2nc",
+    shortname = "ec2ncs",
+    doc = "EC2NodeClass is the Schema for the EC2NodeClass API",
+    crates(
+        kube_core = "::kube_core",
+        k8s_openapi = "::k8s_openapi",
+        schemars = "::schemars",
+        serde = "::serde",
+        serde_json = "::serde_json"
+    ),
+    printcolumn = r#"{"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name": "Role", "type": "string", "jsonPath": ".spec.role", "priority": 1}"#
+)]
 #[serde(rename_all = "camelCase")]
+#[schemars(
+    transform = spec_schema,
+    extend("x-kubernetes-validations" = [
+        rule(
+            "(has(self.role) && !has(self.instanceProfile)) || (!has(self.role) && has(self.instanceProfile))",
+            "must specify exactly one of ['role', 'instanceProfile']"
+        ),
+        alias_family_rule("al2", "AL2", "an"),
+        alias_family_rule("al2023", "AL2023", "an"),
+        alias_family_rule("bottlerocket", "Bottlerocket", "a"),
+        alias_family_rule("windows2019", "Windows2019", "a"),
+        alias_family_rule("windows2022", "Windows2022", "a"),
+        alias_family_rule("windows2025", "Windows2025", "a"),
+        rule(
+            "self.amiSelectorTerms.exists(x, has(x.alias)) ? true : has(self.amiFamily)",
+            "must specify amiFamily if amiSelectorTerms does not contain an alias"
+        ),
+    ])
+)]
 pub struct EC2NodeClassSpec {
-    /// Required in v1beta1; in v1 it may be left out when an AMI alias names the family.
+    /// The AMI family, for bootstrapping; required in v1beta1, and in v1 unless an AMI alias
+    /// names it. (Karpenter v1.14 also accepts `Windows2025`, so the CRD does; Joiner reports a
+    /// class using it as one it cannot read.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["AL2", "AL2023", "Bottlerocket", "Custom", "Windows2019", "Windows2022", "Windows2025"]))]
     pub ami_family: Option<AmiFamily>,
+    /// Which AMIs nodes boot: an alias (`al2023@latest`) alone, or ids, names, tags or SSM
+    /// parameters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "maxItems" = 30,
+        "minItems" = 1,
+        "x-kubernetes-validations" = [
+            rule(
+                "self.all(x, has(x.tags) || has(x.id) || has(x.name) || has(x.alias) || has(x.ssmParameter))",
+                "expected at least one, got none, ['tags', 'id', 'name', 'alias', 'ssmParameter']"
+            ),
+            rule(
+                "!self.exists(x, has(x.id) && (has(x.alias) || has(x.tags) || has(x.name) || has(x.owner)))",
+                "'id' is mutually exclusive, cannot be set with a combination of other fields in amiSelectorTerms"
+            ),
+            rule(
+                "!self.exists(x, has(x.alias) && (has(x.id) || has(x.tags) || has(x.name) || has(x.owner)))",
+                "'alias' is mutually exclusive, cannot be set with a combination of other fields in amiSelectorTerms"
+            ),
+            rule(
+                "!(self.exists(x, has(x.alias)) && self.size() != 1)",
+                "'alias' is mutually exclusive, cannot be set with a combination of other amiSelectorTerms"
+            ),
+        ]
+    ))]
     pub ami_selector_terms: Vec<AmiSelectorTerm>,
+    /// The IAM role Karpenter makes an instance profile for; exclusive with `instanceProfile`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [rule("self != ''", "role cannot be empty")]))]
     pub role: Option<String>,
+    /// An existing instance profile to launch with; exclusive with `role`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [rule("self != ''", "instanceProfile cannot be empty")]))]
     pub instance_profile: Option<String>,
+    /// Which subnets nodes launch in: by tags or id.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "subnet_selector_terms")]
     pub subnet_selector_terms: Vec<SelectorTerm>,
+    /// Which security groups nodes get: by tags, id or name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "security_group_selector_terms")]
     pub security_group_selector_terms: Vec<SelectorTerm>,
+    /// Which capacity reservations nodes may launch into.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "maxItems" = 30,
+        "x-kubernetes-validations" = [
+            rule(
+                "self.all(x, has(x.tags) || has(x.id) || has(x.instanceMatchCriteria))",
+                "expected at least one, got none, ['tags', 'id', 'instanceMatchCriteria']"
+            ),
+            rule(
+                "!self.all(x, has(x.id) && (has(x.tags) || has(x.ownerID) || has(x.instanceMatchCriteria)))",
+                "'id' is mutually exclusive, cannot be set along with other fields in a capacity reservation selector term"
+            ),
+        ]
+    ))]
     pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
+    /// The volumes nodes get.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "maxItems" = 50,
+        "x-kubernetes-validations" = [rule(
+            "self.filter(x, has(x.rootVolume)?x.rootVolume==true:false).size() <= 1",
+            "must have only one blockDeviceMappings with rootVolume"
+        )]
+    ))]
     pub block_device_mappings: Vec<BlockDeviceMapping>,
+    /// Tags put on instances, volumes and launch templates (Karpenter's own are restricted).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("x-kubernetes-validations" = [
+        rule("self.all(k, k != '')", "empty tag keys aren't supported"),
+        rule("self.all(k, k !='eks:eks-cluster-name')", "tag contains a restricted tag matching eks:eks-cluster-name"),
+        rule("self.all(k, !k.startsWith('kubernetes.io/cluster') )", "tag contains a restricted tag matching kubernetes.io/cluster/"),
+        rule("self.all(k, k != 'karpenter.sh/nodepool')", "tag contains a restricted tag matching karpenter.sh/nodepool"),
+        rule("self.all(k, k !='karpenter.sh/nodeclaim')", "tag contains a restricted tag matching karpenter.sh/nodeclaim"),
+        rule("self.all(k, k !='karpenter.k8s.aws/ec2nodeclass')", "tag contains a restricted tag matching karpenter.k8s.aws/ec2nodeclass"),
+    ]))]
     pub tags: BTreeMap<String, String>,
+    /// User data merged with what the AMI family's bootstrap needs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<String>,
+    /// Kubelet settings of the class's nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubelet: Option<KubeletConfiguration>,
+    /// The instance metadata service settings of the class's nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = {"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled", "httpPutResponseHopLimit": 1, "httpTokens": "required"}))]
     pub metadata_options: Option<MetadataOptions>,
+    /// Whether EC2 detailed monitoring is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detailed_monitoring: Option<bool>,
+    /// Whether nodes get a public IP address (the subnet decides when left out).
     #[serde(
         default,
         rename = "associatePublicIPAddress",
@@ -74,11 +196,197 @@ pub struct EC2NodeClassSpec {
     /// `RAID0`: local NVMe instance store becomes the node's ephemeral storage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_store_policy: Option<InstanceStorePolicy>,
+    /// The launch context (an ODCR or Outposts context ARN).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// Connection tracking timeouts of the nodes' primary interfaces. Not applied by Joiner
+    /// yet: [`EC2NodeClass::validate`] refuses a class that sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_tracking: Option<ConnectionTracking>,
+    /// CPU options of the nodes. Not applied by Joiner yet: refused like `connectionTracking`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_options: Option<CpuOptions>,
+    /// IPv4 prefixes per interface (prefix delegation). Not applied by Joiner yet: refused like
+    /// `connectionTracking`, since it changes how many pods a node holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minimum" = 0))]
+    pub ip_prefix_count: Option<i32>,
+    /// The nodes' network interfaces, EFA ones included. Not applied by Joiner yet (it adds
+    /// EFA interfaces from the instance type): refused like `connectionTracking`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "maxItems" = 150,
+        "x-kubernetes-validations" = [
+            rule(
+                "self.size() == 0 || self.exists(x, x.deviceIndex == 0 && x.networkCardIndex == 0 && x.interfaceType == 'interface')",
+                "networkInterfaces must include a primary interface with interfaceType='interface'"
+            ),
+            rule(
+                "self.all(x, self.filter(y, x.networkCardIndex == y.networkCardIndex && x.deviceIndex == y.deviceIndex).size() == 1 && (x.interfaceType != 'efa-only' || self.filter(y, x.networkCardIndex == y.networkCardIndex && y.interfaceType == 'efa-only').size() == 1))",
+                "networkInterfaces must not have duplicate networkCardIndex and deviceIndex pairs, and can have at most one efa device per network card"
+            ),
+        ]
+    ))]
+    pub network_interfaces: Vec<NetworkInterface>,
+    /// The placement group nodes launch into. Not applied by Joiner yet: refused like
+    /// `connectionTracking`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_group_selector: Option<PlacementGroupSelector>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Karpenter requires the AMI, subnet and security group selectors of a stored class; Joiner's
+/// reader defaults them (v1beta1 classes may leave the AMI selector out), so the schema says so
+/// here.
+fn spec_schema(schema: &mut Schema) {
+    schema::require(
+        schema,
+        &[
+            "amiSelectorTerms",
+            "securityGroupSelectorTerms",
+            "subnetSelectorTerms",
+        ],
+    );
+}
+
+/// The rule that an alias's family and `amiFamily` agree when both are set.
+fn alias_family_rule(alias: &str, family: &str, article: &str) -> serde_json::Value {
+    rule(
+        &format!(
+            "!has(self.amiFamily) || (self.amiSelectorTerms.exists(x, has(x.alias) && x.alias.find('^[^@]+') == '{alias}') ? (self.amiFamily == 'Custom' || self.amiFamily == '{family}') : true)"
+        ),
+        &format!(
+            "if set, amiFamily must be '{family}' or 'Custom' when using {article} {family} alias"
+        ),
+    )
+}
+
+/// The rule on selector tags: no empty keys or values.
+fn selector_tag_rule() -> serde_json::Value {
+    rule(
+        "self.all(k, k != '' && self[k] != '')",
+        "empty tag keys or values aren't supported",
+    )
+}
+
+/// Selector tags: at most 20, none empty.
+fn selector_tags() -> serde_json::Value {
+    json!({
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "maxProperties": 20,
+        "x-kubernetes-validations": [selector_tag_rule()],
+    })
+}
+
+/// Subnet selector terms: tags or an id (the shared [`SelectorTerm`] also has the security
+/// groups' `name`, which subnets do not).
+fn subnet_selector_terms(_: &mut schemars::SchemaGenerator) -> Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "maxItems": 30,
+        "items": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "pattern": "subnet-[0-9a-z]+"},
+                "tags": selector_tags(),
+            },
+        },
+        "x-kubernetes-validations": [
+            rule("self.size() != 0", "subnetSelectorTerms cannot be empty"),
+            rule("self.all(x, has(x.tags) || has(x.id))", "expected at least one, got none, ['tags', 'id']"),
+            rule("!self.all(x, has(x.id) && has(x.tags))", "'id' is mutually exclusive, cannot be set with a combination of other fields in a subnet selector term"),
+        ],
+    })
+}
+
+/// Security group selector terms: tags, an id or a name.
+fn security_group_selector_terms(_: &mut schemars::SchemaGenerator) -> Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "maxItems": 30,
+        "items": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "pattern": "sg-[0-9a-z]+"},
+                "name": {"type": "string"},
+                "tags": selector_tags(),
+            },
+        },
+        "x-kubernetes-validations": [
+            rule("self.size() != 0", "securityGroupSelectorTerms cannot be empty"),
+            rule("self.all(x, has(x.tags) || has(x.id) || has(x.name))", "expected at least one, got none, ['tags', 'id', 'name']"),
+            rule("!self.all(x, has(x.id) && (has(x.tags) || has(x.name)))", "'id' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term"),
+            rule("!self.all(x, has(x.name) && (has(x.tags) || has(x.id)))", "'name' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term"),
+        ],
+    })
+}
+
+/// EBS volume sizes EC2 accepts, in the units Karpenter allows.
+fn volume_size(_: &mut schemars::SchemaGenerator) -> Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "pattern": "^((?:[1-9][0-9]{0,3}|[1-4][0-9]{4}|[5][0-8][0-9]{3}|59000)Gi|(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|[6][0-3][0-9]{3}|64000)G|([1-9]||[1-5][0-7]|58)Ti|([1-9]||[1-5][0-9]|6[0-3]|64)T)$",
+    })
+}
+
+/// Connection tracking timeouts, in seconds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [rule(
+    "has(self.tcpEstablishedTimeout) || has(self.udpStreamTimeout) || has(self.udpTimeout)",
+    "at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set"
+)]))]
+pub struct ConnectionTracking {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minimum" = 60, "maximum" = 432000))]
+    pub tcp_established_timeout: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minimum" = 60, "maximum" = 180))]
+    pub udp_stream_timeout: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minimum" = 30, "maximum" = 60))]
+    pub udp_timeout: Option<i32>,
+}
+
+/// CPU options of an instance.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CpuOptions {
+    /// `enabled` or `disabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["enabled", "disabled"]))]
+    pub nested_virtualization: Option<String>,
+}
+
+/// One network interface of an instance.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkInterface {
+    #[schemars(extend("minimum" = 0))]
+    pub device_index: i32,
+    /// `interface` or `efa-only`.
+    #[schemars(extend("enum" = ["interface", "efa-only"]))]
+    pub interface_type: String,
+    #[schemars(extend("minimum" = 0))]
+    pub network_card_index: i32,
+}
+
+/// A placement group, by name or id.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(extend("x-kubernetes-validations" = [
+    rule("has(self.name) || has(self.id)", "expected at least one, got none, ['name', 'id']"),
+    rule("!(has(self.name) && has(self.id))", "'name' and 'id' are mutually exclusive"),
+]))]
+pub struct PlacementGroupSelector {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("pattern" = "^pg-[0-9a-z]+$"))]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("minLength" = 1))]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum AmiFamily {
     AL2,
     AL2023,
@@ -114,19 +422,39 @@ impl AmiFamily {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// One way to select AMIs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AmiSelectorTerm {
     /// `family@version`, e.g. `al2023@latest` (v1 only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend(
+        "maxLength" = 30,
+        "x-kubernetes-validations" = [
+            rule("self.matches('^[a-zA-Z0-9]+@.+$')", "'alias' is improperly formatted, must match the format 'family@version'"),
+            rule(
+                "self.split('@')[0] in ['al2','al2023','bottlerocket','windows2019','windows2022','windows2025']",
+                "family is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022', 'windows2025'"
+            ),
+            rule(
+                "self.split('@')[0] in ['windows2019','windows2022','windows2025'] ? self.split('@')[1] == 'latest' : true",
+                "windows families may only specify version 'latest'"
+            ),
+        ]
+    ))]
     pub alias: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern("ami-[0-9a-z]+"))]
     pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = 20,
+        "x-kubernetes-validations" = [selector_tag_rule()]
+    ))]
     pub tags: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssm_parameter: Option<String>,
@@ -143,17 +471,34 @@ pub struct SelectorTerm {
     pub name: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// One way to select capacity reservations.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CapacityReservationSelectorTerm {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = 20,
+        "x-kubernetes-validations" = [selector_tag_rule()]
+    ))]
     pub tags: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern("^cr-[0-9a-z]+$"))]
     pub id: Option<String>,
     #[serde(default, rename = "ownerID", skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern("^[0-9]{12}$"))]
     pub owner_id: Option<String>,
+    /// `open` or `targeted`: select reservations by how instances match them. Not applied by
+    /// Joiner yet: [`EC2NodeClass::validate`] refuses a term that sets it.
+    #[serde(
+        default,
+        rename = "instanceMatchCriteria",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(extend("enum" = ["open", "targeted"]))]
+    pub instance_match_criteria: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// A volume of the class's nodes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BlockDeviceMapping {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,12 +510,22 @@ pub struct BlockDeviceMapping {
     pub ebs: Option<BlockDevice>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// An EBS volume.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    rule("has(self.snapshotID) || has(self.volumeSize)", "snapshotID or volumeSize must be defined"),
+    rule(
+        "!has(self.volumeInitializationRate) || (has(self.snapshotID) && self.snapshotID != '')",
+        "snapshotID must be set when volumeInitializationRate is set"
+    ),
+]))]
 pub struct BlockDevice {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "volume_size")]
     pub volume_size: Option<Quantity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["standard", "io1", "io2", "gp2", "sc1", "st1", "gp3"]))]
     pub volume_type: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iops: Option<i64>,
@@ -189,27 +544,33 @@ pub struct BlockDevice {
     )]
     pub snapshot_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "int32", "minimum" = 100, "maximum" = 300))]
     pub volume_initialization_rate: Option<i64>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// The instance metadata service settings of an instance.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MetadataOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "enabled", "enum" = ["enabled", "disabled"]))]
     pub http_endpoint: Option<String>,
     #[serde(
         default,
         rename = "httpProtocolIPv6",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(extend("default" = "disabled", "enum" = ["enabled", "disabled"]))]
     pub http_protocol_ipv6: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 1, "minimum" = 1, "maximum" = 64))]
     pub http_put_response_hop_limit: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "required", "enum" = ["required", "optional"]))]
     pub http_tokens: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum InstanceStorePolicy {
     RAID0,
 }
@@ -321,9 +682,44 @@ impl EC2NodeClass {
                 "at most one mapping may be the root volume",
             ));
         }
+        self.refuse_unsupported()
+    }
+
+    /// Fields Karpenter v1.14 applies at launch that Joiner does not yet: a class setting one is
+    /// refused (its pools wait with this reason) rather than launched without it, since the
+    /// nodes would differ from what the class asks for (no placement group, no prefixes, other
+    /// interfaces).
+    fn refuse_unsupported(&self) -> Result<(), FieldError> {
+        let s = &self.spec;
+        let set = [
+            ("spec.connectionTracking", s.connection_tracking.is_some()),
+            ("spec.cpuOptions", s.cpu_options.is_some()),
+            ("spec.ipPrefixCount", s.ip_prefix_count.is_some()),
+            ("spec.networkInterfaces", !s.network_interfaces.is_empty()),
+            (
+                "spec.placementGroupSelector",
+                s.placement_group_selector.is_some(),
+            ),
+        ];
+        if let Some((field, _)) = set.iter().find(|(_, set)| *set) {
+            return Err(FieldError::new(*field, UNSUPPORTED));
+        }
+        if let Some(i) = s
+            .capacity_reservation_selector_terms
+            .iter()
+            .position(|t| t.instance_match_criteria.is_some())
+        {
+            return Err(FieldError::new(
+                format!("spec.capacityReservationSelectorTerms[{i}].instanceMatchCriteria"),
+                UNSUPPORTED,
+            ));
+        }
         Ok(())
     }
 }
+
+/// Why a class using a field Joiner does not apply yet is refused.
+const UNSUPPORTED: &str = "is not supported by Joiner yet: nodes launched without it would differ from what the class asks for";
 
 #[cfg(test)]
 mod tests {
@@ -332,6 +728,65 @@ mod tests {
     fn from_yaml(yaml: &str) -> EC2NodeClass {
         let v: serde_json::Value = serde_saphyr::from_str(yaml).unwrap();
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_class_using_a_field_joiner_does_not_apply_is_refused_naming_it() {
+        let base = r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: gpu}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: lab}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: lab}}]
+"#;
+        from_yaml(base).validate().unwrap();
+        for (extra, field) in [
+            (
+                "  placementGroupSelector: {name: training}",
+                "spec.placementGroupSelector",
+            ),
+            ("  ipPrefixCount: 1", "spec.ipPrefixCount"),
+            (
+                "  networkInterfaces: [{deviceIndex: 0, networkCardIndex: 0, interfaceType: interface}]",
+                "spec.networkInterfaces",
+            ),
+            (
+                "  capacityReservationSelectorTerms: [{instanceMatchCriteria: open}]",
+                "spec.capacityReservationSelectorTerms[0].instanceMatchCriteria",
+            ),
+        ] {
+            let class = from_yaml(&format!("{base}{extra}\n"));
+            assert_eq!(class.validate().unwrap_err().field, field, "{extra}");
+        }
+    }
+
+    #[test]
+    fn kubelet_fields_read_under_karpenters_names() {
+        let class = from_yaml(
+            r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: gpu}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{id: subnet-1}]
+  securityGroupSelectorTerms: [{id: sg-1}]
+  kubelet:
+    clusterDNS: [10.100.0.10]
+    cpuCFSQuota: false
+    imageGCHighThresholdPercent: 85
+    imageGCLowThresholdPercent: 80
+"#,
+        );
+        let kubelet = class.spec.kubelet.expect("kubelet");
+        assert_eq!(kubelet.cluster_dns, Some(vec!["10.100.0.10".to_string()]));
+        assert_eq!(kubelet.cpu_cfs_quota, Some(false));
+        assert_eq!(kubelet.image_gc_high_threshold_percent, Some(85));
+        assert_eq!(kubelet.image_gc_low_threshold_percent, Some(80));
     }
 
     #[test]

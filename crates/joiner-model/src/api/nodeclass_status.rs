@@ -5,9 +5,11 @@
 
 use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use schemars::{JsonSchema, Schema};
 use serde::{Deserialize, Serialize};
 
 use super::nodeclaim::{Condition, set_condition};
+use super::schema;
 
 /// Condition types, as Karpenter names them.
 pub mod conditions {
@@ -39,7 +41,8 @@ pub mod reasons {
     pub const RESTRICTED_TAG: &str = "RestrictedTag";
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// What an EC2NodeClass's selectors resolved to, and whether it is ready.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EC2NodeClassStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -56,10 +59,12 @@ pub struct EC2NodeClassStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_profile: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions_unkeyed")]
     pub conditions: Vec<Condition>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// A subnet the class resolved.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Subnet {
     pub id: String,
@@ -68,14 +73,17 @@ pub struct Subnet {
     pub zone_id: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// A security group the class resolved.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SecurityGroup {
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// An AMI the class resolved.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(transform = ami_schema)]
 pub struct Ami {
     pub id: String,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -88,25 +96,42 @@ pub struct Ami {
     pub requirements: Vec<NodeSelectorRequirement>,
 }
 
+/// Karpenter requires the requirements of a resolved AMI (Joiner's reader defaults them), and
+/// replaces a requirement's values as a whole.
+fn ami_schema(schema: &mut Schema) {
+    schema::require(schema, &["requirements"]);
+    if let Some(values) = schema.pointer_mut("/properties/requirements/items/properties/values")
+        && let Some(values) = values.as_object_mut()
+    {
+        values.insert("x-kubernetes-list-type".into(), "atomic".into());
+    }
+}
+
 /// A capacity reservation as Karpenter records it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CapacityReservation {
     pub availability_zone: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_time: Option<Time>,
+    #[schemars(pattern("^cr-[0-9a-z]+$"))]
     pub id: String,
+    #[schemars(extend("enum" = ["open", "targeted"]))]
     pub instance_match_criteria: String,
     pub instance_type: String,
     #[serde(rename = "ownerID")]
+    #[schemars(pattern("^[0-9]{12}$"))]
     pub owner_id: String,
     /// `default` or `capacity-block`.
     #[serde(default)]
+    #[schemars(extend("default" = "default", "enum" = ["default", "capacity-block"]))]
     pub reservation_type: String,
     #[serde(default)]
+    #[schemars(transform = schema::drop_default)]
     pub interruptible: bool,
     /// `active` or `expiring`.
     #[serde(default)]
+    #[schemars(extend("default" = "active", "enum" = ["active", "expiring"]))]
     pub state: String,
     /// Joiner's addition to Karpenter's shape: how many instances the reservation can still
     /// take, as EC2's `availableInstanceCount` said when the class was last resolved. Karpenter

@@ -150,9 +150,10 @@ pub struct NodeClaimTemplate {
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = template_spec_schema)]
 pub struct NodeClaimTemplateSpec {
-    /// What the pool's instances must satisfy.
+    /// What the pool's instances must satisfy (never the pool's own label, which Joiner sets).
     #[serde(default)]
     #[schemars(
+        transform = schema::forbid_nodepool_key,
         length(max = 100),
         extend("x-kubernetes-list-type" = "atomic", "x-kubernetes-validations" = schema::requirements_rules())
     )]

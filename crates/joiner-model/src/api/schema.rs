@@ -196,6 +196,17 @@ pub fn conditions_strict(_: &mut SchemaGenerator) -> Schema {
     conditions(true)
 }
 
+/// Status conditions as EC2NodeClasses carry them: strict, in a list Karpenter's CRD does not
+/// key by type.
+pub fn conditions_unkeyed(_: &mut SchemaGenerator) -> Schema {
+    let mut schema = conditions(true);
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("x-kubernetes-list-map-keys");
+        object.remove("x-kubernetes-list-type");
+    }
+    schema
+}
+
 fn conditions(strict: bool) -> Schema {
     let (reason, required) = if strict {
         (
@@ -269,4 +280,24 @@ pub fn label_values(schema: &mut Schema) {
         values.insert("maxLength".into(), json!(63));
         values.insert("pattern".into(), json!(LABEL_VALUE));
     }
+}
+
+/// A NodePool's requirements may not select on `karpenter.sh/nodepool` (the pool sets it); a
+/// NodeClaim's carry it. Adds the rule to the key of a requirements list's items, after the
+/// first of the shared rules, where Karpenter's CRD has it.
+pub fn forbid_nodepool_key(schema: &mut Schema) {
+    let Some(rules) = schema
+        .pointer_mut("/items/properties/key/x-kubernetes-validations")
+        .and_then(|r| r.as_array_mut())
+    else {
+        return;
+    };
+    let at = rules.len().min(1);
+    rules.insert(
+        at,
+        rule(
+            r#"self != "karpenter.sh/nodepool""#,
+            r#"label "karpenter.sh/nodepool" is restricted"#,
+        ),
+    );
 }
