@@ -97,7 +97,8 @@ fn each_crd_is_a_structural_v1_crd_with_karpenters_columns() {
     }
 }
 
-/// Every NodePool and EC2NodeClass in `examples/`: v1 ones as written, v1beta1 ones after the
+/// Every NodePool, EC2NodeClass and NodeClaim in `examples/`: v1 ones as written (the
+/// NodeClaims are Karpenter's, as a fleet it launched left them), v1beta1 ones after the
 /// conversion Karpenter (and Joiner) apply.
 #[test]
 fn every_example_nodepool_and_ec2nodeclass_validates() {
@@ -118,6 +119,7 @@ fn every_example_nodepool_and_ec2nodeclass_validates() {
                         (nodepools(), to_json(&old.into_v1()))
                     }
                     (Some("EC2NodeClass"), Some("karpenter.k8s.aws/v1")) => (ec2nodeclasses(), doc),
+                    (Some("NodeClaim"), Some("karpenter.sh/v1")) => (nodeclaims(), doc),
                     (Some("EC2NodeClass"), Some("karpenter.k8s.aws/v1beta1")) => {
                         let old: EC2NodeClass =
                             serde_json::from_value(doc).expect("a v1beta1 EC2NodeClass");
@@ -139,6 +141,10 @@ fn every_example_nodepool_and_ec2nodeclass_validates() {
     );
     assert!(
         checked.get("EC2NodeClass").is_some_and(|n| *n >= 5),
+        "{checked:?}"
+    );
+    assert!(
+        checked.get("NodeClaim").is_some_and(|n| *n >= 20),
         "{checked:?}"
     );
 }
