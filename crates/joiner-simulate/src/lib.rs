@@ -33,6 +33,7 @@ mod reservations;
 pub mod run;
 pub mod scenario;
 pub mod scheduler;
+pub mod takeover;
 pub mod volumes;
 
 pub use cloud::{Registration, SimulatedCloud};

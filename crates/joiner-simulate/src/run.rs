@@ -96,6 +96,8 @@ pub struct Outcome {
     pub events: Vec<Value>,
     pub samples: Vec<Sample>,
     pub summary: Summary,
+    /// The NodeClaims the cluster holds at the end, as the API server has them.
+    pub node_claims: Vec<NodeClaim>,
 }
 
 fn round(x: f64, digits: i32) -> f64 {
@@ -986,9 +988,11 @@ pub fn simulate(
         disruptions,
         errors,
     };
+    let node_claims = sim.store.list::<NodeClaim>()?;
     Ok(Outcome {
         events: sim.events,
         samples,
         summary,
+        node_claims,
     })
 }

@@ -19,6 +19,7 @@ mod bench;
 mod catalog;
 mod controller;
 mod load;
+mod migrate;
 mod output;
 
 #[derive(Parser)]
@@ -87,6 +88,17 @@ enum Command {
     /// Run the live controller in a cluster: watch pending pods, launch and retire nodes (the
     /// Helm chart runs this). Needs a build with the `controller` feature.
     Controller(Box<controller::Args>),
+    /// Preview taking over a fleet Karpenter launched, from its exported objects (`kubectl get
+    /// nodepools,ec2nodeclasses,nodeclaims,nodes,pods -A -o yaml`): what the controller will
+    /// launch, terminate, disrupt and rewrite once started, found by running it over simulated
+    /// time on a copy. Writes nothing; fails when the takeover would disturb a node.
+    Migrate {
+        #[command(flatten)]
+        input: InputArgs,
+        /// How long to run the takeover for, in simulated time.
+        #[arg(long = "for", default_value = "1h")]
+        run_for: String,
+    },
     /// Write the CustomResourceDefinitions Joiner serves (Karpenter's kinds, generated from
     /// Joiner's API types): one file per CRD into `--dir`, or all of them to stdout.
     Crds {
@@ -200,6 +212,7 @@ fn main() -> ExitCode {
             output,
         } => simulate_cmd(&input, scenario, report, output),
         Command::Crds { dir } => crds_cmd(dir.as_deref()),
+        Command::Migrate { input, run_for } => migrate::run(&input, &run_for),
         Command::Bench {
             pods,
             only,
