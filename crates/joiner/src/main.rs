@@ -267,14 +267,11 @@ fn snapshot(input: &InputArgs) -> anyhow::Result<joiner_engine::snapshot::Cluste
     Ok(read_input(input)?.2)
 }
 
-/// The manifests, the settings and the cluster view built from them.
-fn read_input(
+/// The manifests and the settings, their warnings printed on stderr (but those `skip` says).
+fn manifests_and_settings(
     input: &InputArgs,
-) -> anyhow::Result<(
-    joiner_model::Manifests,
-    joiner_model::settings::Settings,
-    joiner_engine::snapshot::ClusterSnapshot,
-)> {
+    skip: &dyn Fn(&str) -> bool,
+) -> anyhow::Result<(joiner_model::Manifests, joiner_model::settings::Settings)> {
     let manifests = load::load_manifests(&input.files)?;
     let values = load::load_values(&input.settings.values, &input.settings.set)?;
     let (settings, setting_warnings) = joiner_model::settings::Settings::from_values(&values)?;
@@ -283,9 +280,22 @@ fn read_input(
         .iter()
         .map(ToString::to_string)
         .chain(setting_warnings)
+        .filter(|w| !skip(w))
     {
         eprintln!("warning: {w}");
     }
+    Ok((manifests, settings))
+}
+
+/// The manifests, the settings and the cluster view built from them.
+fn read_input(
+    input: &InputArgs,
+) -> anyhow::Result<(
+    joiner_model::Manifests,
+    joiner_model::settings::Settings,
+    joiner_engine::snapshot::ClusterSnapshot,
+)> {
+    let (manifests, settings) = manifests_and_settings(input, &|_| false)?;
     let options = joiner_engine::snapshot::Options {
         builtin_catalog: !input.settings.no_builtin_catalog,
     };
@@ -320,20 +330,10 @@ fn simulate_cmd(
             "simulate: the simulated cloud sells the built-in catalog; --no-builtin-catalog is not supported yet"
         );
     }
-    let manifests = load::load_manifests(&input.files)?;
-    let values = load::load_values(&input.settings.values, &input.settings.set)?;
-    let (settings, setting_warnings) = joiner_model::settings::Settings::from_values(&values)?;
     // The scenario may sit beside the manifests; it is not one of them.
     let scenario_name = scenario.display().to_string();
-    for w in manifests
-        .warnings
-        .iter()
-        .map(ToString::to_string)
-        .filter(|w| !w.starts_with(&scenario_name))
-        .chain(setting_warnings)
-    {
-        eprintln!("warning: {w}");
-    }
+    let (manifests, settings) =
+        manifests_and_settings(input, &|w: &str| w.starts_with(&scenario_name))?;
     joiner_simulate::command::run(
         joiner_simulate::Request {
             manifests,

@@ -9,23 +9,12 @@ use anyhow::Context as _;
 use joiner_simulate::takeover::{Preview, preview};
 
 use crate::InputArgs;
-use crate::load;
 
 /// Runs the preview and prints it; fails when taking over would disturb the fleet.
 pub fn run(input: &InputArgs, run_for: &str) -> anyhow::Result<()> {
     let duration: Duration = joiner_model::duration::parse_duration(run_for)
         .with_context(|| format!("--for {run_for:?}"))?;
-    let manifests = load::load_manifests(&input.files)?;
-    let values = load::load_values(&input.settings.values, &input.settings.set)?;
-    let (settings, setting_warnings) = joiner_model::settings::Settings::from_values(&values)?;
-    for w in manifests
-        .warnings
-        .iter()
-        .map(ToString::to_string)
-        .chain(setting_warnings)
-    {
-        eprintln!("warning: {w}");
-    }
+    let (manifests, settings) = crate::manifests_and_settings(input, &|_| false)?;
     if manifests.node_claims.is_empty() {
         anyhow::bail!(
             "no NodeClaim in the input: export Karpenter's with `kubectl get nodeclaims -o yaml`"
