@@ -35,6 +35,9 @@ pub enum EventKind {
     NotDrained(NotDrained),
     /// Termination tells about a NodeClaim.
     Termination(TerminationEvent),
+    /// On Joiner's own pod: another controller (Karpenter) holds its Lease, so Joiner stands
+    /// down (`true`), or none does any more and Joiner acts again (`false`).
+    Rival(bool),
 }
 
 /// What an event is about.
@@ -65,6 +68,8 @@ impl ObjectEvent {
             // Joiner's own: Karpenter leaves these pods without a word.
             EventKind::NotDrained(_) => "NotDrained",
             EventKind::Termination(t) => t.as_str(),
+            EventKind::Rival(true) => "AnotherControllerRunning",
+            EventKind::Rival(false) => "NoOtherController",
         }
     }
 
@@ -73,6 +78,7 @@ impl ObjectEvent {
             EventKind::Nominated | EventKind::Evicted | EventKind::NotDrained(_) => false,
             EventKind::FailedScheduling | EventKind::Disrupted => true,
             EventKind::Termination(t) => t.is_warning(),
+            EventKind::Rival(running) => running,
         }
     }
 
@@ -91,6 +97,8 @@ impl ObjectEvent {
                 EventKind::FailedScheduling => "Schedule",
                 EventKind::Evicted | EventKind::Disrupted | EventKind::NotDrained(_) => "Evict",
                 EventKind::Termination(_) => "Terminate",
+                EventKind::Rival(true) => "StandDown",
+                EventKind::Rival(false) => "Resume",
             }
             .to_string(),
             secondary: None,
@@ -130,6 +138,22 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}...", &s[..end])
+}
+
+/// The event on Joiner's own pod (`namespace/name`) when another controller is seen running
+/// (`why`) or no longer is.
+pub fn rival_event(own_pod: &str, why: Option<&str>) -> ObjectEvent {
+    ObjectEvent {
+        about: Involved::Pod(own_pod.to_string()),
+        uid: None,
+        kind: EventKind::Rival(why.is_some()),
+        message: match why {
+            Some(why) => format!(
+                "{why}: Joiner does nothing while another controller acts on the same NodeClaims"
+            ),
+            None => "no other controller holds a watched Lease: Joiner acts".to_string(),
+        },
+    }
 }
 
 /// The events a step's report calls for. `uids` maps `namespace/name` to the pod's uid.
@@ -272,6 +296,36 @@ mod tests {
             unschedulable: vec![("lab/b".into(), "needs 9 GPUs".into())],
             ..StepReport::default()
         }
+    }
+
+    #[test]
+    fn standing_down_is_a_warning_on_joiners_own_pod_and_resuming_is_normal() {
+        let down = rival_event(
+            "kube-system/joiner-0",
+            Some("Karpenter is running: k-1 holds Lease x"),
+        );
+        assert_eq!(down.about, Involved::Pod("kube-system/joiner-0".into()));
+        assert_eq!(down.reason(), "AnotherControllerRunning");
+        let event = down.to_event();
+        assert_eq!(event.type_, EventType::Warning);
+        assert!(
+            event
+                .note
+                .as_deref()
+                .is_some_and(|n| n.contains("k-1 holds Lease x"))
+        );
+        let reference = down.reference();
+        assert_eq!(
+            (
+                reference.kind.as_deref(),
+                reference.namespace.as_deref(),
+                reference.name.as_deref()
+            ),
+            (Some("Pod"), Some("kube-system"), Some("joiner-0"))
+        );
+        let up = rival_event("kube-system/joiner-0", None);
+        assert_eq!(up.reason(), "NoOtherController");
+        assert_eq!(up.to_event().type_, EventType::Normal);
     }
 
     #[test]

@@ -443,10 +443,15 @@ async fn run(
         options.rival_leases.clone(),
         rival_tx,
     ));
-    tokio::spawn(follow_rival(rival.clone(), health.clone()));
+    let (events_tx, events_rx) = mpsc::channel(64);
+    tokio::spawn(follow_rival(
+        rival.clone(),
+        health.clone(),
+        own_pod(),
+        events_tx.clone(),
+    ));
     let leadership = rivals::gate(leadership, rival);
 
-    let (events_tx, events_rx) = mpsc::channel(64);
     let reporter = Reporter {
         controller: REPORTING_CONTROLLER.into(),
         instance: Some(identity),
@@ -542,13 +547,43 @@ impl Step for Box<dyn Step> {
 }
 
 /// Keeps `/readyz` in step with what [`rivals::watch`] finds.
-async fn follow_rival(mut rival: watch::Receiver<Option<String>>, health: Health) {
+async fn follow_rival(
+    mut rival: watch::Receiver<Option<String>>,
+    health: Health,
+    own_pod: Option<String>,
+    events_tx: mpsc::Sender<Vec<events::ObjectEvent>>,
+) {
+    let mut told: Option<bool> = None;
     loop {
-        health.set_rival(rival.borrow_and_update().clone());
+        let why = rival.borrow_and_update().clone();
+        health.set_rival(why.clone());
+        // An event on Joiner's own pod each time it stands down or resumes (not at a start
+        // with no rival: nothing changed for anyone).
+        let running = why.is_some();
+        if told != Some(running)
+            && (running || told.is_some())
+            && let Some(pod) = &own_pod
+            && events_tx
+                .try_send(vec![events::rival_event(pod, why.as_deref())])
+                .is_err()
+        {
+            tracing::warn!("the event queue is full: the stand-down event is dropped");
+        }
+        told = Some(running);
         if rival.changed().await.is_err() {
             return;
         }
     }
+}
+
+/// This replica's pod (`namespace/name`), as the chart's downward API gives it; events about
+/// Joiner itself go there.
+fn own_pod() -> Option<String> {
+    let name = std::env::var("POD_NAME").ok().filter(|n| !n.is_empty())?;
+    let namespace = std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|n| !n.is_empty())?;
+    Some(format!("{namespace}/{name}"))
 }
 
 /// Keeps the `joiner_leader` gauge in step with the election.
@@ -584,5 +619,37 @@ mod tests {
         let (kept, _) = settings(&given).unwrap();
         assert_eq!(kept.region, "us-west-2");
         assert_eq!(kept.cluster.kubernetes_version, "1.35");
+    }
+
+    /// Standing down and resuming each put one event on Joiner's own pod; a start with no
+    /// rival puts none, and an unchanged reading none again.
+    #[tokio::test]
+    async fn each_stand_down_and_resume_is_one_event_on_joiners_pod() {
+        let (rival_tx, rival) = watch::channel(None);
+        let (events_tx, mut events_rx) = mpsc::channel(8);
+        let health = Health::default();
+        tokio::spawn(follow_rival(
+            rival,
+            health.clone(),
+            Some("kube-system/joiner-0".into()),
+            events_tx,
+        ));
+        let settle = || tokio::time::sleep(std::time::Duration::from_millis(50));
+        settle().await;
+        assert!(
+            events_rx.try_recv().is_err(),
+            "no event at a start with no rival"
+        );
+        rival_tx.send_replace(Some("Karpenter is running: k-1 holds Lease x".into()));
+        settle().await;
+        let down = events_rx.try_recv().expect("a stand-down event");
+        assert_eq!(down[0].reason(), "AnotherControllerRunning");
+        rival_tx.send_replace(Some("Karpenter is running: k-1 holds Lease x".into()));
+        settle().await;
+        assert!(events_rx.try_recv().is_err(), "the same reading again");
+        rival_tx.send_replace(None);
+        settle().await;
+        let up = events_rx.try_recv().expect("a resume event");
+        assert_eq!(up[0].reason(), "NoOtherController");
     }
 }
