@@ -551,6 +551,13 @@ const RBAC: &[Grant] = &[
         "joiner-runtime rivals.rs: Karpenter's Lease, every 5 s (only that name)",
     ),
     grant(
+        Scope::Cluster,
+        "coordination.k8s.io",
+        "leases",
+        "list",
+        "joiner-runtime rivals.rs: Leases named like Joiner's own in other namespaces, every 5 s",
+    ),
+    grant(
         Scope::Lease,
         "coordination.k8s.io",
         "leases",
@@ -653,8 +660,9 @@ fn rbac_grants_exactly_what_the_controller_calls_and_no_wildcards() {
             "no {r} cluster-wide"
         );
     }
-    // Cluster-wide, only Karpenter's Lease may be read (to stand aside while it runs); the
-    // controller's own is read and written only in the release namespace.
+    // Cluster-wide, only Karpenter's Lease may be read and Leases named like Joiner's own
+    // listed (to stand aside while another controller runs); the controller's own is read and
+    // written only in the release namespace.
     let leases: Vec<&Value> = cluster
         .iter()
         .filter(|r| r["resources"] == json!(["leases"]))
@@ -663,7 +671,9 @@ fn rbac_grants_exactly_what_the_controller_calls_and_no_wildcards() {
         leases,
         [
             &json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-            "resourceNames": ["karpenter-leader-election"], "verbs": ["get"]})
+            "resourceNames": ["karpenter-leader-election"], "verbs": ["get"]}),
+            &json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+            "resourceNames": ["joiner-leader-election"], "verbs": ["list"]})
         ]
     );
     assert_eq!(

@@ -411,24 +411,30 @@ async fn run(
     };
     health.set_cloud_ready();
 
-    let (election, leadership, _always) = if let Some(lease) = &options.leader_election {
-        let namespace = lease
-            .namespace
-            .clone()
-            .or_else(|| {
-                std::env::var("POD_NAMESPACE")
-                    .ok()
-                    .filter(|n| !n.is_empty())
-            })
-            .unwrap_or_else(|| client.default_namespace().to_string());
+    let own_lease = options
+        .leader_election
+        .as_ref()
+        .map(|lease| rivals::OwnLease {
+            namespace: lease
+                .namespace
+                .clone()
+                .or_else(|| {
+                    std::env::var("POD_NAMESPACE")
+                        .ok()
+                        .filter(|n| !n.is_empty())
+                })
+                .unwrap_or_else(|| client.default_namespace().to_string()),
+            name: lease.name.clone(),
+        });
+    let (election, leadership, _always) = if let Some(own) = &own_lease {
         let election = Election::start(
             client.clone(),
-            &namespace,
-            &lease.name,
+            &own.namespace,
+            &own.name,
             &identity,
             fence.clone(),
         );
-        tracing::info!(lease = %format!("{namespace}/{}", lease.name), "waiting for the leader Lease");
+        tracing::info!(lease = %format!("{}/{}", own.namespace, own.name), "waiting for the leader Lease");
         let state = election.state.clone();
         (Some(election), state, None)
     } else {
@@ -436,11 +442,13 @@ async fn run(
         (None, rx, Some(tx))
     };
     tokio::spawn(follow_leadership(leadership.clone(), metrics.clone()));
-    // Never two controllers: while Karpenter holds its Lease, this replica leads nothing.
+    // Never two controllers: while Karpenter or another Joiner holds its Lease, this replica
+    // leads nothing.
     let (rival_tx, rival) = watch::channel(None);
     tokio::spawn(rivals::watch(
         client.clone(),
         options.rival_leases.clone(),
+        own_lease,
         rival_tx,
     ));
     let (events_tx, events_rx) = mpsc::channel(64);

@@ -98,6 +98,32 @@ impl LeaseApi {
     }
 }
 
+/// Every Lease named `name` in any namespace, by namespace: a list with a `metadata.name` field
+/// selector, so that RBAC can grant it for that one name.
+pub(crate) async fn list_named(
+    client: kube::Client,
+    name: &str,
+    call_timeout: Duration,
+) -> Result<Vec<(String, LeaseRecord)>, String> {
+    let api: Api<Lease> = Api::all(client);
+    let params = kube::api::ListParams::default().fields(&format!("metadata.name={name}"));
+    let list = match tokio::time::timeout(call_timeout, api.list(&params)).await {
+        Ok(Ok(list)) => list,
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err(format!("no answer within {call_timeout:?}")),
+    };
+    list.items
+        .iter()
+        .filter(|l| l.metadata.name.as_deref() == Some(name))
+        .map(|l| {
+            Ok((
+                l.metadata.namespace.clone().unwrap_or_default(),
+                record_of(l)?,
+            ))
+        })
+        .collect()
+}
+
 fn record_of(lease: &Lease) -> Result<LeaseRecord, String> {
     let spec = lease.spec.clone().unwrap_or_default();
     let resource_version = lease

@@ -9,6 +9,7 @@ mod elector;
 mod fence;
 mod fenced;
 
+pub(crate) use api::list_named;
 pub use api::{LeaseApi, campaign};
 pub use elector::{Elector, LeaseRecord, Next, Standing, Timings};
 pub use fence::{Fence, IN_FLIGHT_MARGIN, ManualTicker, Revoked, SystemTicker, Ticker};
