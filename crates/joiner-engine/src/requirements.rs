@@ -22,7 +22,7 @@ pub use joiner_model::api::nodepool::Operator;
 /// Why a requirement expression is malformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequirementError {
-    #[error("unknown operator {0:?} (In, NotIn, Exists, DoesNotExist, Gt, Lt)")]
+    #[error("unknown operator {0:?} (In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte)")]
     Operator(String),
     #[error("operator {0} needs at least one value")]
     MissingValues(&'static str),
@@ -104,6 +104,18 @@ impl Requirement {
             },
             Operator::Lt => Requirement {
                 less_than: Some(integer("Lt")?),
+                ..base(Values::AllExcept(BTreeSet::new()), false)
+            },
+            // Integer labels: at least n is more than n - 1, at most n is less than n + 1. The
+            // bounds are exclusive i64s, so `Gte i64::MIN` (`Lte i64::MAX`) leaves that one
+            // extreme value out; Karpenter's CRD takes only non-negative values, and no
+            // instance label comes near i64::MAX.
+            Operator::Gte => Requirement {
+                greater_than: Some(integer("Gte")?.saturating_sub(1)),
+                ..base(Values::AllExcept(BTreeSet::new()), false)
+            },
+            Operator::Lte => Requirement {
+                less_than: Some(integer("Lte")?.saturating_add(1)),
                 ..base(Values::AllExcept(BTreeSet::new()), false)
             },
         })
@@ -414,6 +426,33 @@ mod tests {
         assert!(!req("Gt", &["4"]).matches(Some("five")));
         assert!(!req("Gt", &["4"]).matches(None));
         assert!(req("Lt", &["4"]).matches(Some("-1")));
+    }
+
+    /// Karpenter's `Gte` and `Lte` include their bound, need an integer label, and intersect
+    /// with the other operators like `Gt` and `Lt` do.
+    #[test]
+    fn gte_and_lte_include_their_bound() {
+        let at_least_4 = req("Gte", &["4"]);
+        assert!(at_least_4.matches(Some("4")));
+        assert!(at_least_4.matches(Some("8")));
+        assert!(!at_least_4.matches(Some("3")));
+        assert!(!at_least_4.matches(Some("four")));
+        assert!(!at_least_4.matches(None));
+        let at_most_8 = req("Lte", &["8"]);
+        assert!(at_most_8.matches(Some("8")));
+        assert!(!at_most_8.matches(Some("9")));
+        let between = at_least_4.intersect(&at_most_8);
+        assert!(between.matches(Some("4")) && between.matches(Some("8")));
+        assert!(!between.matches(Some("9")) && !between.matches(Some("3")));
+        assert!(
+            !req("Gte", &["5"])
+                .intersect(&req("Lte", &["4"]))
+                .is_satisfiable()
+        );
+        assert!(matches!(
+            Requirement::new("Gte", &["4".into(), "5".into()]),
+            Err(RequirementError::Integer("Gte", _))
+        ));
     }
 
     #[test]

@@ -148,7 +148,7 @@ fn a_nodeclaim_that_does_not_decode_keeps_its_instance() {
     let claim = world.live_claims()[0].clone();
     let instance = common::instance_of(&claim);
     let mut raw = serde_json::to_value(&claim).expect("json");
-    raw["spec"]["requirements"][0]["operator"] = "Gte".into();
+    raw["spec"]["requirements"][0]["operator"] = "Between".into();
     world
         .store
         .put_undecodable(ObjectKey::of::<NodeClaim>(None, claim.name()), raw);

@@ -253,3 +253,70 @@ fn a_deleting_node_claim_without_a_node_holds_nothing() {
     assert_eq!(plan["nodeClaims"].as_array().unwrap().len(), 2, "{plan}");
     std::fs::remove_file(&path).ok();
 }
+
+/// Karpenter's `Gte` and `Lte` (v1.9) bound an integer label, bounds included: a NodePool
+/// asking for 4 to 4 GPUs of the g5 family offers exactly the 4-GPU g5 types and plans on one.
+#[test]
+fn gte_and_lte_requirements_bound_an_integer_label_inclusively() {
+    let dir = std::env::temp_dir().join(format!("joiner-e2e-gte-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("cluster.yaml"),
+        r#"apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: gpu}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements:
+      - {key: karpenter.k8s.aws/instance-family, operator: In, values: [g5]}
+      - {key: karpenter.k8s.aws/instance-gpu-count, operator: Gte, values: ["4"]}
+      - {key: karpenter.k8s.aws/instance-gpu-count, operator: Lte, values: ["4"]}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: lab}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: lab}}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: train}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: train}}
+  template:
+    metadata: {labels: {app: train}}
+    spec:
+      containers:
+      - name: c
+        resources: {limits: {nvidia.com/gpu: "2"}}
+"#,
+    )
+    .unwrap();
+    let path = dir.display().to_string();
+    let out = joiner(&["catalog", "-f", &path, "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let catalog: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut types: Vec<&str> = catalog["nodePools"][0]["instanceTypes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    types.sort();
+    assert_eq!(types, ["g5.12xlarge", "g5.24xlarge"]);
+    let plan = plan_json(&["-f", &path]);
+    let claims = plan["nodeClaims"].as_array().unwrap();
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0]["instanceType"], "g5.12xlarge");
+    std::fs::remove_dir_all(&dir).ok();
+}

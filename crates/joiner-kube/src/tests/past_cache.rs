@@ -73,7 +73,7 @@ async fn get_uncached_asks_the_api_server() {
 async fn a_nodeclaim_that_does_not_decode_is_named_not_listed() {
     let (fake, client) = FakeApi::start();
     let mut newer = node_claim("nc-newer", "4");
-    newer["spec"]["requirements"] = json!([{"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Gte", "values": ["1"]}]);
+    newer["spec"]["requirements"] = json!([{"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Between", "values": ["1", "4"]}]);
     fake.set_list(
         NODECLAIMS,
         200,

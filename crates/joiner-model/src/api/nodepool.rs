@@ -236,7 +236,8 @@ pub struct NodeSelectorRequirementWithMinValues {
     pub min_values: Option<i32>,
 }
 
-/// The node selector operators Kubernetes defines.
+/// The node selector operators Kubernetes defines, and Karpenter's `Gte` and `Lte` (v1.9):
+/// the label's integer value at least, or at most, the one value given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Operator {
     In,
@@ -245,6 +246,8 @@ pub enum Operator {
     DoesNotExist,
     Gt,
     Lt,
+    Gte,
+    Lte,
 }
 
 impl Operator {
@@ -258,6 +261,8 @@ impl Operator {
             "DoesNotExist" => Operator::DoesNotExist,
             "Gt" => Operator::Gt,
             "Lt" => Operator::Lt,
+            "Gte" => Operator::Gte,
+            "Lte" => Operator::Lte,
             _ => return None,
         })
     }
@@ -270,6 +275,8 @@ impl Operator {
             Operator::DoesNotExist => "DoesNotExist",
             Operator::Gt => "Gt",
             Operator::Lt => "Lt",
+            Operator::Gte => "Gte",
+            Operator::Lte => "Lte",
         }
     }
 }
@@ -515,7 +522,7 @@ pub fn validate_requirement(
                 "operator In needs at least one value",
             ));
         }
-        Operator::Gt | Operator::Lt => {
+        Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => {
             let single_integer =
                 matches!(r.values.as_slice(), [v] if v.parse::<i64>().is_ok_and(|n| n >= 0));
             if !single_integer {

@@ -135,9 +135,7 @@ pub fn template_label_rules() -> serde_json::Value {
     ])
 }
 
-/// The operators a requirement may use. Karpenter v1.14 accepts `Gte` and `Lte` too, so the
-/// CRD does: a NodePool using them is stored, and Joiner reports it as one it cannot read
-/// rather than the API server refusing it.
+/// The operators a requirement may use, in the order Karpenter's CRD lists them.
 pub fn requirement_operator(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "string",
