@@ -111,7 +111,10 @@ pub fn alias_parameter(
                 roots.bottlerocket
             ))
         }
-        AmiFamily::Windows2019 | AmiFamily::Windows2022 | AmiFamily::Custom => None,
+        AmiFamily::Windows2019
+        | AmiFamily::Windows2022
+        | AmiFamily::Windows2025
+        | AmiFamily::Custom => None,
     }
 }
 

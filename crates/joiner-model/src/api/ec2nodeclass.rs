@@ -89,8 +89,7 @@ pub struct EC2NodeClass {
 )]
 pub struct EC2NodeClassSpec {
     /// The AMI family, for bootstrapping; required in v1beta1, and in v1 unless an AMI alias
-    /// names it. (Karpenter v1.14 also accepts `Windows2025`, so the CRD does; Joiner reports a
-    /// class using it as one it cannot read.)
+    /// names it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("enum" = ["AL2", "AL2023", "Bottlerocket", "Custom", "Windows2019", "Windows2022", "Windows2025"]))]
     pub ami_family: Option<AmiFamily>,
@@ -393,6 +392,8 @@ pub enum AmiFamily {
     Bottlerocket,
     Windows2019,
     Windows2022,
+    /// Karpenter v1.14's newest Windows family (`windows2025@latest`).
+    Windows2025,
     Custom,
 }
 
@@ -406,6 +407,7 @@ impl AmiFamily {
             "bottlerocket" => Some(AmiFamily::Bottlerocket),
             "windows2019" => Some(AmiFamily::Windows2019),
             "windows2022" => Some(AmiFamily::Windows2022),
+            "windows2025" => Some(AmiFamily::Windows2025),
             _ => None,
         }
     }
@@ -417,6 +419,7 @@ impl AmiFamily {
             AmiFamily::Bottlerocket => Some("bottlerocket"),
             AmiFamily::Windows2019 => Some("windows2019"),
             AmiFamily::Windows2022 => Some("windows2022"),
+            AmiFamily::Windows2025 => Some("windows2025"),
             AmiFamily::Custom => None,
         }
     }
@@ -647,7 +650,7 @@ impl EC2NodeClass {
                     return Err(FieldError::new(
                         field,
                         format!(
-                            "{alias:?} is not <family>@<version> with family al2, al2023, bottlerocket, windows2019 or windows2022"
+                            "{alias:?} is not <family>@<version> with family al2, al2023, bottlerocket, windows2019, windows2022 or windows2025"
                         ),
                     ));
                 }
@@ -761,6 +764,25 @@ spec:
             let class = from_yaml(&format!("{base}{extra}\n"));
             assert_eq!(class.validate().unwrap_err().field, field, "{extra}");
         }
+    }
+
+    /// Karpenter v1.14's `windows2025@latest` alias names the Windows 2025 family.
+    #[test]
+    fn the_windows2025_alias_reads() {
+        let class = from_yaml(
+            r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: windows}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: windows2025@latest}]
+  subnetSelectorTerms: [{id: subnet-1}]
+  securityGroupSelectorTerms: [{id: sg-1}]
+"#,
+        );
+        class.validate().unwrap();
+        assert_eq!(class.ami_family(), Some(AmiFamily::Windows2025));
     }
 
     #[test]
