@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use joiner_controller::cloud::instance_id_of;
 use joiner_model::Manifests;
 use joiner_model::api::NodeClaim;
 use joiner_model::settings::Settings;
@@ -127,7 +128,7 @@ fn claim_preview(claim: &NodeClaim, outcome: &Outcome) -> ClaimPreview {
         .status
         .provider_id
         .as_deref()
-        .and_then(|p| p.rsplit('/').next())
+        .and_then(instance_id_of)
         .map(str::to_string);
     let after = outcome.node_claims.iter().find(|c| c.name() == name);
     let mut changes = annotation_changes(claim, after);

@@ -31,20 +31,24 @@ pub fn run(input: &InputArgs, run_for: &str) -> anyhow::Result<()> {
 }
 
 fn render(preview: &Preview, run_for: &str) -> String {
-    let mut rows = vec![[
-        "NODECLAIM".to_string(),
-        "NODEPOOL".to_string(),
-        "INSTANCE".to_string(),
-        "KEPT".to_string(),
-        "WHAT JOINER DOES".to_string(),
-    ]];
+    let mut rows = vec![
+        [
+            "NODECLAIM",
+            "NODEPOOL",
+            "INSTANCE",
+            "KEPT",
+            "WHAT JOINER DOES",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
     for c in &preview.claims {
         let what = if c.changes.is_empty() {
             "nothing".to_string()
         } else {
             c.changes.join("; ")
         };
-        rows.push([
+        rows.push(vec![
             c.name.clone(),
             c.node_pool.clone(),
             c.instance.clone().unwrap_or_else(|| "-".into()),
@@ -52,17 +56,7 @@ fn render(preview: &Preview, run_for: &str) -> String {
             what,
         ]);
     }
-    let widths: Vec<usize> = (0..4)
-        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for r in &rows {
-        for (cell, width) in r.iter().zip(&widths) {
-            out.push_str(&format!("{cell:width$}  "));
-        }
-        out.push_str(&r[4]);
-        out.push('\n');
-    }
+    let mut out = crate::output::columns(&rows);
     for p in &preview.problems {
         out.push_str(&format!("problem: {p}\n"));
     }

@@ -733,19 +733,26 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
-    #[test]
-    fn a_class_using_a_field_joiner_does_not_apply_is_refused_naming_it() {
-        let base = r#"
+    /// A v1 class booting `alias`, with `extra` lines appended to its spec.
+    fn v1_class(alias: &str, extra: &str) -> EC2NodeClass {
+        from_yaml(&format!(
+            r#"
 apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
-metadata: {name: gpu}
+metadata: {{name: gpu}}
 spec:
   role: KarpenterNodeRole
-  amiSelectorTerms: [{alias: al2023@latest}]
-  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: lab}}]
-  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: lab}}]
-"#;
-        from_yaml(base).validate().unwrap();
+  amiSelectorTerms: [{{alias: {alias}}}]
+  subnetSelectorTerms: [{{id: subnet-1}}]
+  securityGroupSelectorTerms: [{{id: sg-1}}]
+{extra}
+"#
+        ))
+    }
+
+    #[test]
+    fn a_class_using_a_field_joiner_does_not_apply_is_refused_naming_it() {
+        v1_class("al2023@latest", "").validate().unwrap();
         for (extra, field) in [
             (
                 "  placementGroupSelector: {name: training}",
@@ -761,7 +768,7 @@ spec:
                 "spec.capacityReservationSelectorTerms[0].instanceMatchCriteria",
             ),
         ] {
-            let class = from_yaml(&format!("{base}{extra}\n"));
+            let class = v1_class("al2023@latest", extra);
             assert_eq!(class.validate().unwrap_err().field, field, "{extra}");
         }
     }
@@ -769,40 +776,20 @@ spec:
     /// Karpenter v1.14's `windows2025@latest` alias names the Windows 2025 family.
     #[test]
     fn the_windows2025_alias_reads() {
-        let class = from_yaml(
-            r#"
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata: {name: windows}
-spec:
-  role: KarpenterNodeRole
-  amiSelectorTerms: [{alias: windows2025@latest}]
-  subnetSelectorTerms: [{id: subnet-1}]
-  securityGroupSelectorTerms: [{id: sg-1}]
-"#,
-        );
+        let class = v1_class("windows2025@latest", "");
         class.validate().unwrap();
         assert_eq!(class.ami_family(), Some(AmiFamily::Windows2025));
     }
 
     #[test]
     fn kubelet_fields_read_under_karpenters_names() {
-        let class = from_yaml(
-            r#"
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata: {name: gpu}
-spec:
-  role: KarpenterNodeRole
-  amiSelectorTerms: [{alias: al2023@latest}]
-  subnetSelectorTerms: [{id: subnet-1}]
-  securityGroupSelectorTerms: [{id: sg-1}]
-  kubelet:
+        let class = v1_class(
+            "al2023@latest",
+            "  kubelet:
     clusterDNS: [10.100.0.10]
     cpuCFSQuota: false
     imageGCHighThresholdPercent: 85
-    imageGCLowThresholdPercent: 80
-"#,
+    imageGCLowThresholdPercent: 80",
         );
         let kubelet = class.spec.kubelet.expect("kubelet");
         assert_eq!(kubelet.cluster_dns, Some(vec!["10.100.0.10".to_string()]));
