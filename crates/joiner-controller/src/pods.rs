@@ -3,6 +3,7 @@
 use joiner_model::wellknown::annotations;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
 
 /// A pod waiting for a node: not bound, not finished, not being deleted.
 pub fn is_pending(pod: &Pod) -> bool {
@@ -31,12 +32,16 @@ pub fn pod_key(pod: &Pod) -> String {
     )
 }
 
-/// `karpenter.sh/do-not-disrupt: "true"` on a pod or a node.
-pub fn is_do_not_disrupt(meta: &ObjectMeta) -> bool {
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(annotations::DO_NOT_DISRUPT))
-        .is_some_and(|v| v == "true")
+/// Whether `karpenter.sh/do-not-disrupt` holds the pod at `now`: `"true"`, or a duration that
+/// has not run out since the pod started ([`joiner_model::do_not_disrupt`]).
+pub fn is_held(pod: &Pod, now: Timestamp) -> bool {
+    joiner_model::do_not_disrupt::pod_protected(pod, Some(now))
+}
+
+/// Whether a node is marked `karpenter.sh/do-not-disrupt: "true"` (durations count only on
+/// pods).
+pub fn is_node_held(meta: &ObjectMeta) -> bool {
+    joiner_model::do_not_disrupt::node_protected(meta)
 }
 
 /// A DaemonSet's pod (by its owner, or as `joiner plan` expanded it).

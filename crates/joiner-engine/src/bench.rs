@@ -347,7 +347,7 @@ mod tests {
             crate::snapshot::ClusterSnapshot::build(&m, &settings, &Default::default()).unwrap();
         assert_eq!(snapshot.input().nodes.len(), 20);
         assert!(snapshot.input().nodes.iter().all(|n| n.price.is_some()));
-        let decisions = crate::disruption::consolidate(snapshot.input());
+        let decisions = crate::disruption::consolidate(snapshot.input(), &Default::default());
         assert!(
             decisions
                 .iter()

@@ -28,6 +28,7 @@ use crate::api::nodepool::NodePoolV1Beta1;
 use crate::api::{EC2NodeClass, FieldError, InstanceType, NodeClaim, NodePool};
 use crate::dra;
 use crate::kinds::Kind;
+use crate::yaml::Document;
 use crate::{InputError, ObjectRef, Source};
 
 /// An object and the place it was read from.
@@ -101,49 +102,27 @@ const MAX_LIST_NESTING: usize = 8;
 /// input error naming the field.
 pub const MAX_WORKLOAD_PODS: i64 = 100_000;
 
-/// Splits `text` into its YAML documents (JSON is YAML), skipping empty ones. Document numbers
-/// in the returned [`Source`]s count the non-empty documents from 1.
-///
-/// Parsing is bounded: nesting depth, alias expansion and event counts are limited so a hostile
-/// file (an alias bomb, say) fails fast instead of exhausting memory.
-pub fn parse_documents(file: &str, text: &str) -> Result<Vec<(Source, Value)>, InputError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, yaml_options(text.len()))
-        .map_err(|e| {
-            let at = e
-                .location()
-                .map(|l| format!("line {}, column {}", l.line(), l.column()))
-                .unwrap_or_else(|| "YAML".to_string());
-            InputError::new(
-                &Source::new(file, 0),
-                &ObjectRef::default(),
-                at,
-                format!("cannot parse YAML: {e}"),
-            )
-        })?;
-    Ok(docs
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .enumerate()
-        .map(|(i, d)| (Source::new(file, i + 1), d))
-        .collect())
-}
-
-/// Limits sized to the input: parse events cannot outnumber bytes by much, but alias replay
-/// could, so it gets a fixed cap.
-fn yaml_options(len: usize) -> serde_saphyr::Options {
-    let scaled = len.saturating_mul(8).saturating_add(65_536);
-    let mut budget = serde_saphyr::Budget::default();
-    budget.max_events = scaled;
-    budget.max_nodes = scaled;
-    budget.max_documents = scaled;
-    budget.max_depth = 64;
-    budget.max_aliases = 10_000;
-    let mut opts = serde_saphyr::Options::default();
-    opts.budget = Some(budget);
-    opts.alias_limits.max_total_replayed_events = 200_000;
-    opts.alias_limits.max_replay_stack_depth = 32;
-    opts.with_snippet = false;
-    opts
+/// The object a path inside a document belongs to, and the path within that object: an item
+/// of a `List` for `items[i]. ...`, else the document itself.
+fn object_at(doc: &Value, path: &str) -> (ObjectRef, String) {
+    let reference = |object: &Value, kind: &str| {
+        ObjectRef::new(
+            str_at(object, "/kind").unwrap_or(kind),
+            str_at(object, "/metadata/namespace"),
+            str_at(object, "/metadata/name").unwrap_or_default(),
+        )
+    };
+    let kind = str_at(doc, "/kind").unwrap_or_default();
+    if let Some(element_kind) = kind.strip_suffix("List")
+        && let Some((index, rest)) = path.strip_prefix("items[").and_then(|p| p.split_once("]."))
+        && let Some(item) = index
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| doc.pointer(&format!("/items/{i}")))
+    {
+        return (reference(item, element_kind), rest.to_string());
+    }
+    (reference(doc, kind), path.to_string())
 }
 
 fn str_at<'a>(doc: &'a Value, pointer: &str) -> Option<&'a str> {
@@ -151,6 +130,23 @@ fn str_at<'a>(doc: &'a Value, pointer: &str) -> Option<&'a str> {
 }
 
 impl Manifests {
+    /// Adds one document read by [`parse_yaml`](crate::parse_yaml), warning once for each key
+    /// it sets twice: the last value is used, as the API server uses it.
+    pub fn add_yaml(&mut self, doc: Document) -> Result<(), InputError> {
+        for path in &doc.duplicate_keys {
+            let (object, field) = object_at(&doc.value, path);
+            self.warnings.push(Warning {
+                origin: doc.origin.clone(),
+                object: Some(object),
+                message: format!(
+                    "{field} is set twice; the last value is used, as the API server uses it \
+                     (remove the first to silence this)"
+                ),
+            });
+        }
+        self.add_document(doc.origin, doc.value)
+    }
+
     /// Adds one parsed document: a single object, or a `List` of them.
     pub fn add_document(&mut self, origin: Source, doc: Value) -> Result<(), InputError> {
         self.add_nested(origin, doc, 0)
@@ -613,6 +609,7 @@ fn ignored_path(path: &serde_ignored::Path<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::yaml::{parse_documents, parse_yaml};
 
     fn load(file: &str, text: &str) -> Result<Manifests, InputError> {
         let mut m = Manifests::default();
@@ -917,28 +914,31 @@ metadata: {name: c}
     }
 
     #[test]
-    fn yaml_syntax_errors_name_file_and_line() {
-        let e = parse_documents("bad.yaml", "a: 1\nb: [unclosed\n").unwrap_err();
-        assert_eq!(e.origin.file, "bad.yaml");
-        assert!(e.field.starts_with("line "), "{e}");
-    }
-
-    #[test]
-    fn deep_nesting_is_refused() {
-        let text = format!("{}{}", "[".repeat(200), "]".repeat(200));
-        assert!(parse_documents("deep.yaml", &text).is_err());
-    }
-
-    #[test]
-    fn alias_bombs_are_refused() {
-        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
-        for i in 1..10 {
-            let prev = i - 1;
-            text.push_str(&format!(
-                "a{i}: &a{i} [*a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}, *a{prev}]\n"
-            ));
+    fn a_key_set_twice_keeps_the_last_value_and_warns_naming_the_object_and_key() {
+        let text = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: gpu}\nspec:\n  \
+                    template:\n    metadata:\n      labels:\n        NodePool: a\n        \
+                    NodePool: b\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, \
+                    kind: EC2NodeClass, name: default}\n      requirements: []\n---\n\
+                    apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  \
+                    metadata: {name: p, namespace: ml, name: p}\n  spec: {containers: []}\n";
+        let mut m = Manifests::default();
+        for doc in parse_yaml("dup.yaml", text).unwrap() {
+            m.add_yaml(doc).unwrap();
         }
-        let e = parse_documents("bomb.yaml", &text).unwrap_err();
-        assert!(e.message.contains("budget"), "{e}");
+        let labels = &m.node_pools[0].object.spec.template.metadata.labels;
+        assert_eq!(labels.get("NodePool").map(String::as_str), Some("b"));
+        let warnings: Vec<String> = m.warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with(
+                "dup.yaml (document 1): NodePool/gpu: spec.template.metadata.labels.NodePool is \
+                 set twice"
+            ),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings[1].contains("Pod/ml/p: metadata.name is set twice"),
+            "{warnings:?}"
+        );
     }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::duration::parse_duration;
+use crate::feature_gates::FeatureGates;
 
 /// A setting with the wrong type or an unusable value, or a `--set` expression that cannot be
 /// parsed. Always names the key path or the expression.
@@ -244,8 +245,8 @@ pub struct Settings {
     pub batch_idle_duration: Duration,
     /// The longest the batcher waits in all.
     pub batch_max_duration: Duration,
-    /// Karpenter's own feature gates (`spotToSpotConsolidation`, ...), as given.
-    pub feature_gates: BTreeMap<String, bool>,
+    /// Karpenter's own feature gates (`settings.featureGates`), with Karpenter's defaults.
+    pub feature_gates: FeatureGates,
     /// Fraction of memory the hypervisor takes (Karpenter's `vmMemoryOverheadPercent`).
     pub vm_memory_overhead_percent: f64,
     pub cluster: ClusterSettings,
@@ -293,7 +294,7 @@ impl Default for Settings {
             },
             batch_idle_duration: Duration::from_secs(1),
             batch_max_duration: Duration::from_secs(10),
-            feature_gates: BTreeMap::new(),
+            feature_gates: FeatureGates::default(),
             vm_memory_overhead_percent: 0.075,
             cluster: ClusterSettings {
                 kubernetes_version: "1.36".to_string(),
@@ -463,7 +464,11 @@ impl Settings {
         out.interruption_queue = non_empty(s.string("interruptionQueue")?);
         out.batch_idle_duration = s.duration("batchIdleDuration", out.batch_idle_duration)?;
         out.batch_max_duration = s.duration("batchMaxDuration", out.batch_max_duration)?;
-        out.feature_gates = s.bool_map("featureGates")?;
+        out.feature_gates = FeatureGates::from_values(
+            "settings.featureGates",
+            &s.bool_map("featureGates")?,
+            &mut warnings,
+        );
         if let Some(v) = s.get("vmMemoryOverheadPercent") {
             out.vm_memory_overhead_percent = v
                 .as_f64()
@@ -581,6 +586,13 @@ fn resolve_dra(
     let mut gates = s.section("awsFeatureGates")?;
     let nvidia = gates.boolean("draNVIDIAGPU")?;
     let efa = gates.boolean("draEFA")?;
+    if gates.boolean("nodeClassCEL")? == Some(true) {
+        warnings.push(
+            "settings.awsFeatureGates.nodeClassCEL: accepted, not acted on by Joiner: Joiner \
+             reads no CEL expressions in an EC2NodeClass's kubelet settings"
+                .to_string(),
+        );
+    }
     gates.unknown_keys(&[], warnings);
 
     if enable == Some(true) {
@@ -625,6 +637,7 @@ fn resolve_dra(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::feature_gates::FeatureGate;
     use serde_json::json;
 
     fn yaml(text: &str) -> Value {
@@ -750,7 +763,10 @@ settings:
             Some("any")
         );
         assert_eq!(s.batch_max_duration, Duration::from_secs(90));
-        assert_eq!(s.feature_gates.get("spotToSpotConsolidation"), Some(&true));
+        assert!(
+            s.feature_gates
+                .enabled(FeatureGate::SpotToSpotConsolidation)
+        );
         assert_eq!(s.cluster.kubernetes_version, "1.34");
         assert_eq!(
             s.cluster.feature_gates.get("DRAConsumableCapacity"),

@@ -1,7 +1,7 @@
 //! Turning workload controllers into the pods they would create, so the planner schedules what
 //! the cluster would actually run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::wellknown::annotations;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -11,25 +11,38 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::manifests::{Manifests, Sourced};
 
 /// All pods the input implies: bare pods as given, then the pods of Deployments, ReplicaSets,
-/// StatefulSets and Jobs (in that order, each kind in input order), named `<workload>-<ordinal>`.
+/// StatefulSets and Jobs (in that order, each kind in input order) that their controllers have
+/// yet to create, named `<workload>-<ordinal>`.
 ///
 /// Replica counts follow the controllers: `replicas` (default 1) for Deployments, ReplicaSets
-/// and StatefulSets; for Jobs, `parallelism` (default 1) capped by `completions`, and none while
-/// suspended. A ReplicaSet owned by a Deployment of the input is skipped: the Deployment already
-/// stands for its pods. DaemonSets are left out; see [`daemon_set_pod`].
+/// and StatefulSets; for Jobs, `parallelism` (default 1) capped by the completions still to
+/// come, and none while suspended. A dump of a live cluster holds the workloads and their pods
+/// both, so the input's active pods that a workload owns (by `ownerReferences`) count towards
+/// its replicas, and a Deployment counts the pods of its ReplicaSets in the input; those
+/// ReplicaSets are not expanded again. Only spec and ownership are read: a dumped `status`
+/// never changes what is expanded. DaemonSets are left out; see [`daemon_set_pod`].
 pub fn expand_workloads(m: &Manifests) -> Vec<Sourced<Pod>> {
+    let owned = OwnedPods::index(m);
     let mut out = m.pods.clone();
     for d in &m.deployments {
         let spec = d.object.spec.as_ref();
         let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
+        let running: usize = m
+            .replica_sets
+            .iter()
+            .filter(|rs| owned_by(&rs.object.metadata, "Deployment", &d.object.metadata))
+            .map(|rs| owned.active("ReplicaSet", &rs.object.metadata))
+            .sum();
         let template = spec.map(|s| &s.template);
+        let missing = remaining(replicas, running);
         expand(
             &mut out,
+            &owned,
             d,
             "Deployment",
             &d.object.metadata,
             template,
-            replicas,
+            missing,
         );
     }
     for rs in &m.replica_sets {
@@ -39,55 +52,133 @@ pub fn expand_workloads(m: &Manifests) -> Vec<Sourced<Pod>> {
         let spec = rs.object.spec.as_ref();
         let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
         let template = spec.and_then(|s| s.template.as_ref());
+        let missing = remaining(replicas, owned.active("ReplicaSet", &rs.object.metadata));
         expand(
             &mut out,
+            &owned,
             rs,
             "ReplicaSet",
             &rs.object.metadata,
             template,
-            replicas,
+            missing,
         );
     }
     for ss in &m.stateful_sets {
         let spec = ss.object.spec.as_ref();
         let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
         let template = spec.map(|s| &s.template);
+        let missing = remaining(replicas, owned.active("StatefulSet", &ss.object.metadata));
         expand(
             &mut out,
+            &owned,
             ss,
             "StatefulSet",
             &ss.object.metadata,
             template,
-            replicas,
+            missing,
         );
     }
     for job in &m.jobs {
         let spec = job.object.spec.as_ref();
         let suspended = spec.and_then(|s| s.suspend).unwrap_or(false);
         let parallelism = spec.and_then(|s| s.parallelism).unwrap_or(1);
-        let count = match spec.and_then(|s| s.completions) {
+        let meta = &job.object.metadata;
+        let to_complete = spec
+            .and_then(|s| s.completions)
+            .map(|c| remaining(c, owned.succeeded("Job", meta)));
+        let count = match to_complete {
             _ if suspended => 0,
             Some(c) => parallelism.min(c),
             None => parallelism,
         };
+        let missing = remaining(count, owned.active("Job", meta));
         let template = spec.map(|s| &s.template);
-        expand(&mut out, job, "Job", &job.object.metadata, template, count);
+        expand(&mut out, &owned, job, "Job", meta, template, missing);
     }
     out
 }
 
-fn owned_by_input_deployment(meta: &ObjectMeta, m: &Manifests) -> bool {
-    meta.owner_references.iter().flatten().any(|o| {
-        o.kind == "Deployment"
-            && m.deployments.iter().any(|d| {
-                d.object.metadata.name.as_deref() == Some(o.name.as_str())
-                    && d.object.metadata.namespace == meta.namespace
-            })
-    })
+/// `want` less `have`, never below zero.
+fn remaining(want: i32, have: usize) -> i32 {
+    want.saturating_sub(i32::try_from(have).unwrap_or(i32::MAX))
+        .max(0)
 }
 
+/// The input's pods by their controlling owner, and every pod name taken in each namespace (so
+/// expanded pods never take the name of a pod that exists).
+struct OwnedPods<'a> {
+    /// (owner kind, namespace, owner name) → (active pods, succeeded pods).
+    counts: HashMap<(&'a str, &'a str, &'a str), (usize, usize)>,
+    names: HashSet<(&'a str, &'a str)>,
+}
+
+impl<'a> OwnedPods<'a> {
+    fn index(m: &'a Manifests) -> Self {
+        let mut counts: HashMap<_, (usize, usize)> = HashMap::new();
+        let mut names = HashSet::new();
+        for pod in &m.pods {
+            let meta = &pod.object.metadata;
+            let namespace = meta.namespace.as_deref().unwrap_or("default");
+            names.insert((namespace, meta.name.as_deref().unwrap_or_default()));
+            let phase = pod.object.status.as_ref().and_then(|s| s.phase.as_deref());
+            for owner in meta.owner_references.iter().flatten() {
+                let entry = counts
+                    .entry((owner.kind.as_str(), namespace, owner.name.as_str()))
+                    .or_default();
+                match phase {
+                    Some("Succeeded") => entry.1 += 1,
+                    Some("Failed") => {}
+                    _ if meta.deletion_timestamp.is_some() => {}
+                    _ => entry.0 += 1,
+                }
+            }
+        }
+        OwnedPods { counts, names }
+    }
+
+    fn count(&self, kind: &str, owner: &ObjectMeta) -> (usize, usize) {
+        let namespace = owner.namespace.as_deref().unwrap_or("default");
+        let name = owner.name.as_deref().unwrap_or_default();
+        self.counts
+            .get(&(kind, namespace, name))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Pods of the owner that are running or about to: not finished, not being deleted.
+    fn active(&self, kind: &str, owner: &ObjectMeta) -> usize {
+        self.count(kind, owner).0
+    }
+
+    fn succeeded(&self, kind: &str, owner: &ObjectMeta) -> usize {
+        self.count(kind, owner).1
+    }
+
+    fn taken(&self, namespace: &str, name: &str) -> bool {
+        self.names.contains(&(namespace, name))
+    }
+}
+
+fn owned_by(meta: &ObjectMeta, kind: &str, owner: &ObjectMeta) -> bool {
+    meta.namespace == owner.namespace
+        && meta
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == kind && Some(o.name.as_str()) == owner.name.as_deref())
+}
+
+fn owned_by_input_deployment(meta: &ObjectMeta, m: &Manifests) -> bool {
+    m.deployments
+        .iter()
+        .any(|d| owned_by(meta, "Deployment", &d.object.metadata))
+}
+
+/// Adds `count` pods of the workload, numbering them from 0 and skipping names that pods of
+/// the input already have.
 fn expand<T>(
     out: &mut Vec<Sourced<Pod>>,
+    owned: &OwnedPods<'_>,
     workload: &Sourced<T>,
     kind: &str,
     meta: &ObjectMeta,
@@ -95,10 +186,14 @@ fn expand<T>(
     count: i32,
 ) {
     let name = meta.name.as_deref().unwrap_or_default();
-    for ordinal in 0..count.max(0) {
+    let namespace = meta.namespace.as_deref().unwrap_or("default");
+    let free = (0..)
+        .map(|ordinal| format!("{name}-{ordinal}"))
+        .filter(|pod| !owned.taken(namespace, pod));
+    for pod_name in free.take(usize::try_from(count).unwrap_or(0)) {
         out.push(Sourced {
             origin: workload.origin.clone(),
-            object: pod_from_template(kind, meta, template, &format!("{name}-{ordinal}")),
+            object: pod_from_template(kind, meta, template, &pod_name),
         });
     }
 }
@@ -190,7 +285,7 @@ fn daemon_tolerations(host_network: bool) -> Vec<(&'static str, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifests::parse_documents;
+    use crate::yaml::parse_documents;
 
     fn manifests(text: &str) -> Manifests {
         let mut m = Manifests::default();
@@ -316,6 +411,83 @@ spec: {replicas: 2, selector: {}, template: {spec: {containers: []}}}
 "#,
         );
         assert_eq!(names(&expand_workloads(&m)), ["web-0", "lone-0", "lone-1"]);
+    }
+
+    #[test]
+    fn a_dump_of_workloads_and_their_pods_counts_each_pod_once() {
+        // As `kubectl get deploy,rs,sts,job,pods -o yaml` writes a live cluster.
+        let m = manifests(
+            r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: web, namespace: ml}
+  spec: {replicas: 2, selector: {}, template: {spec: {containers: []}}}
+  status: {replicas: 1, readyReplicas: 1}
+- apiVersion: apps/v1
+  kind: ReplicaSet
+  metadata:
+    name: web-5d8f
+    namespace: ml
+    ownerReferences: [{apiVersion: apps/v1, kind: Deployment, name: web, uid: u1, controller: true}]
+  spec: {replicas: 1, selector: {}, template: {spec: {containers: []}}}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: web-5d8f-x2b9q
+    namespace: ml
+    ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: web-5d8f, uid: u2, controller: true}]
+  spec: {nodeName: n1, containers: []}
+  status: {phase: Running}
+- apiVersion: apps/v1
+  kind: StatefulSet
+  metadata: {name: db, namespace: ml}
+  spec: {replicas: 2, serviceName: db, selector: {}, template: {spec: {containers: []}}}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: db-0
+    namespace: ml
+    ownerReferences: [{apiVersion: apps/v1, kind: StatefulSet, name: db, uid: u3}]
+  spec: {containers: []}
+- apiVersion: batch/v1
+  kind: Job
+  metadata: {name: train, namespace: ml}
+  spec: {parallelism: 2, completions: 3, template: {spec: {containers: []}}}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: train-a
+    namespace: ml
+    ownerReferences: [{apiVersion: batch/v1, kind: Job, name: train, uid: u4}]
+  spec: {containers: []}
+  status: {phase: Succeeded}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: train-b
+    namespace: ml
+    ownerReferences: [{apiVersion: batch/v1, kind: Job, name: train, uid: u4}]
+  spec: {containers: []}
+  status: {phase: Running}
+"#,
+        );
+        // web: 2 wanted, 1 running through its ReplicaSet; db: db-0 exists, so db-1; train: 2 of
+        // 3 completions to go, 1 running, so 1 more.
+        assert_eq!(
+            names(&expand_workloads(&m)),
+            [
+                "web-5d8f-x2b9q",
+                "db-0",
+                "train-a",
+                "train-b",
+                "web-0",
+                "db-1",
+                "train-0"
+            ]
+        );
     }
 
     #[test]

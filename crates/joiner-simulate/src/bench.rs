@@ -213,7 +213,7 @@ pub fn cloud_calls(nodes: usize) -> Result<Vec<Phase>, String> {
     let mut controller = Controller::new(&store, &cloud, &clock, config.clone());
     let mut step = || -> Result<BTreeMap<CloudCall, u64>, String> {
         collect_orphans(&store).map_err(|e| e.to_string())?;
-        schedule_pending(&store, &config).map_err(|e| e.to_string())?;
+        schedule_pending(&store, &config, clock.now()).map_err(|e| e.to_string())?;
         controller.step();
         kubelet
             .step(&store, &sim, clock.now())

@@ -887,7 +887,7 @@ pub fn simulate(
         collect_orphans(&sim.store)?;
         sim.reconcile_workloads()?;
         sim.observe_pods()?;
-        schedule_pending(&sim.store, &sim.config)?;
+        schedule_pending(&sim.store, &sim.config, sim.clock.now())?;
         let report = controller.step();
         errors += report.errors.len();
         sim.node_claims_created += report.created.len();

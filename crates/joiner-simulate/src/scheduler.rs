@@ -7,16 +7,21 @@ use std::collections::BTreeSet;
 
 use joiner_engine::snapshot::ClusterSnapshot;
 use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 
 use joiner_controller::pods::{is_pending, pod_key};
 use joiner_controller::store::{ClusterStore, StoreError, manifests_of};
 use joiner_controller::{Config, ControllerError};
 
 /// Binds pending pods to existing, initialized (or unmanaged) Nodes where the planner places
-/// them, as kube-scheduler would. Returns the `(pod, node)` bindings made.
+/// them, as kube-scheduler would, and starts them at `now` as the kubelet does (phase Running,
+/// `status.startTime`, which a `do-not-disrupt` duration counts from). Returns the
+/// `(pod, node)` bindings made.
 pub fn schedule_pending<S: ClusterStore>(
     store: &S,
     config: &Config,
+    now: Timestamp,
 ) -> Result<Vec<(String, String)>, ControllerError> {
     let pods = store.list::<Pod>()?;
     if !pods.iter().any(is_pending) {
@@ -42,7 +47,9 @@ pub fn schedule_pending<S: ClusterStore>(
         };
         let mut pod = pod.clone();
         pod.spec.get_or_insert_with(Default::default).node_name = Some(b.node.clone());
-        pod.status.get_or_insert_with(PodStatus::default).phase = Some("Running".into());
+        let status = pod.status.get_or_insert_with(PodStatus::default);
+        status.phase = Some("Running".into());
+        status.start_time = Some(Time(now));
         match store.update(&pod) {
             Ok(_) => out.push((b.pod.clone(), b.node.clone())),
             Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => {}

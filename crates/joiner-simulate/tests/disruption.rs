@@ -401,8 +401,13 @@ fn nothing_is_disrupted_on_a_cache_whose_watch_is_down() {
     settled(&world, 2);
 }
 
-/// Marks the pod `key` `karpenter.sh/do-not-disrupt`.
+/// Marks the pod `key` `karpenter.sh/do-not-disrupt: "true"`.
 fn mark_do_not_disrupt(world: &World, key: &str) {
+    mark_do_not_disrupt_with(world, key, "true");
+}
+
+/// Sets the pod `key`'s `karpenter.sh/do-not-disrupt` to `value`.
+fn mark_do_not_disrupt_with(world: &World, key: &str, value: &str) {
     let (_, name) = key.split_once('/').expect("key");
     let mut pod: Pod = world
         .store
@@ -412,12 +417,23 @@ fn mark_do_not_disrupt(world: &World, key: &str) {
     pod.metadata
         .annotations
         .get_or_insert_with(Default::default)
-        .insert(annotations::DO_NOT_DISRUPT.into(), "true".into());
+        .insert(annotations::DO_NOT_DISRUPT.into(), value.into());
     world.store.update(&pod).expect("annotate");
 }
 
 #[test]
 fn do_not_disrupt_pods_keep_their_node() {
+    let (lone, lone_node, now_on) = do_not_disrupt_case("true");
+    assert_eq!(now_on, lone_node, "the do-not-disrupt pod never moved");
+    // A duration (Karpenter v1.12) counts from the pod's start, which the kubelet records:
+    // 30 minutes hold the pod through the 10 minutes run.
+    let (_, lone_node, now_on) = do_not_disrupt_case("30m");
+    assert_eq!(now_on, lone_node, "{lone}: held for 30 minutes");
+}
+
+/// Two nodes, one with a lone pod marked `value` and one busy; all but the lone pod and one
+/// other go. Returns the lone pod, its node, and its node after ten minutes.
+fn do_not_disrupt_case(value: &str) -> (String, String, String) {
     let world = World::new(4, |_| {});
     let mut c = world.controller();
     world.run(&mut c, 120);
@@ -438,7 +454,7 @@ fn do_not_disrupt_pods_keep_their_node() {
         .find(|(_, ps)| ps.len() == 1)
         .map(|(n, ps)| (n.clone(), ps[0].clone()))
         .expect("a node with one pod");
-    mark_do_not_disrupt(&world, &lone);
+    mark_do_not_disrupt_with(&world, &lone, value);
     // Keep only the do-not-disrupt pod and one pod of the full node: moving the do-not-disrupt
     // pod would save a node, but it may not move; the other node is drained instead.
     let other = per_node
@@ -458,16 +474,17 @@ fn do_not_disrupt_pods_keep_their_node() {
             .expect("pod");
         pod.spec.and_then(|s| s.node_name).expect("bound")
     };
-    assert_eq!(
-        node_of(&lone),
-        lone_node,
-        "the do-not-disrupt pod never moved"
-    );
-    assert_eq!(node_of(&other), lone_node);
+    let now_on = node_of(&lone);
+    assert_eq!(node_of(&other), now_on, "one node is left");
     let evicted: Vec<String> = events(&reports, DisruptionAction::Evicted)
         .flat_map(|e| e.detail.clone())
         .collect();
-    assert!(!evicted.contains(&lone), "{evicted:?}");
+    assert_eq!(
+        evicted.contains(&lone),
+        now_on != lone_node,
+        "{value}: {evicted:?}"
+    );
+    (lone, lone_node, now_on)
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use joiner_model::{Manifests, parse_documents};
+use joiner_model::{Manifests, parse_documents, parse_yaml};
 use serde_json::Value;
 
 /// Files in an example directory that are not Kubernetes objects: the Helm values an example
@@ -55,10 +55,10 @@ pub fn load_dir(dir: &Path) -> Manifests {
     for file in manifest_files(dir) {
         let text = std::fs::read_to_string(&file)
             .unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
-        let docs = parse_documents(&file.display().to_string(), &text)
+        let docs = parse_yaml(&file.display().to_string(), &text)
             .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        for (origin, doc) in docs {
-            m.add_document(origin, doc)
+        for doc in docs {
+            m.add_yaml(doc)
                 .unwrap_or_else(|e| panic!("{}: not a valid object: {e}", file.display()));
         }
     }

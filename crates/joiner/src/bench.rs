@@ -99,7 +99,7 @@ pub fn consolidation(nodes: usize) -> anyhow::Result<()> {
     let valid = joiner_engine::disruption::evaluate_every_candidate(snapshot.input());
     let every = start.elapsed().as_secs_f64();
     let start = Instant::now();
-    let decisions = joiner_engine::disruption::consolidate(snapshot.input());
+    let decisions = joiner_engine::disruption::consolidate(snapshot.input(), &Default::default());
     let round = start.elapsed().as_secs_f64();
     println!("every node as a single-node candidate: {every:.3} s ({valid} would be taken)");
     println!(

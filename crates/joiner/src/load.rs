@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use joiner_model::settings::{apply_set, merge_values};
-use joiner_model::{Manifests, parse_documents};
+use joiner_model::{Manifests, parse_documents, parse_yaml};
 use serde_json::Value;
 
 /// Directories nested deeper than this are not followed (guards against symlink loops).
@@ -29,8 +29,8 @@ fn load_manifests_within(paths: &[PathBuf], limit: u64) -> anyhow::Result<Manife
     for path in paths {
         for file in expand_path(path)? {
             let (name, text) = budget.read(&file)?;
-            for (origin, doc) in parse_documents(&name, &text)? {
-                manifests.add_document(origin, doc)?;
+            for doc in parse_yaml(&name, &text)? {
+                manifests.add_yaml(doc)?;
             }
         }
     }

@@ -320,3 +320,143 @@ spec:
     assert_eq!(claims[0]["instanceType"], "g5.12xlarge");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A NodePool and EC2NodeClass any test can put pods next to.
+const GPU_POOL: &str = r#"apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: gpu}
+spec:
+  limits: {nodes: 2}
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements:
+      - {key: node.kubernetes.io/instance-type, operator: In, values: [g5.xlarge]}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+spec:
+  role: KarpenterNodeRole
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: lab}}]
+  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: lab}}]
+"#;
+
+/// Writes `files` into a fresh directory named for `test`.
+fn scenario(test: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("joiner-e2e-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    dir
+}
+
+/// Karpenter's `limits.nodes` (v1.11) caps how many nodes a pool has: five one-GPU pods on
+/// one-GPU types get two nodes, and the other three wait naming the limits.
+#[test]
+fn limits_nodes_caps_the_number_of_nodes_a_pool_launches() {
+    let pods = r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: infer}
+spec:
+  replicas: 5
+  selector: {matchLabels: {app: infer}}
+  template:
+    metadata: {labels: {app: infer}}
+    spec:
+      containers:
+      - name: c
+        resources: {limits: {nvidia.com/gpu: "1"}}
+"#;
+    let dir = scenario(
+        "limits-nodes",
+        &[("pool.yaml", GPU_POOL), ("pods.yaml", pods)],
+    );
+    let plan = plan_json(&["-f", &dir.display().to_string()]);
+    assert_eq!(plan["nodeClaims"].as_array().unwrap().len(), 2, "{plan}");
+    let waiting = plan["unschedulable"].as_array().unwrap();
+    assert_eq!(waiting.len(), 3, "{plan}");
+    assert!(
+        waiting[0]
+            .to_string()
+            .contains("NodePool limits would be exceeded"),
+        "{plan}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A dump of a live cluster (`kubectl get deploy,rs,pods -o yaml`) holds a Deployment, its
+/// ReplicaSet and its running pod: the pod is planned once, on its node, and nothing new is
+/// launched. A label key written twice keeps its last value, with a warning naming the
+/// object and key, as `kubectl apply` takes such a file.
+#[test]
+fn a_live_dump_plans_each_pod_once_and_a_repeated_key_keeps_its_last_value() {
+    let dump = r#"apiVersion: v1
+kind: List
+items:
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: infer, namespace: ml, managedFields: [{manager: kubectl, operation: Update}]}
+  spec:
+    replicas: 1
+    selector: {matchLabels: {app: infer}}
+    template:
+      metadata: {labels: {app: infer}}
+      spec: {containers: [{name: c, resources: {limits: {nvidia.com/gpu: "1"}}}]}
+  status: {replicas: 1, readyReplicas: 1, availableReplicas: 1}
+- apiVersion: apps/v1
+  kind: ReplicaSet
+  metadata:
+    name: infer-7c9d
+    namespace: ml
+    ownerReferences: [{apiVersion: apps/v1, kind: Deployment, name: infer, uid: d1, controller: true}]
+  spec:
+    replicas: 1
+    selector: {matchLabels: {app: infer}}
+    template:
+      metadata: {labels: {app: infer}}
+      spec: {containers: [{name: c, resources: {limits: {nvidia.com/gpu: "1"}}}]}
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: infer-7c9d-q8x2z
+    namespace: ml
+    labels: {app: infer}
+    ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: infer-7c9d, uid: r1, controller: true}]
+  spec:
+    nodeName: ip-10-0-1-10.ec2.internal
+    containers: [{name: c, resources: {limits: {nvidia.com/gpu: "1"}}}]
+  status: {phase: Running}
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: ip-10-0-1-10.ec2.internal
+    labels:
+      karpenter.sh/nodepool: gpu
+      NodePool: gpu-old
+      node.kubernetes.io/instance-type: g5.xlarge
+      NodePool: gpu
+  status:
+    capacity: {cpu: "4", memory: 16Gi, pods: "58", nvidia.com/gpu: "1"}
+    allocatable: {cpu: 3920m, memory: 15Gi, pods: "58", nvidia.com/gpu: "1"}
+"#;
+    let dir = scenario("live-dump", &[("pool.yaml", GPU_POOL), ("dump.yaml", dump)]);
+    let path = dir.display().to_string();
+    let out = joiner(&["plan", "-o", "json", "-f", &path]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["nodeClaims"].as_array().unwrap().len(), 0, "{plan}");
+    assert_eq!(plan["unschedulable"].as_array().unwrap().len(), 0, "{plan}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Node/ip-10-0-1-10.ec2.internal: metadata.labels.NodePool is set twice"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -76,7 +76,7 @@ use crate::interruption::is_interrupted;
 use crate::lifecycle;
 use crate::nodeclaim::node_claim_for;
 use crate::nodeclaim::stamp::{restamp, stamp};
-use crate::pods::{bound_to, is_do_not_disrupt, is_pending, pod_key};
+use crate::pods::{bound_to, is_held, is_node_held, is_pending, pod_key};
 use crate::report::DisruptionEvent;
 use crate::store::{ClusterStore, StoreError};
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
@@ -155,15 +155,16 @@ impl View {
             .filter(|p| !crate::pods::is_daemon_pod(p))
             .find_map(|p| crate::store::pdb::blocking(&self.pdbs, &self.pods, p))
     }
-    /// Whether the claim's node or one of its pods is marked do-not-disrupt.
-    fn do_not_disrupt(&self, claim: &NodeClaim) -> bool {
+    /// Whether the claim's node is marked do-not-disrupt, or one of its pods is held by it at
+    /// `now`.
+    fn do_not_disrupt(&self, claim: &NodeClaim, now: Timestamp) -> bool {
         let Some(node) = claim.status.node_name.as_deref() else {
             return false;
         };
         self.nodes
             .iter()
-            .any(|n| n.metadata.name.as_deref() == Some(node) && is_do_not_disrupt(&n.metadata))
-            || bound_to(&self.pods, node).any(|p| is_do_not_disrupt(&p.metadata))
+            .any(|n| n.metadata.name.as_deref() == Some(node) && is_node_held(&n.metadata))
+            || bound_to(&self.pods, node).any(|p| is_held(p, now))
     }
 }
 
@@ -348,7 +349,7 @@ fn drift_candidate<'a>(
         // in Karpenter).
         .filter(|c| {
             c.spec.termination_grace_period.is_some()
-                || (!view.do_not_disrupt(c) && view.blocked_by_budget(c).is_none())
+                || (!view.do_not_disrupt(c, now) && view.blocked_by_budget(c).is_none())
         })
         .filter(|c| {
             c.label(labels::NODEPOOL)
@@ -439,7 +440,7 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
         };
         let since = state.pods_since.get(name).map(|s| s.1).unwrap_or(ctx.now);
         if elapsed(ctx.now, since) >= after
-            && !is_do_not_disrupt(&node.metadata)
+            && !is_node_held(&node.metadata)
             && view.blocked_by_budget(claim).is_none()
         {
             eligible.insert(name.to_string());

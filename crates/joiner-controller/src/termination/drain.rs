@@ -21,7 +21,7 @@ use crate::clock::{add, elapsed};
 use crate::cloud::CloudProvider;
 use crate::context::Ctx;
 use crate::error::ControllerError;
-use crate::pods::{grace_period_of, is_daemon_pod, is_do_not_disrupt, is_finished, pod_key};
+use crate::pods::{grace_period_of, is_daemon_pod, is_finished, is_held, pod_key};
 use crate::report::{DisruptionEvent, NotDrained};
 use crate::store::{ClusterStore, Deleted, Preconditions, StoreError};
 use joiner_model::wellknown::DisruptionAction;
@@ -215,7 +215,7 @@ pub fn drain<S: ClusterStore, C: CloudProvider>(
         if !rushed && Some(Group::of(pod)) != first {
             continue;
         }
-        if !rushed && is_do_not_disrupt(&pod.metadata) {
+        if !rushed && is_held(pod, now) {
             outcome.blocked.held.push(pod_key(pod));
             continue;
         }

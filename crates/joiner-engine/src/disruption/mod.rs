@@ -15,7 +15,8 @@
 //! node expires, drifts or is interrupted (they need the controller's clock, objects and events).
 
 use joiner_model::Price;
-use joiner_model::wellknown::DisruptionReason;
+use joiner_model::feature_gates::{FeatureGate, FeatureGates};
+use joiner_model::wellknown::{CapacityType, DisruptionReason, labels};
 use serde::Serialize;
 
 use crate::plan::{Binding, PlannedNodeClaim, Unschedulable};
@@ -23,6 +24,11 @@ use crate::scheduling::{Baseline, Consolidation, SchedulingInput};
 
 /// How many candidates a multi-node move considers at most (Karpenter's limit too).
 const MAX_MULTI_NODE: usize = 100;
+
+/// How many cheaper spot instance types a single spot node's spot replacement must be able to
+/// launch as (Karpenter's rule): fewer, and the replacement would soon be the next candidate
+/// for interruption, so the move is not made.
+const MIN_SPOT_TO_SPOT_TYPES: usize = 15;
 
 /// One consolidation move.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -45,10 +51,16 @@ struct Candidate {
     pods: usize,
 }
 
-/// The consolidation moves for this round.
-pub fn consolidate(input: &SchedulingInput) -> Vec<Decision> {
+/// The consolidation moves for this round. `gates` switch what Karpenter's feature gates
+/// switch: spot nodes are replaced by spot nodes only under `SpotToSpotConsolidation`.
+pub fn consolidate(input: &SchedulingInput, gates: &FeatureGates) -> Vec<Decision> {
     let candidates = candidates(input);
     let baseline = Baseline::new(input);
+    let spot_to_spot = gates.enabled(FeatureGate::SpotToSpotConsolidation);
+    let saving = |removed: &[&Candidate]| {
+        evaluate(input, &baseline, removed)
+            .filter(|d| spot_rule_allows(input, removed, d, spot_to_spot))
+    };
     let mut decisions = Vec::new();
     let (empty, busy): (Vec<&Candidate>, Vec<&Candidate>) =
         candidates.iter().partition(|c| c.pods == 0);
@@ -76,7 +88,7 @@ pub fn consolidate(input: &SchedulingInput) -> Vec<Decision> {
     let (mut lo, mut hi, mut best) = (2, limit, None);
     while lo <= hi {
         let mid = (lo + hi) / 2;
-        match evaluate(input, &baseline, &busy[..mid]) {
+        match saving(&busy[..mid]) {
             Some(d) => {
                 best = Some(d);
                 lo = mid + 1;
@@ -88,11 +100,9 @@ pub fn consolidate(input: &SchedulingInput) -> Vec<Decision> {
     let shorter = best
         .as_ref()
         .filter(|b| b.nodes.len() > 2)
-        .and_then(|b| evaluate(input, &baseline, &busy[..b.nodes.len() - 1]));
+        .and_then(|b| saving(&busy[..b.nodes.len() - 1]));
     // Single-node: the first candidate that is a saving.
-    let single = busy
-        .iter()
-        .find_map(|c| evaluate(input, &baseline, std::slice::from_ref(c)));
+    let single = busy.iter().find_map(|c| saving(std::slice::from_ref(c)));
     // The largest saving wins; for equal savings, the move that disrupts fewer nodes.
     let chosen = [best, shorter, single]
         .into_iter()
@@ -180,6 +190,68 @@ fn evaluate(
         savings_per_hour: old.saturating_sub(plan.total_price_per_hour),
         replacements: plan.node_claims,
     })
+}
+
+/// Karpenter's rule for replacing spot nodes. Deleting is always allowed, and so is a move
+/// that removes an on-demand node. A move replacing only spot nodes with a node that may be
+/// spot is made only with `SpotToSpotConsolidation` on, and then, for a single node, only
+/// when its replacement may launch as at least [`MIN_SPOT_TO_SPOT_TYPES`] spot instance types
+/// cheaper than the node.
+fn spot_rule_allows(
+    input: &SchedulingInput,
+    removed: &[&Candidate],
+    decision: &Decision,
+    spot_to_spot: bool,
+) -> bool {
+    let is_spot = |c: &&Candidate| {
+        input.nodes[c.node]
+            .labels
+            .get(labels::CAPACITY_TYPE)
+            .map(String::as_str)
+            == Some(CapacityType::Spot.as_str())
+    };
+    let may_be_spot = |claim: &PlannedNodeClaim| {
+        claim.capacity_type == CapacityType::Spot.as_str()
+            || claim
+                .offerings
+                .iter()
+                .any(|o| o.capacity_type == CapacityType::Spot.as_str())
+    };
+    if decision.replacements.is_empty()
+        || !removed.iter().all(is_spot)
+        || !decision.replacements.iter().any(may_be_spot)
+    {
+        return true;
+    }
+    if !spot_to_spot {
+        return false;
+    }
+    let [single] = removed else {
+        return true;
+    };
+    decision
+        .replacements
+        .iter()
+        .all(|claim| cheaper_spot_types(input, claim, single.price) >= MIN_SPOT_TO_SPOT_TYPES)
+}
+
+/// How many of the instance types `claim` may launch as have a spot offering cheaper than
+/// `than` in its NodePool.
+fn cheaper_spot_types(input: &SchedulingInput, claim: &PlannedNodeClaim, than: Price) -> usize {
+    let Some(pool) = input.pools.iter().find(|p| p.name == claim.node_pool) else {
+        return 0;
+    };
+    std::iter::once(&claim.instance_type)
+        .chain(&claim.instance_type_options)
+        .filter(|name| {
+            pool.options.iter().any(|o| {
+                &o.instance_type == *name
+                    && o.offerings.iter().any(|off| {
+                        off.capacity_type == CapacityType::Spot.as_str() && off.price < than
+                    })
+            })
+        })
+        .count()
 }
 
 /// The new nodes that the pods of `nodes` need when those nodes go, whatever the price.

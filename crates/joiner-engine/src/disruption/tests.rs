@@ -38,6 +38,10 @@ fn pod(name: &str, node: &str, cpu: &str) -> String {
 }
 
 fn decide(docs: &[&str], dra: bool) -> Vec<Decision> {
+    decide_with(docs, serde_json::json!({"settings": {"enableDRA": dra}}))
+}
+
+fn decide_with(docs: &[&str], values: serde_json::Value) -> Vec<Decision> {
     let mut m = Manifests::default();
     for (i, text) in docs.iter().enumerate() {
         for (origin, doc) in parse_documents(&format!("doc{i}.yaml"), text).unwrap() {
@@ -45,13 +49,10 @@ fn decide(docs: &[&str], dra: bool) -> Vec<Decision> {
         }
     }
     m.finish();
-    let (settings, _) =
-        Settings::from_values(&serde_json::json!({"settings": {"enableDRA": dra}})).unwrap();
-    consolidate(
-        ClusterSnapshot::build(&m, &settings, &Options::default())
-            .unwrap()
-            .input(),
-    )
+    let (settings, _) = Settings::from_values(&values).unwrap();
+    ClusterSnapshot::build(&m, &settings, &Options::default())
+        .unwrap()
+        .consolidate()
 }
 
 #[test]
@@ -197,7 +198,7 @@ fn replacements_need_no_saving_and_leave_pending_pods_to_provisioning() {
     let pending = pod("waiting", "small-node", "1").replace("  nodeName: small-node\n", "");
     let input = input_of(&[POOL, &small, &busy, &pending]);
     // Consolidation sees no saving here.
-    assert!(consolidate(&input).is_empty());
+    assert!(consolidate(&input, &FeatureGates::default()).is_empty());
     let r = replacements(&input, &["small-node".to_string()]);
     assert!(r.complete(), "{r:?}");
     assert_eq!(r.node_claims.len(), 1);
@@ -292,4 +293,73 @@ spec:
     moved.sort();
     assert_eq!(moved, vec!["default/api", "default/cron"]);
     assert!(d[0].savings_per_hour > Price::from_usd(0.5).unwrap());
+}
+
+/// [`POOL`] allowing spot, across enough families for a spot node to have many cheaper spot
+/// replacements.
+fn spot_pool() -> String {
+    POOL.replace(
+        "      - {key: karpenter.k8s.aws/instance-family, operator: In, values: [m5, g6]}\n",
+        "      - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}\n      \
+         - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}\n      \
+         - {key: kubernetes.io/arch, operator: In, values: [amd64]}\n",
+    )
+}
+
+/// Karpenter's SpotToSpotConsolidation gate (off by default): a spot node whose pods would fit
+/// a cheaper spot node is left as it is while the gate is off, and replaced with it on; an
+/// on-demand node in the same place is replaced either way.
+#[test]
+fn spot_nodes_are_replaced_by_spot_nodes_only_under_the_gate() {
+    let docs = |capacity: &str| {
+        let big = node("big", "m5.8xlarge", "31", "").replace(
+            "karpenter.sh/capacity-type: on-demand",
+            &format!("karpenter.sh/capacity-type: {capacity}"),
+        );
+        let p = pod("small", "big", "1");
+        [spot_pool(), big, p]
+    };
+    let off = serde_json::json!({});
+    let on = serde_json::json!({"settings": {"featureGates": {"spotToSpotConsolidation": true}}});
+    let spot = docs("spot");
+    let spot: Vec<&str> = spot.iter().map(String::as_str).collect();
+    assert!(decide_with(&spot, off.clone()).is_empty());
+    let d = decide_with(&spot, on);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].replacements[0].capacity_type, "spot", "{d:?}");
+    let on_demand = docs("on-demand");
+    let on_demand: Vec<&str> = on_demand.iter().map(String::as_str).collect();
+    assert_eq!(decide_with(&on_demand, off).len(), 1);
+}
+
+/// A `do-not-disrupt` duration (Karpenter v1.12) holds the pod's node for that long after the
+/// pod started, and no longer; on a node, a duration holds nothing.
+#[test]
+fn a_do_not_disrupt_duration_holds_the_node_until_it_runs_out() {
+    let big = node("big", "m5.4xlarge", "15", "");
+    let p = "apiVersion: v1\nkind: Pod\nmetadata: {name: warm, namespace: default, annotations: {karpenter.sh/do-not-disrupt: 30m}}\nspec:\n  nodeName: big\n  containers: [{name: c, resources: {requests: {cpu: 500m}}}]\nstatus: {phase: Running, startTime: \"2026-12-05T10:00:00Z\"}\n";
+    let mut m = Manifests::default();
+    for (i, text) in [POOL, &big, p].iter().enumerate() {
+        for (origin, doc) in parse_documents(&format!("doc{i}.yaml"), text).unwrap() {
+            m.add_document(origin, doc).unwrap();
+        }
+    }
+    m.finish();
+    let settings = Settings::default();
+    let options = Options::default();
+    let at = |t: &str| {
+        ClusterSnapshot::builder(&m, &settings, &options)
+            .at(t.parse().unwrap())
+            .build()
+            .unwrap()
+            .consolidate()
+    };
+    assert!(at("2026-12-05T10:29:00Z").is_empty());
+    assert_eq!(at("2026-12-05T10:30:00Z").len(), 1);
+    let marked = big.replace(
+        "metadata:\n  name: big\n",
+        "metadata:\n  name: big\n  annotations: {karpenter.sh/do-not-disrupt: 30m}\n",
+    );
+    let q = pod("small", "big", "500m");
+    assert_eq!(decide(&[POOL, &marked, &q], false).len(), 1);
 }

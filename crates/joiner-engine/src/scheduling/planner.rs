@@ -465,7 +465,10 @@ impl<'a> Planner<'a> {
             .as_ref()
             .and_then(|p| self.pools.iter_mut().find(|x| &x.input.name == p))
         {
-            resources::sub(&mut pool.usage, &self.index.amounts(&node_input.capacity));
+            resources::sub(
+                &mut pool.usage,
+                &self.index.node_usage(&node_input.capacity),
+            );
         }
         let mut moved = Vec::new();
         for &p in self.bound.get(n).into_iter().flatten() {
@@ -501,7 +504,7 @@ impl<'a> Planner<'a> {
                 .as_ref()
                 .and_then(|p| self.pools.iter_mut().find(|x| &x.input.name == p))
             {
-                resources::add(&mut pool.usage, &self.index.amounts(&n.capacity));
+                resources::add(&mut pool.usage, &self.index.node_usage(&n.capacity));
             }
         }
         // Bound pods consume their node and count in its domains.

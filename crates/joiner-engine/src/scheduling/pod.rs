@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use joiner_model::wellknown::{annotations, labels};
+use joiner_model::wellknown::labels;
 use joiner_model::{InputError, ObjectRef, ResourceList, Source, pod_requests};
 use k8s_openapi::api::core::v1::{
     NodeSelectorRequirement, NodeSelectorTerm, Pod, PodAffinityTerm, Toleration,
@@ -96,7 +96,8 @@ pub struct PodInfo {
     pub has_resource_claims: bool,
     /// `namespace/name` of the DaemonSet that owns this pod, if any.
     pub daemon_set: Option<String>,
-    /// `karpenter.sh/do-not-disrupt: "true"`: its node is not consolidated while it runs.
+    /// Held by `karpenter.sh/do-not-disrupt` (`"true"`, or a duration not yet run out): its
+    /// node is not consolidated while it runs.
     pub do_not_disrupt: bool,
 }
 
@@ -331,12 +332,9 @@ impl PodInfo {
             spread,
             affinity,
             has_resource_claims,
-            do_not_disrupt: pod
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(annotations::DO_NOT_DISRUPT))
-                .is_some_and(|v| v == "true"),
+            // At no particular moment a duration still protects; the snapshot, which knows the
+            // time, re-reads it (`ClusterSnapshot` with `at`).
+            do_not_disrupt: joiner_model::do_not_disrupt::pod_protected(pod, None),
             daemon_set: pod
                 .metadata
                 .owner_references

@@ -8,6 +8,11 @@ use std::collections::HashMap;
 
 use joiner_model::{Quantity, ResourceList};
 
+/// The pseudo-resource `limits.nodes` names: a count of the pool's nodes.
+const NODES_LIMIT: &str = "nodes";
+/// One node, in the nanos every amount is kept in.
+const ONE_NODE: i128 = 1_000_000_000;
+
 /// Resource name <-> index.
 #[derive(Debug, Default, Clone)]
 pub struct ResourceIndex {
@@ -48,6 +53,16 @@ impl ResourceIndex {
             if let Some(&i) = self.index.get(name) {
                 v[i] = q.nanos();
             }
+        }
+        v
+    }
+
+    /// What a node counts against its NodePool's limits: its capacity, and one `nodes` (Karpenter
+    /// v1.11's `limits.nodes`) when some limit names it.
+    pub fn node_usage(&self, capacity: &ResourceList) -> Amounts {
+        let mut v = self.amounts(capacity);
+        if let Some(&i) = self.index.get(NODES_LIMIT) {
+            v[i] = v[i].max(ONE_NODE);
         }
         v
     }

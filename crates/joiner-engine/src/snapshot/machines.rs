@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use joiner_model::api::NodeClaim;
 use joiner_model::api::nodeclaim::conditions;
 use joiner_model::resources::parse_resource_list;
-use joiner_model::wellknown::{CapacityType, annotations, labels, taints};
+use joiner_model::wellknown::{CapacityType, labels, taints};
 use joiner_model::{InputError, ObjectRef, ResourceList, Sourced};
 use k8s_openapi::api::core::v1::{Node, Taint};
 
@@ -202,13 +202,7 @@ fn from_node(n: &Sourced<Node>, catalog: &Catalog) -> Result<ExistingNode, Input
             time_added: None,
         });
     }
-    let do_not_disrupt = n
-        .object
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(annotations::DO_NOT_DISRUPT))
-        .is_some_and(|v| v == "true");
+    let do_not_disrupt = joiner_model::do_not_disrupt::node_protected(&n.object.metadata);
     Ok(ExistingNode {
         price: price_of(&labels, catalog),
         do_not_disrupt,

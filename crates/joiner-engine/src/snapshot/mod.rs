@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use joiner_model::api::EC2NodeClass;
 use joiner_model::api::ec2nodeclass::Readiness;
+use joiner_model::feature_gates::{FeatureGate, FeatureGates};
 use joiner_model::settings::Settings;
 use joiner_model::workloads::{daemon_set_pod, expand_workloads};
 use joiner_model::{InputError, Manifests, ObjectRef, Sourced};
@@ -72,6 +73,8 @@ pub struct ClusterSnapshot {
     /// InstanceTypes applied), shared: snapshots are copied, the catalog never changes.
     catalog: Arc<Catalog>,
     region: String,
+    /// Karpenter's feature gates, for the decisions they switch (spot-to-spot consolidation).
+    feature_gates: FeatureGates,
 }
 
 /// Gathers what shapes a [`ClusterSnapshot`]; see [`ClusterSnapshot::builder`].
@@ -180,7 +183,15 @@ impl<'a> SnapshotBuilder<'a> {
         let dra_on = !settings.ignore_dra_requests;
         let empty = BTreeSet::new();
         let unavailable = unavailable.unwrap_or(&empty);
-        let reserved_free = reservations::free_counts(&m.node_classes, &m.node_claims, now);
+        // Karpenter's ReservedCapacity gate (on by default): off, reservations offer nothing.
+        let reserved_free = if settings
+            .feature_gates
+            .enabled(FeatureGate::ReservedCapacity)
+        {
+            reservations::free_counts(&m.node_classes, &m.node_claims, now)
+        } else {
+            Default::default()
+        };
         let mut template_options = BTreeMap::new();
         let mut pools = Vec::new();
         let mut unready = Vec::new();
@@ -332,7 +343,11 @@ impl<'a> SnapshotBuilder<'a> {
                 continue;
             }
             let info = match PodInfo::compile(&p.object, &p.origin) {
-                Ok(info) => info,
+                Ok(mut info) => {
+                    info.do_not_disrupt =
+                        joiner_model::do_not_disrupt::pod_protected(&p.object, now);
+                    info
+                }
                 Err(e) => {
                     unreadable_pod(&e, bound_to, &mut nodes, &mut decided, &mut warnings);
                     invalid.push(e);
@@ -424,6 +439,7 @@ impl<'a> SnapshotBuilder<'a> {
             invalid,
             catalog: Arc::new(catalog),
             region: settings.region.clone(),
+            feature_gates: settings.feature_gates.clone(),
         })
     }
 }
@@ -559,7 +575,7 @@ impl ClusterSnapshot {
 
     /// The consolidation moves for this round ([`crate::disruption::consolidate`]).
     pub fn consolidate(&self) -> Vec<crate::disruption::Decision> {
-        crate::disruption::consolidate(&self.input)
+        crate::disruption::consolidate(&self.input, &self.feature_gates)
     }
 
     /// New nodes for the pods of `nodes` ([`crate::disruption::replacements`]).

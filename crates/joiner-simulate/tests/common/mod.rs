@@ -104,7 +104,7 @@ impl World {
             }
         }
         collect_orphans(&self.store).expect("orphans");
-        schedule_pending(&self.store, &self.config).expect("schedule");
+        schedule_pending(&self.store, &self.config, self.clock.now()).expect("schedule");
     }
 
     /// No pod is waiting for a node.

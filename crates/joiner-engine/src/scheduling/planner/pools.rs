@@ -161,7 +161,7 @@ pub(super) fn build_pool<'a>(
             name: o.instance_type.clone(),
             room,
             daemon,
-            capacity: index.amounts(&o.capacity),
+            capacity: index.node_usage(&o.capacity),
             labels,
             at_most_one: o
                 .at_most_one_per_pod
