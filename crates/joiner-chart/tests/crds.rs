@@ -828,3 +828,61 @@ fn the_nodes_column_reads_karpenters_node_count() {
         .expect("a Nodes column");
     assert_eq!(column["jsonPath"], ".status.nodes");
 }
+
+/// The README's "Karpenter's API, field by field" table says for every field of Karpenter's
+/// NodePool, NodeClaim and EC2NodeClass whether Joiner acts on it: each spec path of the
+/// v1.14.1 CRDs falls under a row, and each row names a real path.
+#[test]
+fn the_readme_field_table_covers_every_karpenter_field() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README");
+    let rows: Vec<(String, String, String)> = readme
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let [_, kind, field, verdict, ..] = cells.as_slice() else {
+                return None;
+            };
+            let field = field.strip_prefix('`')?.strip_suffix('`')?;
+            ["NodePool", "NodeClaim", "EC2NodeClass"]
+                .contains(kind)
+                .then(|| (kind.to_string(), format!(".{field}"), verdict.to_string()))
+        })
+        .collect();
+    assert!(rows.len() > 30, "the table is missing: {rows:?}");
+    for (_, _, verdict) in &rows {
+        assert!(
+            ["acted on", "refused", "accepted, not acted on"].contains(&verdict.as_str()),
+            "{verdict}"
+        );
+    }
+    let upstream: Value = serde_json::from_str(UPSTREAM_PATHS).expect("paths JSON");
+    for kind in ["NodePool", "NodeClaim", "EC2NodeClass"] {
+        let paths: Vec<&str> = upstream["paths"][kind]
+            .as_array()
+            .expect("paths")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        // A path is covered by a row for it or for an enclosing object, and an object whose
+        // fields have rows of their own needs none.
+        let under = |path: &str, row: &str| {
+            path == row
+                || path.starts_with(&format!("{row}."))
+                || path.starts_with(&format!("{row}["))
+                || row.starts_with(&format!("{path}."))
+                || row.starts_with(&format!("{path}["))
+        };
+        for path in paths.iter().filter(|p| p.starts_with(".spec.")) {
+            assert!(
+                rows.iter().any(|(k, row, _)| k == kind && under(path, row)),
+                "{kind} {path} has no row in the README's field table"
+            );
+        }
+        for (_, row, _) in rows.iter().filter(|(k, _, _)| k == kind) {
+            assert!(
+                paths.contains(&row.as_str()),
+                "{kind} {row} is not a Karpenter field"
+            );
+        }
+    }
+}

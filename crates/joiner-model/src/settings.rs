@@ -209,7 +209,6 @@ fn set_path(target: &mut Value, path: &[Segment], value: Value) -> Result<(), St
 const UNUSED_KARPENTER_SETTINGS: &[&str] = &[
     "eksControlPlane",
     "isolatedVPC",
-    "minValuesPolicy",
     "preferencePolicy",
     "reservedENIs",
 ];
@@ -469,6 +468,21 @@ impl Settings {
             &s.bool_map("featureGates")?,
             &mut warnings,
         );
+        match s.string("minValuesPolicy")?.as_deref() {
+            None | Some("Strict") => {}
+            Some("BestEffort") => warnings.push(
+                "settings.minValuesPolicy: BestEffort accepted, not acted on by Joiner: minValues \
+                 are always met (Strict, Karpenter's default), so a pod they cannot be met for \
+                 waits with that reason instead of getting a node with fewer instance types"
+                    .to_string(),
+            ),
+            Some(other) => {
+                return Err(invalid(
+                    "settings.minValuesPolicy",
+                    format!("{other:?} is not a policy: expected Strict or BestEffort"),
+                ));
+            }
+        }
         if let Some(v) = s.get("vmMemoryOverheadPercent") {
             out.vm_memory_overhead_percent = v
                 .as_f64()
@@ -646,6 +660,43 @@ mod tests {
 
     fn settings(text: &str) -> Result<(Settings, Vec<String>), SettingsError> {
         Settings::from_values(&yaml(text))
+    }
+
+    #[test]
+    fn min_values_policy_is_strict_and_best_effort_says_it_is_not_acted_on() {
+        let (_, warnings) = settings("settings: {minValuesPolicy: Strict}").unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let (_, warnings) = settings("settings: {minValuesPolicy: BestEffort}").unwrap();
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            warnings[0].starts_with("settings.minValuesPolicy: BestEffort accepted, not acted on")
+        );
+        let e = settings("settings: {minValuesPolicy: Loose}").unwrap_err();
+        assert!(e.to_string().contains("settings.minValuesPolicy"), "{e}");
+    }
+
+    #[test]
+    fn feature_gates_turned_on_that_joiner_does_not_act_on_say_so() {
+        let (s, warnings) = settings(
+            "settings:\n  featureGates: {spotToSpotConsolidation: true, nodeRepair: true}\n  \
+             awsFeatureGates: {nodeClassCEL: true}\n",
+        )
+        .unwrap();
+        assert!(
+            s.feature_gates
+                .enabled(FeatureGate::SpotToSpotConsolidation)
+        );
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.starts_with("settings.featureGates.nodeRepair: accepted"))
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.starts_with("settings.awsFeatureGates.nodeClassCEL: accepted"))
+        );
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub mod labels {
     pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
     pub const ARCH: &str = "kubernetes.io/arch";
     pub const OS: &str = "kubernetes.io/os";
+    /// The Windows build of a Windows node (`10.0.20348` for Windows Server 2022).
+    pub const WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
     pub const HOSTNAME: &str = "kubernetes.io/hostname";
     pub const REGION: &str = "topology.kubernetes.io/region";
     pub const ZONE: &str = "topology.kubernetes.io/zone";
@@ -96,10 +98,11 @@ pub mod labels {
     /// type, where a NodePool's own (custom) keys are defined by the NodePool's requirements.
     /// Zone, zone ID and capacity type belong to the offering, not the type, and are not
     /// listed; nor is the region, which user-defined types do not carry.
-    pub const INSTANCE_TYPE_DEFINED: [&str; 24] = [
+    pub const INSTANCE_TYPE_DEFINED: [&str; 25] = [
         INSTANCE_TYPE,
         ARCH,
         OS,
+        WINDOWS_BUILD,
         INSTANCE_FAMILY,
         INSTANCE_CATEGORY,
         INSTANCE_GENERATION,

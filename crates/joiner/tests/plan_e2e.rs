@@ -460,3 +460,85 @@ items:
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Each of Karpenter's 22 `examples/v1` manifests (v1.14.1, kept unchanged with their source
+/// in `tests/fixtures/karpenter-examples-v1`) plans a pod onto a node of its own NodePool, and
+/// a Windows class's nodes run Windows.
+#[test]
+fn every_karpenter_v1_example_plans() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/karpenter-examples-v1");
+    let pod = scenario(
+        "karpenter-examples",
+        &[(
+            "pod.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\nspec:\n  \
+             tolerations: [{operator: Exists}]\n  containers: [{name: c, resources: \
+             {requests: {cpu: \"1\", memory: 1Gi}}}]\n",
+        )],
+    );
+    let mut examples: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    examples.sort();
+    assert_eq!(examples.len(), 22);
+    for example in &examples {
+        let text = std::fs::read_to_string(example).unwrap();
+        let plan = plan_json(&[
+            "-f",
+            &example.display().to_string(),
+            "-f",
+            &pod.display().to_string(),
+        ]);
+        let name = example.file_name().unwrap().to_string_lossy();
+        let claims = plan["nodeClaims"].as_array().unwrap();
+        assert_eq!(claims.len(), 1, "{name}: {plan}");
+        let pool = claims[0]["nodePool"].as_str().unwrap();
+        assert!(text.contains(&format!("name: {pool}\n")), "{name}: {pool}");
+        let os = claims[0]["labels"]["kubernetes.io/os"].as_str();
+        let windows = name.starts_with("windows");
+        assert_eq!(
+            os,
+            Some(if windows { "windows" } else { "linux" }),
+            "{name}"
+        );
+    }
+    std::fs::remove_dir_all(&pod).ok();
+}
+
+/// The capacity type is Karpenter's choice: spot wherever the NodePool allows it and the type
+/// has a spot offering, even where offline data only bounds the spot price by the on-demand
+/// one (the plan says so); on-demand where spot is not allowed.
+#[test]
+fn spot_is_chosen_where_the_pool_allows_it_as_karpenter_chooses() {
+    let pool = |types: &str| {
+        GPU_POOL.replace("  limits: {nodes: 2}\n", "").replace(
+            "      - {key: node.kubernetes.io/instance-type, operator: In, values: [g5.xlarge]}\n",
+            &format!(
+                "      - {{key: karpenter.sh/capacity-type, operator: In, values: [{types}]}}\n"
+            ),
+        )
+    };
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, \
+               resources: {requests: {cpu: 500m}}}]}\n";
+    for (types, want) in [("spot, on-demand", "spot"), ("on-demand", "on-demand")] {
+        let dir = scenario(
+            "capacity-type",
+            &[("pool.yaml", &pool(types)), ("pod.yaml", pod)],
+        );
+        let plan = plan_json(&["-f", &dir.display().to_string()]);
+        let claim = &plan["nodeClaims"][0];
+        assert_eq!(claim["capacityType"], want, "{types}: {plan}");
+        if want == "spot" {
+            assert!(
+                claim["priceNote"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("spot price")),
+                "{plan}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -60,6 +60,11 @@ pub fn consolidate(input: &SchedulingInput, gates: &FeatureGates) -> Vec<Decisio
     let saving = |removed: &[&Candidate]| {
         evaluate(input, &baseline, removed)
             .filter(|d| spot_rule_allows(input, removed, d, spot_to_spot))
+            .filter(|d| {
+                let nodes: Vec<(usize, Price)> =
+                    removed.iter().map(|c| (c.node, c.price)).collect();
+                balanced::approves(input, &nodes, d.savings_per_hour)
+            })
     };
     let mut decisions = Vec::new();
     let (empty, busy): (Vec<&Candidate>, Vec<&Candidate>) =
@@ -79,8 +84,12 @@ pub fn consolidate(input: &SchedulingInput, gates: &FeatureGates) -> Vec<Decisio
     let busy: Vec<&Candidate> = busy
         .into_iter()
         .filter(|c| {
-            pool_of(input, c.node)
-                .is_some_and(|p| p.consolidation == Consolidation::WhenEmptyOrUnderutilized)
+            pool_of(input, c.node).is_some_and(|p| {
+                matches!(
+                    p.consolidation,
+                    Consolidation::WhenEmptyOrUnderutilized | Consolidation::Balanced
+                )
+            })
         })
         .collect();
     // Multi-node: the longest prefix (cheapest to disrupt first) that is still a saving.
@@ -296,6 +305,7 @@ pub fn replacements(input: &SchedulingInput, nodes: &[String]) -> Replacements {
     }
 }
 
+mod balanced;
 #[cfg(test)]
 mod tests;
 

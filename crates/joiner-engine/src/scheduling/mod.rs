@@ -63,6 +63,9 @@ pub enum Consolidation {
     /// Also nodes whose pods fit elsewhere, or on cheaper nodes.
     #[default]
     WhenEmptyOrUnderutilized,
+    /// As `WhenEmptyOrUnderutilized`, for moves whose saving is worth their disruption
+    /// (`crate::disruption::balanced`).
+    Balanced,
 }
 
 /// One priced way to launch an instance type: a zone and a capacity type.

@@ -74,6 +74,22 @@ pub struct AffinityTerm {
     pub selector: PodSelector,
 }
 
+/// Karpenter's cost of evicting a pod: 1, plus its `controller.kubernetes.io/pod-deletion-cost`
+/// over 2^27, plus its priority over 2^25, within -10 and 10. Pods that matter more cost more
+/// to move; Balanced consolidation weighs moves by it.
+pub fn eviction_cost(pod: &Pod) -> f64 {
+    let deletion_cost = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("controller.kubernetes.io/pod-deletion-cost"))
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|c| c.is_finite())
+        .unwrap_or(0.0);
+    let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+    (1.0 + deletion_cost / 2f64.powi(27) + f64::from(priority) / 2f64.powi(25)).clamp(-10.0, 10.0)
+}
+
 /// A pod compiled for scheduling.
 #[derive(Debug, Clone)]
 pub struct PodInfo {
@@ -99,6 +115,8 @@ pub struct PodInfo {
     /// Held by `karpenter.sh/do-not-disrupt` (`"true"`, or a duration not yet run out): its
     /// node is not consolidated while it runs.
     pub do_not_disrupt: bool,
+    /// What evicting it costs, as Karpenter weighs disruption ([`eviction_cost`]).
+    pub eviction_cost: f64,
 }
 
 impl PodInfo {
@@ -335,6 +353,7 @@ impl PodInfo {
             // At no particular moment a duration still protects; the snapshot, which knows the
             // time, re-reads it (`ClusterSnapshot` with `at`).
             do_not_disrupt: joiner_model::do_not_disrupt::pod_protected(pod, None),
+            eviction_cost: eviction_cost(pod),
             daemon_set: pod
                 .metadata
                 .owner_references

@@ -172,7 +172,14 @@ pub(super) fn build_pool(
     let spec = &np.object.spec;
     let tmpl = &spec.template;
     let requirements = requirements(np).map_err(PoolError::Invalid)?;
-    let labels = tmpl.metadata.labels.clone();
+    let mut labels = tmpl.metadata.labels.clone();
+    // Instance types run any OS; the class's AMI family decides which its nodes run.
+    if let Some(family) = class.object.ami_family() {
+        labels.insert(labels::OS.to_string(), family.os().to_string());
+        if let Some(build) = family.windows_build() {
+            labels.insert(labels::WINDOWS_BUILD.to_string(), build.to_string());
+        }
+    }
     let kubelet = class
         .object
         .spec
@@ -242,6 +249,7 @@ pub(super) fn build_pool(
             ConsolidationPolicy::WhenEmptyOrUnderutilized => {
                 Consolidation::WhenEmptyOrUnderutilized
             }
+            ConsolidationPolicy::Balanced => Consolidation::Balanced,
         },
     })
 }

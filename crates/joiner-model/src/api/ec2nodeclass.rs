@@ -195,7 +195,8 @@ pub struct EC2NodeClassSpec {
     /// `RAID0`: local NVMe instance store becomes the node's ephemeral storage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_store_policy: Option<InstanceStorePolicy>,
-    /// The launch context (an ODCR or Outposts context ARN).
+    /// The launch context (an ODCR or Outposts context ARN). Not applied by Joiner yet:
+    /// refused like `connectionTracking`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
     /// Connection tracking timeouts of the nodes' primary interfaces. Not applied by Joiner
@@ -408,6 +409,26 @@ impl AmiFamily {
             "windows2019" => Some(AmiFamily::Windows2019),
             "windows2022" => Some(AmiFamily::Windows2022),
             "windows2025" => Some(AmiFamily::Windows2025),
+            _ => None,
+        }
+    }
+
+    /// The OS the family's nodes run: the value of their `kubernetes.io/os` label.
+    pub fn os(self) -> &'static str {
+        if self.windows_build().is_some() {
+            "windows"
+        } else {
+            "linux"
+        }
+    }
+
+    /// For a Windows family, the Windows build its nodes report (their
+    /// `node.kubernetes.io/windows-build` label, which Windows pods select on).
+    pub fn windows_build(self) -> Option<&'static str> {
+        match self {
+            AmiFamily::Windows2019 => Some("10.0.17763"),
+            AmiFamily::Windows2022 => Some("10.0.20348"),
+            AmiFamily::Windows2025 => Some("10.0.26100"),
             _ => None,
         }
     }
@@ -696,6 +717,7 @@ impl EC2NodeClass {
         let s = &self.spec;
         let set = [
             ("spec.connectionTracking", s.connection_tracking.is_some()),
+            ("spec.context", s.context.is_some()),
             ("spec.cpuOptions", s.cpu_options.is_some()),
             ("spec.ipPrefixCount", s.ip_prefix_count.is_some()),
             ("spec.networkInterfaces", !s.network_interfaces.is_empty()),

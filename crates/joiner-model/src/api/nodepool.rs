@@ -314,9 +314,9 @@ impl NodeClassReference {
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = disruption_schema)]
 pub struct Disruption {
-    /// Which nodes consolidation may remove: empty ones only, or underutilized ones too.
-    /// (Karpenter v1.14 also accepts `Balanced`, so the CRD does; Joiner reports a pool using
-    /// it as one it cannot read.)
+    /// Which nodes consolidation may remove: empty ones only, underutilized ones too, or
+    /// (`Balanced`, Karpenter v1.14) underutilized ones only where the saving is worth the
+    /// disruption.
     #[serde(default)]
     #[schemars(extend("enum" = ["WhenEmpty", "WhenEmptyOrUnderutilized", "Balanced"]))]
     pub consolidation_policy: ConsolidationPolicy,
@@ -368,6 +368,9 @@ pub enum ConsolidationPolicy {
     WhenEmpty,
     #[default]
     WhenEmptyOrUnderutilized,
+    /// Karpenter v1.14: a move must save at least half its share of the pool's cost per share
+    /// of the pool's disruption it causes.
+    Balanced,
 }
 
 /// How many of a pool's nodes may be disrupted at once, for which reasons and when.

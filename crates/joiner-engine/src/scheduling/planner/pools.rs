@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use joiner_model::Price;
-use joiner_model::wellknown::labels;
+use joiner_model::wellknown::{CapacityType, labels};
 
 use super::super::resources::{self, Amounts, ResourceIndex};
 use super::super::taints;
@@ -55,9 +55,11 @@ pub(super) fn copies_that_fit(one: &[i128], room: &[i128], limit: u32) -> u32 {
         .unwrap_or(limit)
 }
 
-/// The cheapest offering of option `o` allowed by `reqs` (zone, capacity type, reservation)
-/// that is not a full reservation, ties broken by zone, capacity type and reservation so the
-/// result is deterministic.
+/// The offering of option `o` that Karpenter would launch, among those `reqs` allow (zone,
+/// capacity type, reservation) that are not a full reservation: reserved capacity first, then
+/// spot, then on-demand (Karpenter launches spot whenever the requirements allow it and a spot
+/// offering exists, whatever the prices), and within a capacity type the cheapest; ties broken
+/// by zone and reservation so the result is deterministic.
 pub(super) fn cheapest_offering<'p>(
     pool: &'p Pool,
     o: usize,
@@ -69,8 +71,9 @@ pub(super) fn cheapest_offering<'p>(
         .copied()
         .filter(|off| offering_allowed(off, reqs) && reservations.has_room(off))
         .min_by(|a, b| {
-            a.price
-                .cmp(&b.price)
+            preference(&a.capacity_type)
+                .cmp(&preference(&b.capacity_type))
+                .then_with(|| a.price.cmp(&b.price))
                 .then_with(|| a.zone.cmp(&b.zone))
                 .then_with(|| a.capacity_type.cmp(&b.capacity_type))
                 .then_with(|| {
@@ -78,6 +81,16 @@ pub(super) fn cheapest_offering<'p>(
                         .cmp(&b.label(labels::CAPACITY_RESERVATION_ID))
                 })
         })
+}
+
+/// Karpenter's order of capacity types: reserved, spot, on-demand (anything else last).
+fn preference(capacity_type: &str) -> u8 {
+    match CapacityType::parse(capacity_type) {
+        Some(CapacityType::Reserved) => 0,
+        Some(CapacityType::Spot) => 1,
+        Some(CapacityType::OnDemand) => 2,
+        None => 3,
+    }
 }
 
 pub(super) fn offering_allowed(off: &LaunchOffering, reqs: &Requirements) -> bool {
