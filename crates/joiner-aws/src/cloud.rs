@@ -401,7 +401,8 @@ impl AwsCloud {
             .target_capacity_specification(target)
             .set_launch_template_configs(Some(configs))
             .set_tag_specifications(Some(tag_specs))
-            .client_token(&request.client_token);
+            .client_token(&request.client_token)
+            .set_context(fleet.context.clone());
         call = if capacity_type == CapacityType::Spot {
             call.spot_options(
                 SpotOptionsRequest::builder()

@@ -51,11 +51,20 @@ pub(crate) fn reservation_of(r: &Ec2Reservation) -> Option<CapacityReservation> 
     })
 }
 
-/// The filters of one term, `state=active` always.
+/// The filters of one term, `state=active` always, and its `instanceMatchCriteria` (`open` or
+/// `targeted`) as EC2's `instance-match-criteria` filter, as Karpenter sends it.
 fn filters(term: &CapacityReservationSelectorTerm) -> Vec<Filter> {
     let mut filters = tag_filters(&term.tags);
     if let Some(owner) = &term.owner_id {
         filters.push(Filter::builder().name("owner-id").values(owner).build());
+    }
+    if let Some(criteria) = &term.instance_match_criteria {
+        filters.push(
+            Filter::builder()
+                .name("instance-match-criteria")
+                .values(criteria)
+                .build(),
+        );
     }
     filters.push(Filter::builder().name("state").values("active").build());
     filters
@@ -179,5 +188,16 @@ mod tests {
         assert_eq!(names[0].0, "tag:team");
         assert_eq!(names[1], ("owner-id", &["012345678901".to_string()][..]));
         assert_eq!(names[2], ("state", &["active".to_string()][..]));
+        let targeted = CapacityReservationSelectorTerm {
+            instance_match_criteria: Some("targeted".into()),
+            ..term
+        };
+        let with_criteria = super::filters(&targeted);
+        assert!(
+            with_criteria
+                .iter()
+                .any(|f| f.name() == Some("instance-match-criteria")
+                    && f.values() == ["targeted".to_string()])
+        );
     }
 }

@@ -22,13 +22,15 @@ use aws_sdk_ec2::types::{
     LaunchTemplateInstanceMarketOptionsRequest, MarketType,
 };
 use aws_sdk_ec2::types::{
-    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
+    ConnectionTrackingSpecificationRequest, LaunchTemplateBlockDeviceMappingRequest,
+    LaunchTemplateCpuOptionsRequest, LaunchTemplateEbsBlockDeviceRequest,
     LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
     LaunchTemplateInstanceMetadataProtocolIpv6,
     LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
     LaunchTemplateTagSpecificationRequest, LaunchTemplatesMonitoringRequest,
-    RequestLaunchTemplateData, ResourceType, TagSpecification, VolumeType,
+    NestedVirtualizationSpecification, RequestLaunchTemplateData, ResourceType, TagSpecification,
+    VolumeType,
 };
 use base64::Engine as _;
 use joiner_launch::TemplateSpec;
@@ -90,6 +92,16 @@ fn ec2_network_interfaces(
                     .set_groups(Some(spec.security_groups.clone()))
                     .set_interface_type(i.interface_type.map(str::to_string))
                     .set_associate_public_ip_address(i.associate_public_ip_address)
+                    .set_ipv4_prefix_count(i.ipv4_prefix_count)
+                    .set_connection_tracking_specification(i.connection_tracking.as_ref().map(
+                        |c| {
+                            ConnectionTrackingSpecificationRequest::builder()
+                                .set_tcp_established_timeout(c.tcp_established_timeout)
+                                .set_udp_stream_timeout(c.udp_stream_timeout)
+                                .set_udp_timeout(c.udp_timeout)
+                                .build()
+                        },
+                    ))
                     .build()
             })
             .collect(),
@@ -154,6 +166,13 @@ pub(crate) fn launch_template_data(spec: &TemplateSpec) -> RequestLaunchTemplate
     match interfaces {
         Some(interfaces) => data = data.set_network_interfaces(Some(interfaces)),
         None => data = data.set_security_group_ids(Some(spec.security_groups.clone())),
+    }
+    if let Some(nested) = &spec.nested_virtualization {
+        data = data.cpu_options(
+            LaunchTemplateCpuOptionsRequest::builder()
+                .nested_virtualization(NestedVirtualizationSpecification::from(nested.as_str()))
+                .build(),
+        );
     }
     if let Some(reservations) = capacity_reservation(&spec.reservations) {
         data = data.capacity_reservation_specification(reservations);
@@ -450,6 +469,9 @@ mod tests {
             instance_profile: Some("lab_KarpenterNodeRole".into()),
             security_groups: vec!["sg-1".into()],
             efa_interfaces: 0,
+            ip_prefix_count: None,
+            connection_tracking: None,
+            nested_virtualization: None,
             associate_public_ip: None,
             detailed_monitoring: false,
             tags: BTreeMap::new(),
@@ -505,6 +527,36 @@ mod tests {
         let mut other = spec();
         other.image_id = "ami-2".into();
         assert_ne!(a, template_name("lab", &other));
+    }
+
+    #[test]
+    fn prefixes_connection_tracking_and_cpu_options_reach_ec2() {
+        let mut s = spec();
+        s.ip_prefix_count = Some(2);
+        s.connection_tracking = Some(joiner_model::api::ec2nodeclass::ConnectionTracking {
+            tcp_established_timeout: Some(3600),
+            udp_stream_timeout: None,
+            udp_timeout: Some(30),
+        });
+        s.nested_virtualization = Some("disabled".into());
+        let data = launch_template_data(&s);
+        let nics = data.network_interfaces();
+        assert_eq!(nics.len(), 1, "a primary interface carries them");
+        assert_eq!(nics[0].ipv4_prefix_count(), Some(2));
+        let ct = nics[0]
+            .connection_tracking_specification()
+            .expect("conntrack");
+        assert_eq!(ct.tcp_established_timeout(), Some(3600));
+        assert_eq!(ct.udp_timeout(), Some(30));
+        assert_eq!(nics[0].groups(), s.security_groups.as_slice());
+        assert_eq!(
+            data.cpu_options().and_then(|c| c.nested_virtualization()),
+            Some(&NestedVirtualizationSpecification::Disabled)
+        );
+        assert!(
+            template_name("c", &s) != template_name("c", &spec()),
+            "the template's name follows its shape"
+        );
     }
 
     #[test]

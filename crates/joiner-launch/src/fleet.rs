@@ -70,6 +70,8 @@ pub struct Fleet {
     /// ownership tags and the launch token.
     pub instance_tags: BTreeMap<String, String>,
     pub skipped: Vec<(OfferingKey, Skip)>,
+    /// CreateFleet's `Context` (the EC2NodeClass's `context`: an ODCR or Outposts context).
+    pub context: Option<String>,
 }
 
 /// The one capacity type a fleet for `request` launches: the cheapest offer's, and for reserved
@@ -183,6 +185,12 @@ pub fn fleet(
                 .copied()
                 .unwrap_or(0),
             associate_public_ip: spec.associate_public_ip_address,
+            ip_prefix_count: spec.ip_prefix_count,
+            connection_tracking: spec.connection_tracking.clone(),
+            nested_virtualization: spec
+                .cpu_options
+                .as_ref()
+                .and_then(|c| c.nested_virtualization.clone()),
             detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),
             tags: template_tags.clone(),
             reservations: match &offer.reservation {
@@ -217,6 +225,7 @@ pub fn fleet(
         templates,
         instance_tags,
         skipped,
+        context: spec.context.clone(),
     })
 }
 

@@ -50,6 +50,9 @@ pub struct LaunchPreview {
     /// Offers left out, and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// CreateFleet's `Context`, from the EC2NodeClass.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
 }
 
 /// One launch template and the offers (CreateFleet overrides) launched from it.
@@ -65,6 +68,9 @@ pub struct TemplatePreview {
     /// interface.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub network_interfaces: Vec<NetworkInterface>,
+    /// `CpuOptions.NestedVirtualization`, when the EC2NodeClass sets it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nested_virtualization: Option<String>,
     pub detailed_monitoring: bool,
     /// Tags on the template, and on the network interfaces and spot requests launched from it.
     pub tags: BTreeMap<String, String>,
@@ -314,6 +320,7 @@ fn preview(
                 iam_instance_profile: t.spec.instance_profile.clone(),
                 security_group_ids: t.spec.security_groups.clone(),
                 network_interfaces: network_interfaces(&t.spec),
+                nested_virtualization: t.spec.nested_virtualization.clone(),
                 detailed_monitoring: t.spec.detailed_monitoring,
                 tags: t.spec.tags.clone(),
                 capacity_reservation: match &t.spec.reservations {
@@ -336,7 +343,7 @@ fn preview(
                 user_data: t.spec.user_data.clone(),
             })
             .collect(),
-        instance_tags: fleet.instance_tags,
+        instance_tags: fleet.instance_tags.clone(),
         placeholders,
         skipped: fleet
             .skipped
@@ -351,6 +358,7 @@ fn preview(
                 )
             })
             .collect(),
+        context: fleet.context,
     })
 }
 

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use joiner_model::api::ec2nodeclass::{BlockDeviceMapping, MetadataOptions};
+use joiner_model::api::ec2nodeclass::{BlockDeviceMapping, ConnectionTracking, MetadataOptions};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -25,6 +25,15 @@ pub struct TemplateSpec {
     /// EFA interfaces to attach (0: a plain primary interface).
     pub efa_interfaces: u32,
     pub associate_public_ip: Option<bool>,
+    /// IPv4 prefixes (prefix delegation) on each interface that carries addresses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip_prefix_count: Option<i32>,
+    /// Connection-tracking timeouts on each interface that carries addresses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connection_tracking: Option<ConnectionTracking>,
+    /// `CpuOptions.NestedVirtualization` (`enabled` or `disabled`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nested_virtualization: Option<String>,
     pub detailed_monitoring: bool,
     /// Tags on the template, its network interfaces and spot requests: the EC2NodeClass's,
     /// its NodePool's ownership tags and the EC2NodeClass's spec hash.
@@ -96,15 +105,24 @@ pub struct NetworkInterface {
     pub interface_type: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub associate_public_ip_address: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ipv4_prefix_count: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connection_tracking: Option<ConnectionTracking>,
     pub delete_on_termination: bool,
 }
 
 /// The network interfaces: one EFA interface per network card (the first at device index 0,
 /// the others at device index 1 of their card, as EC2 asks for multi-card instances), or a
-/// single primary interface when a public address is asked for. Empty: EC2's default
+/// single primary interface when a public address, IPv4 prefixes or connection tracking are
+/// asked for; each carries those, as Karpenter's interfaces do. Empty: EC2's default
 /// interface, with the security groups given at the top level.
 pub fn network_interfaces(spec: &TemplateSpec) -> Vec<NetworkInterface> {
-    if spec.efa_interfaces == 0 && spec.associate_public_ip.is_none() {
+    if spec.efa_interfaces == 0
+        && spec.associate_public_ip.is_none()
+        && spec.ip_prefix_count.is_none()
+        && spec.connection_tracking.is_none()
+    {
         return Vec::new();
     }
     let efa = spec.efa_interfaces > 0;
@@ -118,6 +136,8 @@ pub fn network_interfaces(spec: &TemplateSpec) -> Vec<NetworkInterface> {
             } else {
                 None
             },
+            ipv4_prefix_count: spec.ip_prefix_count,
+            connection_tracking: spec.connection_tracking.clone(),
             delete_on_termination: true,
         })
         .collect()

@@ -327,3 +327,72 @@ status:
     assert_eq!(reserved.len(), 2, "{listing:#}");
     assert_eq!(reserved[0]["capacityReservation"]["freeInstances"], 1);
 }
+
+/// The EC2NodeClass's launch fields reach the launch as Karpenter sends them: IPv4 prefixes and
+/// connection tracking on the (then explicit) primary interface, nested virtualization in the
+/// template's CPU options, the context on CreateFleet; and connection tracking keeps the pool
+/// to Nitro instance types.
+#[test]
+fn launch_fields_of_the_class_reach_the_template_and_the_fleet() {
+    let s = joiner_test_support::Scratch::new("launch-e2e-fields");
+    let file = s.write(
+        "web.yaml",
+        r#"apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: web}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: web}
+      requirements:
+      - {key: karpenter.k8s.aws/instance-family, operator: In, values: [t2, m5]}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: web}
+spec:
+  role: KarpenterNodeRole-lab
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: lab}}]
+  securityGroupSelectorTerms: [{id: sg-0123456789abcdef0}]
+  ipPrefixCount: 2
+  connectionTracking: {tcpEstablishedTimeout: 3600, udpTimeout: 30}
+  cpuOptions: {nestedVirtualization: disabled}
+  context: arn:aws:outposts:us-east-1:012345678901:outpost/op-0abc
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: default}
+spec:
+  containers: [{name: c, image: web, resources: {requests: {cpu: 500m}}}]
+"#,
+    );
+    let file = file.display().to_string();
+    let mut args = vec!["plan", "-f", &file, "-o", "json", "--launch"];
+    args.extend(CLUSTER_SETTINGS);
+    let plan = run_json(JOINER, &args);
+    let claim = &plan["nodeClaims"][0];
+    assert!(
+        claim["instanceType"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("m5.")),
+        "t2 is Xen, not Nitro: {claim:#}"
+    );
+    let launch = launch_of(&plan, 0);
+    assert_eq!(
+        launch["context"],
+        "arn:aws:outposts:us-east-1:012345678901:outpost/op-0abc"
+    );
+    let t = &launch["launchTemplates"][0];
+    assert_eq!(t["nestedVirtualization"], "disabled");
+    let nics = t["networkInterfaces"]
+        .as_array()
+        .expect("a primary interface");
+    assert_eq!(nics.len(), 1, "{t:#}");
+    assert_eq!(nics[0]["deviceIndex"], 0);
+    assert_eq!(nics[0]["ipv4PrefixCount"], 2);
+    assert_eq!(
+        nics[0]["connectionTracking"],
+        serde_json::json!({"tcpEstablishedTimeout": 3600, "udpTimeout": 30})
+    );
+}

@@ -205,6 +205,7 @@ pub(super) fn build_pool(
         .flat_map(|s| s.subnets.iter())
         .filter_map(|s| Some((s.zone.as_str(), s.zone_id.as_deref()?)))
         .collect();
+    let nitro_only = class.object.spec.connection_tracking.is_some();
     let mut options = Vec::new();
     let mut node_labels = BTreeMap::new();
     for it in pool_catalog.catalog.types() {
@@ -212,6 +213,16 @@ pub(super) fn build_pool(
         node_labels.extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         if !type_allowed(&requirements, &node_labels)
             && !pool_catalog.claimed.contains(it.name.as_str())
+        {
+            continue;
+        }
+        // Connection tracking is set on Nitro interfaces only (Karpenter offers only those).
+        if nitro_only
+            && it
+                .labels
+                .get(labels::INSTANCE_HYPERVISOR)
+                .map(String::as_str)
+                != Some("nitro")
         {
             continue;
         }

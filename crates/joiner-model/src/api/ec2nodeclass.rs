@@ -195,24 +195,26 @@ pub struct EC2NodeClassSpec {
     /// `RAID0`: local NVMe instance store becomes the node's ephemeral storage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_store_policy: Option<InstanceStorePolicy>,
-    /// The launch context (an ODCR or Outposts context ARN). Not applied by Joiner yet:
-    /// refused like `connectionTracking`.
+    /// The launch context (an ODCR or Outposts context ARN), sent as CreateFleet's `Context`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
-    /// Connection tracking timeouts of the nodes' primary interfaces. Not applied by Joiner
-    /// yet: [`EC2NodeClass::validate`] refuses a class that sets it.
+    /// Connection tracking timeouts of the nodes' interfaces. Only Nitro instance types can
+    /// take them, so the class's pools offer only those.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connection_tracking: Option<ConnectionTracking>,
-    /// CPU options of the nodes. Not applied by Joiner yet: refused like `connectionTracking`.
+    /// CPU options of the nodes. `nestedVirtualization: disabled` is applied; `enabled` is
+    /// refused ([`EC2NodeClass::validate`]): Joiner has no data on which instance types
+    /// support it, and Karpenter offers only those.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_options: Option<CpuOptions>,
-    /// IPv4 prefixes per interface (prefix delegation). Not applied by Joiner yet: refused like
-    /// `connectionTracking`, since it changes how many pods a node holds.
+    /// IPv4 prefixes per interface (prefix delegation), on each interface that carries
+    /// addresses. As in Karpenter, it does not change how many pods a node holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("minimum" = 0))]
     pub ip_prefix_count: Option<i32>,
     /// The nodes' network interfaces, EFA ones included. Not applied by Joiner yet (it adds
-    /// EFA interfaces from the instance type): refused like `connectionTracking`.
+    /// EFA interfaces from the instance type): [`EC2NodeClass::validate`] refuses a class that
+    /// sets it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend(
         "maxItems" = 150,
@@ -229,7 +231,7 @@ pub struct EC2NodeClassSpec {
     ))]
     pub network_interfaces: Vec<NetworkInterface>,
     /// The placement group nodes launch into. Not applied by Joiner yet: refused like
-    /// `connectionTracking`.
+    /// `networkInterfaces`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement_group_selector: Option<PlacementGroupSelector>,
 }
@@ -510,8 +512,8 @@ pub struct CapacityReservationSelectorTerm {
     #[serde(default, rename = "ownerID", skip_serializing_if = "Option::is_none")]
     #[schemars(pattern("^[0-9]{12}$"))]
     pub owner_id: Option<String>,
-    /// `open` or `targeted`: select reservations by how instances match them. Not applied by
-    /// Joiner yet: [`EC2NodeClass::validate`] refuses a term that sets it.
+    /// `open` or `targeted`: select reservations by how instances match them (EC2's
+    /// `instance-match-criteria` filter).
     #[serde(
         default,
         rename = "instanceMatchCriteria",
@@ -715,11 +717,15 @@ impl EC2NodeClass {
     /// interfaces).
     fn refuse_unsupported(&self) -> Result<(), FieldError> {
         let s = &self.spec;
+        let nested = s
+            .cpu_options
+            .as_ref()
+            .and_then(|c| c.nested_virtualization.as_deref());
         let set = [
-            ("spec.connectionTracking", s.connection_tracking.is_some()),
-            ("spec.context", s.context.is_some()),
-            ("spec.cpuOptions", s.cpu_options.is_some()),
-            ("spec.ipPrefixCount", s.ip_prefix_count.is_some()),
+            (
+                "spec.cpuOptions.nestedVirtualization",
+                nested == Some("enabled"),
+            ),
             ("spec.networkInterfaces", !s.network_interfaces.is_empty()),
             (
                 "spec.placementGroupSelector",
@@ -728,16 +734,6 @@ impl EC2NodeClass {
         ];
         if let Some((field, _)) = set.iter().find(|(_, set)| *set) {
             return Err(FieldError::new(*field, UNSUPPORTED));
-        }
-        if let Some(i) = s
-            .capacity_reservation_selector_terms
-            .iter()
-            .position(|t| t.instance_match_criteria.is_some())
-        {
-            return Err(FieldError::new(
-                format!("spec.capacityReservationSelectorTerms[{i}].instanceMatchCriteria"),
-                UNSUPPORTED,
-            ));
         }
         Ok(())
     }
@@ -780,18 +776,27 @@ spec:
                 "  placementGroupSelector: {name: training}",
                 "spec.placementGroupSelector",
             ),
-            ("  ipPrefixCount: 1", "spec.ipPrefixCount"),
             (
                 "  networkInterfaces: [{deviceIndex: 0, networkCardIndex: 0, interfaceType: interface}]",
                 "spec.networkInterfaces",
             ),
             (
-                "  capacityReservationSelectorTerms: [{instanceMatchCriteria: open}]",
-                "spec.capacityReservationSelectorTerms[0].instanceMatchCriteria",
+                "  cpuOptions: {nestedVirtualization: enabled}",
+                "spec.cpuOptions.nestedVirtualization",
             ),
         ] {
             let class = v1_class("al2023@latest", extra);
             assert_eq!(class.validate().unwrap_err().field, field, "{extra}");
+        }
+        // The launch fields Joiner applies read as they are.
+        for extra in [
+            "  ipPrefixCount: 1",
+            "  connectionTracking: {tcpEstablishedTimeout: 3600}",
+            "  cpuOptions: {nestedVirtualization: disabled}",
+            "  context: arn:aws:outposts:us-east-1:012345678901:outpost/op-0abc",
+            "  capacityReservationSelectorTerms: [{instanceMatchCriteria: open}]",
+        ] {
+            v1_class("al2023@latest", extra).validate().unwrap();
         }
     }
 
