@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::cloud::{CloudInstanceType, CloudProvider, Instance, OfferingKey};
 use crate::config::Config;
 use crate::error::ControllerError;
+use crate::report::Reconciler;
 use crate::report::StepReport;
 use crate::store::{ClusterStore, manifests_of};
 use crate::unavailable::UnavailableOfferings;
@@ -209,9 +210,9 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
         }
     }
 
-    /// Records a failure to retry on a later step.
-    pub fn error(&mut self, what: &str, e: impl Into<ControllerError>) {
-        self.report.error(what, e);
+    /// Records a failure to retry on a later step: `what` is logged, `reconciler` counted.
+    pub fn error(&mut self, reconciler: Reconciler, what: &str, e: impl Into<ControllerError>) {
+        self.report.error(reconciler, what, e);
     }
 }
 

@@ -1,5 +1,6 @@
 //! The controller: one step of every reconciler at the clock's now.
 
+use crate::report::Reconciler;
 use crate::throttle::Throttle;
 use k8s_openapi::api::core::v1::Pod;
 
@@ -102,10 +103,10 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         if let Some(queue) = self.interruption.as_deref()
             && let Err(e) = crate::interruption::poll(ctx.store, queue, now, ctx.report)
         {
-            ctx.error("interruption queue", e);
+            ctx.error(Reconciler::Interruption, "interruption queue", e);
         }
         if let Err(e) = crate::interruption::avoid_reclaimed_offerings(&mut ctx) {
-            ctx.error("interruption queue", e);
+            ctx.error(Reconciler::Interruption, "interruption queue", e);
         }
         // Everything after this decides from the caches: what to launch, what to drain, delete
         // or terminate. While a watch is failing its cache answers what it last saw, however
@@ -113,6 +114,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         // Karpenter's provisioner and disruption wait for a synced cluster state).
         if let Err(e) = ctx.store.synced() {
             ctx.error(
+                Reconciler::ClusterState,
                 "waiting for the cluster caches (nothing is decided on a stale view)",
                 e,
             );
@@ -128,10 +130,10 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             // A class that became Ready (or stopped being) changes what pending pods can get.
             Ok(true) => self.batcher.poke(),
             Ok(false) => {}
-            Err(e) => ctx.error("EC2NodeClass status", e),
+            Err(e) => ctx.error(Reconciler::NodeClass, "EC2NodeClass status", e),
         }
         if let Err(e) = lifecycle::reconcile(&mut ctx) {
-            ctx.error("lifecycle", e);
+            ctx.error(Reconciler::Lifecycle, "lifecycle", e);
         }
         let gc_due = self
             .last_gc
@@ -140,7 +142,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             ctx.report.collected = true;
             match gc::collect(&mut ctx, &mut self.profile_use) {
                 Ok(()) => self.last_gc = Some(now),
-                Err(e) => ctx.error("garbage collection", e),
+                Err(e) => ctx.error(Reconciler::GarbageCollection, "garbage collection", e),
             }
         }
         let observed = self
@@ -154,14 +156,14 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
                 if self.batcher.close(now)
                     && let Err(e) = provision(&mut ctx)
                 {
-                    ctx.error("provisioning", e);
+                    ctx.error(Reconciler::Provisioning, "provisioning", e);
                     self.batcher.poke();
                 }
             }
-            Err(e) => ctx.error("reading pods", e),
+            Err(e) => ctx.error(Reconciler::Provisioning, "reading pods", e),
         }
         if let Err(e) = disrupt(&mut ctx, &mut self.disruption) {
-            ctx.error("disruption", e);
+            ctx.error(Reconciler::Disruption, "disruption", e);
         }
         // A NodeClaim that went away leaves its pods to plan again.
         if !report.deleted.is_empty() {

@@ -36,6 +36,7 @@ use crate::clock::elapsed;
 use crate::cloud::{CloudProvider, Instance, InstanceState, instance_id_of};
 use crate::context::Ctx;
 use crate::error::ControllerError;
+use crate::report::Reconciler;
 use crate::store::{ClusterStore, StoreError};
 use joiner_model::api::EC2NodeClass;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
@@ -68,14 +69,22 @@ pub fn collect<S: ClusterStore, C: CloudProvider>(
     let classes = ctx.store.list::<EC2NodeClass>()?;
     match ctx.cloud.delete_unused_launch_templates(&classes) {
         Ok(deleted) => ctx.report.launch_templates_deleted.extend(deleted),
-        Err(e) => ctx.error("deleting unused launch templates", e),
+        Err(e) => ctx.error(
+            Reconciler::GarbageCollection,
+            "deleting unused launch templates",
+            e,
+        ),
     }
     if !undecodable.is_empty() {
         tracing::warn!("a NodeClaim does not decode: no instance profile is collected");
         return Ok(());
     }
     if let Err(e) = profiles::collect(ctx, profile_use, &classes, &claims, &instances) {
-        ctx.error("collecting instance profiles", e);
+        ctx.error(
+            Reconciler::GarbageCollection,
+            "collecting instance profiles",
+            e,
+        );
     }
     Ok(())
 }
@@ -113,7 +122,11 @@ fn terminate_orphans<S: ClusterStore, C: CloudProvider>(
             tracing::warn!(instance = %i.id, "instance carries the ownership tags, names no NodeClaim and no NodeClaim records it; terminating");
             match ctx.cloud.terminate(&i.id) {
                 Ok(()) => ctx.report.terminated.push(i.id.clone()),
-                Err(e) => ctx.error(&format!("terminating orphan {}", i.id), e),
+                Err(e) => ctx.error(
+                    Reconciler::GarbageCollection,
+                    &format!("terminating orphan {}", i.id),
+                    e,
+                ),
             }
             continue;
         };
@@ -130,6 +143,7 @@ fn terminate_orphans<S: ClusterStore, C: CloudProvider>(
                 Ok(fresh) => fresh,
                 Err(e) => {
                     ctx.error(
+                        Reconciler::GarbageCollection,
                         &format!("reading NodeClaim {claim} before collecting {}", i.id),
                         e,
                     );
@@ -144,7 +158,11 @@ fn terminate_orphans<S: ClusterStore, C: CloudProvider>(
             tracing::warn!(instance = %i.id, nodeclaim = %claim, %recorded, "the instance's NodeClaim records another instance; terminating the duplicate");
             match ctx.cloud.terminate(&i.id) {
                 Ok(()) => ctx.report.terminated.push(i.id.clone()),
-                Err(e) => ctx.error(&format!("terminating duplicate {}", i.id), e),
+                Err(e) => ctx.error(
+                    Reconciler::GarbageCollection,
+                    &format!("terminating duplicate {}", i.id),
+                    e,
+                ),
             }
             continue;
         }
@@ -160,6 +178,7 @@ fn terminate_orphans<S: ClusterStore, C: CloudProvider>(
             Ok(Some(_)) => continue,
             Err(e) => {
                 ctx.error(
+                    Reconciler::GarbageCollection,
                     &format!("reading NodeClaim {claim} before collecting its instance"),
                     e,
                 );
@@ -169,7 +188,11 @@ fn terminate_orphans<S: ClusterStore, C: CloudProvider>(
         tracing::warn!(instance = %i.id, nodeclaim = %claim, "instance's NodeClaim is gone; terminating");
         match ctx.cloud.terminate(&i.id) {
             Ok(()) => ctx.report.terminated.push(i.id.clone()),
-            Err(e) => ctx.error(&format!("terminating orphan {}", i.id), e),
+            Err(e) => ctx.error(
+                Reconciler::GarbageCollection,
+                &format!("terminating orphan {}", i.id),
+                e,
+            ),
         }
     }
 }
@@ -192,7 +215,11 @@ fn delete_claims_without_instances<S: ClusterStore, C: CloudProvider>(
             Ok(Some(i)) => i.state == InstanceState::Terminated,
             Ok(None) => launched_for(ctx, c) >= ctx.config.instance_not_found_grace,
             Err(e) => {
-                ctx.error(&format!("looking up instance {id}"), e);
+                ctx.error(
+                    Reconciler::GarbageCollection,
+                    &format!("looking up instance {id}"),
+                    e,
+                );
                 false
             }
         };
@@ -209,7 +236,11 @@ fn delete_claims_without_instances<S: ClusterStore, C: CloudProvider>(
                 ctx.report.deleted.push(c.name().to_string());
                 ctx.invalidate_view();
             }
-            Err(e) => ctx.error(&format!("deleting NodeClaim {}", c.name()), e),
+            Err(e) => ctx.error(
+                Reconciler::GarbageCollection,
+                &format!("deleting NodeClaim {}", c.name()),
+                e,
+            ),
         }
     }
 }

@@ -31,6 +31,7 @@ use crate::clock::k8s_time;
 use crate::cloud::{CloudError, OfferingKey, instance_id_of};
 use crate::context::Ctx;
 use crate::error::ControllerError;
+use crate::report::Reconciler;
 use crate::report::{DisruptionEvent, StepReport};
 use crate::store::{ClusterStore, StoreError};
 use joiner_model::api::EC2NodeClass;
@@ -117,10 +118,18 @@ pub fn poll<S: ClusterStore>(
         match handled {
             Ok(()) => {
                 if let Err(e) = queue.delete(&m.receipt) {
-                    report.error("deleting an interruption message", e);
+                    report.error(
+                        Reconciler::Interruption,
+                        "deleting an interruption message",
+                        e,
+                    );
                 }
             }
-            Err(e) => report.error("handling an interruption message (kept for later)", e),
+            Err(e) => report.error(
+                Reconciler::Interruption,
+                "handling an interruption message (kept for later)",
+                e,
+            ),
         }
     }
     Ok(received.len())

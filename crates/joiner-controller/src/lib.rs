@@ -42,4 +42,4 @@ pub use config::Config;
 pub use context::Ctx;
 pub use controller::Controller;
 pub use error::ControllerError;
-pub use report::{DisruptionEvent, NodeClaimEvent, NotDrained, StepReport};
+pub use report::{DisruptionEvent, NodeClaimEvent, NotDrained, Reconciler, StepReport};

@@ -21,6 +21,7 @@ use crate::context::Ctx;
 use crate::error::ControllerError;
 use crate::nodeclaim::launch::{offers_for, request_for, requested_dra_drivers, reserved_offers};
 use crate::nodeclaim::tagged_instances;
+use crate::report::Reconciler;
 use crate::store::{ClusterStore, StoreError};
 use crate::termination;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
@@ -39,7 +40,7 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
         deleted_nodes = true;
         if let Err(e) = termination::node_deleted(ctx, node, &claims) {
             let name = node.metadata.name.clone().unwrap_or_default();
-            ctx.error(&format!("Node {name}"), e);
+            ctx.error(Reconciler::Lifecycle, &format!("Node {name}"), e);
         }
     }
     let claims = if deleted_nodes {
@@ -73,7 +74,7 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
         // its own; the others go on.
         if let Err(e) = step_claim(ctx, claim, &nodes, &pods, &pools) {
             let throttled = matches!(e, ControllerError::Cloud(CloudError::Throttled));
-            ctx.error(&format!("NodeClaim {name}"), e);
+            ctx.error(Reconciler::Lifecycle, &format!("NodeClaim {name}"), e);
             // The account's request budget is spent: the rest wait for the pause that
             // follows ([`crate::throttle`]) rather than spend what refills.
             if throttled {
@@ -310,9 +311,7 @@ fn rejected<S: ClusterStore, C: CloudProvider>(
     ctx.report
         .errors
         .push(CloudError::Rejected(why.clone()).into());
-    ctx.report
-        .errors_during
-        .push(format!("launching NodeClaim {}", claim.name()));
+    ctx.report.errors_during.push(Reconciler::Launching);
     let now = k8s_time(ctx.now);
     update_claim(ctx, claim, |c| {
         let a = c.metadata.annotations.get_or_insert_with(Default::default);

@@ -27,6 +27,7 @@ use crate::clock::{add, k8s_time};
 use crate::cloud::{CloudProvider, NodeClassResolution, Resolved};
 use crate::context::Ctx;
 use crate::error::ControllerError;
+use crate::report::Reconciler;
 use crate::store::{ClusterStore, StoreError};
 
 /// When each class (by name) was last resolved by this controller, and from which spec.
@@ -169,7 +170,11 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
         let failed = failures(&resolution);
         // One error per class and step: the parts usually fail together (throttling).
         if let Some(e) = failed.first() {
-            ctx.error(&format!("resolving EC2NodeClass {name}"), (*e).clone());
+            ctx.error(
+                Reconciler::NodeClass,
+                &format!("resolving EC2NodeClass {name}"),
+                (*e).clone(),
+            );
         }
         let wait = if failed.is_empty() {
             ctx.config.node_class_period
@@ -223,7 +228,11 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
                     resolved.next = ctx.now;
                 }
                 Err(e) => {
-                    ctx.error(&format!("writing the status of EC2NodeClass {name}"), e);
+                    ctx.error(
+                        Reconciler::NodeClass,
+                        &format!("writing the status of EC2NodeClass {name}"),
+                        e,
+                    );
                     resolved.next = ctx.now;
                 }
             }

@@ -23,6 +23,7 @@ use crate::lifecycle;
 use crate::nodeclaim::stamp::stamp;
 use crate::nodeclaim::{instance_types_of, node_claim_for};
 use crate::pods::pod_key;
+use crate::report::Reconciler;
 use crate::store::{ClusterStore, StoreError};
 
 /// Plans the cluster with in-flight NodeClaims counted, creates a NodeClaim for each new node
@@ -88,7 +89,7 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
                 .push((pod.clone(), created.name().to_string()));
         }
         if let Err(e) = lifecycle::launch(ctx, created) {
-            ctx.error("launching a NodeClaim", e);
+            ctx.error(Reconciler::Launching, "launching a NodeClaim", e);
         }
     }
     Ok(())
@@ -153,7 +154,7 @@ fn create_claim<S: ClusterStore, C: CloudProvider>(
             Ok(created) => return Ok(Some((created, false))),
             Err(e @ (StoreError::AlreadyExists(_) | StoreError::Unavailable(_))) => e,
             Err(e) => {
-                ctx.error("creating a NodeClaim", e);
+                ctx.error(Reconciler::Provisioning, "creating a NodeClaim", e);
                 return Ok(None);
             }
         };
@@ -169,11 +170,16 @@ fn create_claim<S: ClusterStore, C: CloudProvider>(
             },
             Ok(None) => {
                 // Not committed (or deleted since): the same name again on a later step.
-                ctx.error(&format!("creating NodeClaim {name}"), failure);
+                ctx.error(
+                    Reconciler::Provisioning,
+                    &format!("creating NodeClaim {name}"),
+                    failure,
+                );
                 return Ok(None);
             }
             Err(e) => {
                 ctx.error(
+                    Reconciler::Provisioning,
                     &format!("reading NodeClaim {name} after a failed create"),
                     e,
                 );
@@ -182,6 +188,7 @@ fn create_claim<S: ClusterStore, C: CloudProvider>(
         }
     }
     ctx.error(
+        Reconciler::Provisioning,
         "creating a NodeClaim",
         StoreError::Invalid(
             crate::store::ObjectKey::of::<NodeClaim>(None, &base),

@@ -55,18 +55,74 @@ pub struct StepReport {
     pub node_claim_events: Vec<NodeClaimEvent>,
     /// What failed and will be retried.
     pub errors: Vec<ControllerError>,
-    /// What was being done when each of `errors` happened (`provisioning`, `lifecycle`, ...), in
-    /// the same order, so failures can be counted by reconciler.
-    pub errors_during: Vec<String>,
+    /// The part of the controller each of `errors` happened in, in the same order, so failures
+    /// can be counted by reconciler.
+    pub errors_during: Vec<Reconciler>,
 }
 
 impl StepReport {
-    /// Records a failure that a later step retries: logged, counted by what was being done.
-    pub fn error(&mut self, what: &str, e: impl Into<ControllerError>) {
+    /// Records a failure that a later step retries: logged with `what` was being done (which
+    /// may name objects), counted by `reconciler` (which never does).
+    pub fn error(&mut self, reconciler: Reconciler, what: &str, e: impl Into<ControllerError>) {
         let e = e.into();
-        tracing::warn!(error = %e, "{what}");
+        tracing::warn!(error = %e, reconciler = reconciler.as_str(), "{what}");
         self.errors.push(e);
-        self.errors_during.push(what.to_string());
+        self.errors_during.push(reconciler);
+    }
+}
+
+/// The part of the controller a failure happened in. A closed set: it labels metrics
+/// (`joiner_controller_errors_total{reconciler}`, the `controller` of
+/// `karpenter_cloudprovider_errors_total`), so however many objects fail, the series stay
+/// bounded; which object failed goes to the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reconciler {
+    /// Waiting for the caches to follow the API server.
+    ClusterState,
+    /// Batching and planning pending pods, creating NodeClaims.
+    Provisioning,
+    /// Launching instances for NodeClaims.
+    Launching,
+    /// Registration, initialization and liveness of NodeClaims and Nodes.
+    Lifecycle,
+    /// Consolidation, drift and expiry.
+    Disruption,
+    /// Draining and deleting nodes.
+    Termination,
+    /// Instances, launch templates and instance profiles nothing owns any more.
+    GarbageCollection,
+    /// The interruption queue.
+    Interruption,
+    /// EC2NodeClass status.
+    NodeClass,
+}
+
+impl Reconciler {
+    pub const ALL: [Reconciler; 9] = [
+        Reconciler::ClusterState,
+        Reconciler::Provisioning,
+        Reconciler::Launching,
+        Reconciler::Lifecycle,
+        Reconciler::Disruption,
+        Reconciler::Termination,
+        Reconciler::GarbageCollection,
+        Reconciler::Interruption,
+        Reconciler::NodeClass,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reconciler::ClusterState => "cluster_state",
+            Reconciler::Provisioning => "provisioning",
+            Reconciler::Launching => "launching",
+            Reconciler::Lifecycle => "lifecycle",
+            Reconciler::Disruption => "disruption",
+            Reconciler::Termination => "termination",
+            Reconciler::GarbageCollection => "garbage_collection",
+            Reconciler::Interruption => "interruption",
+            Reconciler::NodeClass => "nodeclass",
+        }
     }
 }
 

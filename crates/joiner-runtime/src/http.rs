@@ -288,6 +288,7 @@ pub mod tests {
         // A cloud that fails step after step makes it unready; one good step ready again.
         let mut failing = StepReport::default();
         failing.error(
+            joiner_controller::Reconciler::Launching,
             "launching",
             joiner_controller::cloud::CloudError::Other("connection refused".into()),
         );

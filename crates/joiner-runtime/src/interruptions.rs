@@ -8,6 +8,7 @@
 //! handled again). Like the step loop, this one runs only while this replica leads, and its
 //! writes (the NodeClaim marks and the message deletes) go through the same fence.
 
+use joiner_controller::Reconciler;
 use std::time::{Duration, Instant};
 
 use joiner_controller::StepReport;
@@ -63,7 +64,7 @@ impl<S: ClusterStore, K: Clock> Poller<S, K> {
             match interruption::poll(&self.store, self.queue.as_ref(), now, &mut report) {
                 Ok(n) => (n, false),
                 Err(e) => {
-                    report.error("interruption queue", e);
+                    report.error(Reconciler::Interruption, "interruption queue", e);
                     (0, true)
                 }
             };

@@ -68,7 +68,7 @@ impl Metrics {
         };
         let nodeclaims_created = counters(
             "karpenter_nodeclaims_created",
-            "NodeClaims created, by reason (provisioning or disruption) and NodePool",
+            "NodeClaims created, by reason (provisioned, or the disruption reason of a replacement), NodePool and whether minValues were relaxed",
         );
         let nodeclaims_terminated = counters(
             "karpenter_nodeclaims_terminated",
@@ -191,21 +191,6 @@ fn reason_label(reason: &str) -> String {
     reason.to_ascii_lowercase()
 }
 
-/// A stable label value for what the step was doing (`launching a NodeClaim` becomes
-/// `launching_a_nodeclaim`).
-fn reconciler_label(during: &str) -> String {
-    during
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
 fn cloud_error_label(e: &CloudError) -> &'static str {
     match e {
         CloudError::InsufficientCapacity(_) => "InsufficientCapacity",
@@ -232,23 +217,24 @@ pub fn record(
 /// Counts what a report says was done, whichever loop did it (a step, or a poll of the
 /// interruption queue): NodeClaims created, launched, disrupted, errors by reconciler.
 pub fn record_outcomes(report: &StepReport, pools: &BTreeMap<String, String>, metrics: &Metrics) {
-    let replacements: Vec<&String> = report
+    // As Karpenter labels them: `provisioned`, or the lower-cased disruption reason a
+    // replacement was made for; Joiner never relaxes minValues.
+    let replacements: BTreeMap<&String, String> = report
         .disruption
         .iter()
         .filter(|e| e.action == DisruptionAction::Replacing)
-        .flat_map(|e| &e.detail)
+        .flat_map(|e| e.detail.iter().map(|c| (c, reason_label(&e.reason))))
         .collect();
     for claim in &report.created {
-        let reason = if replacements.contains(&claim) {
-            "disruption"
-        } else {
-            "provisioning"
-        };
+        let reason = replacements
+            .get(claim)
+            .map_or("provisioned", String::as_str);
         metrics
             .nodeclaims_created
             .get_or_create(&labels(&[
                 ("reason", reason),
                 ("nodepool", pool_of(pools, claim)),
+                ("min_values_relaxed", "false"),
             ]))
             .inc();
     }
@@ -326,16 +312,16 @@ pub fn record_outcomes(report: &StepReport, pools: &BTreeMap<String, String>, me
         let during = report
             .errors_during
             .get(i)
-            .map_or_else(|| "unknown".to_string(), |d| reconciler_label(d));
+            .map_or("unknown", |r| r.as_str());
         metrics
             .errors
-            .get_or_create(&labels(&[("reconciler", during.as_str())]))
+            .get_or_create(&labels(&[("reconciler", during)]))
             .inc();
         if let ControllerError::Cloud(c) = e {
             metrics
                 .cloudprovider_errors
                 .get_or_create(&labels(&[
-                    ("controller", during.as_str()),
+                    ("controller", during),
                     ("provider", metrics.provider),
                     ("error", cloud_error_label(c)),
                 ]))
@@ -359,8 +345,8 @@ pub fn record_outcomes(report: &StepReport, pools: &BTreeMap<String, String>, me
 
 #[cfg(test)]
 mod tests {
-    use joiner_controller::DisruptionEvent;
     use joiner_controller::store::StoreError;
+    use joiner_controller::{DisruptionEvent, Reconciler};
 
     use super::*;
 
@@ -441,7 +427,7 @@ mod tests {
                 ControllerError::Cloud(CloudError::Throttled),
                 ControllerError::Store(StoreError::Unavailable("down".into())),
             ],
-            errors_during: s(&["launching a NodeClaim", "lifecycle"]),
+            errors_during: vec![Reconciler::Launching, Reconciler::Lifecycle],
         };
         let pools: BTreeMap<String, String> = [
             ("gpu-a", "gpu"),
@@ -458,11 +444,11 @@ mod tests {
         let lines = samples(&m);
         has(
             &lines,
-            r#"karpenter_nodeclaims_created_total{reason="provisioning",nodepool="gpu"} 2"#,
+            r#"karpenter_nodeclaims_created_total{reason="provisioned",nodepool="gpu",min_values_relaxed="false"} 2"#,
         );
         has(
             &lines,
-            r#"karpenter_nodeclaims_created_total{reason="disruption",nodepool="gpu"} 1"#,
+            r#"karpenter_nodeclaims_created_total{reason="underutilized",nodepool="gpu",min_values_relaxed="false"} 1"#,
         );
         has(
             &lines,
@@ -495,11 +481,11 @@ mod tests {
         has(&lines, "karpenter_scheduler_unschedulable_pods_count 1");
         has(
             &lines,
-            r#"karpenter_cloudprovider_errors_total{controller="launching_a_nodeclaim",provider="aws",error="Throttled"} 1"#,
+            r#"karpenter_cloudprovider_errors_total{controller="launching",provider="aws",error="Throttled"} 1"#,
         );
         has(
             &lines,
-            r#"joiner_controller_errors_total{reconciler="launching_a_nodeclaim"} 1"#,
+            r#"joiner_controller_errors_total{reconciler="launching"} 1"#,
         );
         has(
             &lines,
@@ -547,7 +533,7 @@ mod tests {
         let lines = samples(&m);
         has(
             &lines,
-            r#"karpenter_nodeclaims_created_total{reason="provisioning",nodepool="unknown"} 2"#,
+            r#"karpenter_nodeclaims_created_total{reason="provisioned",nodepool="unknown",min_values_relaxed="false"} 2"#,
         );
         has(&lines, "joiner_controller_step_duration_seconds_count 2");
         // No batch was planned: no scheduling time is made up.
@@ -567,12 +553,31 @@ mod tests {
         has(&samples(&m), "joiner_leader 0");
     }
 
+    /// However many distinct objects fail, and whatever the log says of each, the error
+    /// metrics keep one series per reconciler (and cloud error kind).
     #[test]
-    fn reconciler_labels_are_stable_identifiers() {
-        assert_eq!(reconciler_label("garbage collection"), "garbage_collection");
+    fn error_series_stay_bounded_whatever_fails() {
+        let m = Metrics::new("aws");
+        let mut report = StepReport::default();
+        for i in 0..10_000 {
+            let reconciler = Reconciler::ALL[i % Reconciler::ALL.len()];
+            let e = if i % 2 == 0 {
+                ControllerError::Cloud(CloudError::Other(format!("instance i-{i:08x} failed")))
+            } else {
+                ControllerError::Store(StoreError::Unavailable(format!("NodeClaim gpu-{i}")))
+            };
+            report.error(reconciler, &format!("NodeClaim gpu-{i}"), e);
+        }
+        record(&report, &BTreeMap::new(), Duration::from_millis(1), &m);
+        let series = |name: &str| samples(&m).iter().filter(|l| l.starts_with(name)).count();
         assert_eq!(
-            reconciler_label("launching a NodeClaim"),
-            "launching_a_nodeclaim"
+            series("joiner_controller_errors_total{"),
+            Reconciler::ALL.len()
+        );
+        assert!(series("karpenter_cloudprovider_errors_total{") <= Reconciler::ALL.len());
+        assert!(
+            samples(&m).iter().all(|l| !l.contains("gpu-")),
+            "no object names in labels"
         );
     }
 }

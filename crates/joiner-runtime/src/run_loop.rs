@@ -251,7 +251,7 @@ mod tests {
 
         let text = metrics.render();
         let created = format!(
-            "karpenter_nodeclaims_created_total{{reason=\"provisioning\",nodepool=\"{}\"}} {}",
+            "karpenter_nodeclaims_created_total{{reason=\"provisioned\",nodepool=\"{}\",min_values_relaxed=\"false\"}} {}",
             claims[0]
                 .label(joiner_model::wellknown::labels::NODEPOOL)
                 .unwrap(),

@@ -78,6 +78,7 @@ use crate::nodeclaim::node_claim_for;
 use crate::nodeclaim::stamp::{restamp, stamp};
 use crate::pods::{bound_to, is_held, is_node_held, is_pending, pod_key};
 use crate::report::DisruptionEvent;
+use crate::report::Reconciler;
 use crate::store::{ClusterStore, StoreError};
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 
@@ -236,7 +237,11 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
     for claim in &in_progress {
         // One move that cannot go on does not hold back the others.
         if let Err(e) = continue_move(ctx, &view, claim) {
-            ctx.error(&format!("disrupting NodeClaim {}", claim.name()), e);
+            ctx.error(
+                Reconciler::Disruption,
+                &format!("disrupting NodeClaim {}", claim.name()),
+                e,
+            );
         }
     }
     // A move waiting for its replacements holds back the start of the next one: the
@@ -748,7 +753,11 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
         created.push(stored.name().to_string());
         ctx.invalidate_view();
         if let Err(e) = lifecycle::launch(ctx, stored) {
-            ctx.error("launching a replacement NodeClaim", e);
+            ctx.error(
+                Reconciler::Disruption,
+                "launching a replacement NodeClaim",
+                e,
+            );
         }
     }
     if !created.is_empty() {
@@ -802,7 +811,11 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
         for claim in due {
             // One node's failed drain does not hold back the others'.
             if let Err(e) = terminate(ctx, claim, reason, &pods) {
-                ctx.error(&format!("draining NodeClaim {}", claim.name()), e);
+                ctx.error(
+                    Reconciler::Disruption,
+                    &format!("draining NodeClaim {}", claim.name()),
+                    e,
+                );
             }
         }
     }

@@ -23,6 +23,7 @@ use crate::clock::elapsed;
 use crate::cloud::{CloudProvider, Instance, InstanceState};
 use crate::context::Ctx;
 use crate::error::ControllerError;
+use crate::report::Reconciler;
 use crate::store::ClusterStore;
 use joiner_model::api::EC2NodeClass;
 use joiner_model::api::nodeclaim::NodeClaim;
@@ -99,7 +100,11 @@ pub fn collect<S: ClusterStore, C: CloudProvider>(
         tracing::info!(instance_profile = %name, "no EC2NodeClass, NodeClaim or instance uses the instance profile; deleting it");
         match ctx.cloud.delete_instance_profile(&name) {
             Ok(()) => ctx.report.instance_profiles_deleted.push(name),
-            Err(e) => ctx.error(&format!("deleting instance profile {name}"), e),
+            Err(e) => ctx.error(
+                Reconciler::GarbageCollection,
+                &format!("deleting instance profile {name}"),
+                e,
+            ),
         }
     }
     Ok(())

@@ -22,6 +22,7 @@ use crate::cloud::CloudProvider;
 use crate::context::Ctx;
 use crate::error::ControllerError;
 use crate::pods::{grace_period_of, is_daemon_pod, is_finished, is_held, pod_key};
+use crate::report::Reconciler;
 use crate::report::{DisruptionEvent, NotDrained};
 use crate::store::{ClusterStore, Deleted, Preconditions, StoreError};
 use joiner_model::wellknown::DisruptionAction;
@@ -282,7 +283,7 @@ impl Outcome {
                 ctx.report.eviction_refused.push(key.clone());
                 self.blocked.refused.push(key);
             }
-            Err(e) => ctx.error(&format!("evicting pod {key}"), e),
+            Err(e) => ctx.error(Reconciler::Termination, &format!("evicting pod {key}"), e),
         }
     }
 
@@ -296,7 +297,7 @@ impl Outcome {
         {
             Ok(_) => self.deleted.push(key),
             Err(StoreError::NotFound(_) | StoreError::Conflict(_)) => {}
-            Err(e) => ctx.error(&format!("deleting pod {key}"), e),
+            Err(e) => ctx.error(Reconciler::Termination, &format!("deleting pod {key}"), e),
         }
     }
 
