@@ -489,6 +489,13 @@ const RBAC: &[Grant] = &[
     ),
     grant(
         Scope::Cluster,
+        "karpenter.sh",
+        "nodepools/status",
+        "update",
+        "KubeStore::update of a status-only kind (PUT .../status): NodePool nodes, resources, conditions",
+    ),
+    grant(
+        Scope::Cluster,
         "karpenter.k8s.aws",
         "ec2nodeclasses/status",
         "update",

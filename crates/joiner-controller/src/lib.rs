@@ -30,6 +30,7 @@ pub mod interruption;
 pub mod lifecycle;
 pub mod nodeclaim;
 pub mod nodeclass;
+pub mod nodepool_status;
 pub mod pods;
 pub mod provisioning;
 mod report;

@@ -95,10 +95,12 @@ pub enum Reconciler {
     Interruption,
     /// EC2NodeClass status.
     NodeClass,
+    /// NodePool status.
+    NodePool,
 }
 
 impl Reconciler {
-    pub const ALL: [Reconciler; 9] = [
+    pub const ALL: [Reconciler; 10] = [
         Reconciler::ClusterState,
         Reconciler::Provisioning,
         Reconciler::Launching,
@@ -108,6 +110,7 @@ impl Reconciler {
         Reconciler::GarbageCollection,
         Reconciler::Interruption,
         Reconciler::NodeClass,
+        Reconciler::NodePool,
     ];
 
     /// The metric label value.
@@ -122,6 +125,7 @@ impl Reconciler {
             Reconciler::GarbageCollection => "garbage_collection",
             Reconciler::Interruption => "interruption",
             Reconciler::NodeClass => "nodeclass",
+            Reconciler::NodePool => "nodepool",
         }
     }
 }

@@ -1236,3 +1236,47 @@ mod interruption {
         settled(&world, 2);
     }
 }
+
+/// The NodePool's status follows its nodes as Karpenter's does: `kubectl get nodepools` shows
+/// how many it has and that it is Ready, and its capacity adds up the NodeClaims'.
+#[test]
+fn the_nodepool_status_counts_its_nodes_and_says_it_is_ready() {
+    let world = World::new(4, |_| {});
+    let mut c = world.controller();
+    world.run(&mut c, 120);
+    settled(&world, 2);
+    let name = world.node_pool().metadata.name.clone().expect("name");
+    let pool: NodePool = world.store.get(None, &name).expect("get").expect("pool");
+    let status = pool.status.expect("a status is written");
+    assert_eq!(status.nodes, 2);
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("Ready");
+    assert_eq!(ready.status, "True", "{:?}", status.conditions);
+    let gpus: i64 = world
+        .live_claims()
+        .iter()
+        .filter_map(|c| c.status.capacity.get("nvidia.com/gpu"))
+        .map(|q| q.nanos() as i64 / 1_000_000_000)
+        .sum();
+    assert_eq!(
+        status
+            .resources
+            .get("nvidia.com/gpu")
+            .map(|q| q.nanos() as i64 / 1_000_000_000),
+        Some(gpus)
+    );
+    // Nothing changes, so nothing is written: the stored pool stays as it was.
+    let version = world
+        .store
+        .get::<NodePool>(None, &name)
+        .expect("get")
+        .expect("pool")
+        .metadata
+        .resource_version;
+    world.run(&mut c, 60);
+    let after: NodePool = world.store.get(None, &name).expect("get").expect("pool");
+    assert_eq!(after.metadata.resource_version, version);
+}

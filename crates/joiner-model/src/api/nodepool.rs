@@ -28,6 +28,22 @@ pub struct NodePool {
     pub kind: String,
     pub metadata: ObjectMeta,
     pub spec: NodePoolSpec,
+    /// What the controller last wrote: node count, capacity, conditions. Read leniently: a
+    /// status Joiner cannot decode (another controller's, a newer version's) reads as none
+    /// and is written again, rather than making the pool unreadable.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_status"
+    )]
+    pub status: Option<NodePoolStatus>,
+}
+
+fn lenient_status<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<NodePoolStatus>, D::Error> {
+    let value = serde_json::Value::deserialize(d)?;
+    Ok(serde_json::from_value(value).ok())
 }
 
 /// What a NodePool allows and when its nodes may go. Its schema is the NodePool CRD's (see
@@ -114,6 +130,39 @@ pub struct NodePoolStatus {
     /// The summed capacity of the pool's nodes.
     #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
     pub resources: ResourceList,
+}
+
+/// The condition types of a NodePool's status, as Karpenter writes them.
+pub mod conditions {
+    /// Its EC2NodeClass exists and is Ready.
+    pub const NODE_CLASS_READY: &str = "NodeClassReady";
+    /// The pool passes the checks Karpenter's runtime validation makes.
+    pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+    /// Both of the above: the pool can launch nodes.
+    pub const READY: &str = "Ready";
+}
+
+impl NodePoolStatus {
+    /// Sets a condition, keeping its transition time while its status stays the same.
+    pub fn set_condition(
+        &mut self,
+        type_: &str,
+        ok: bool,
+        reason: &str,
+        message: &str,
+        now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+        generation: Option<i64>,
+    ) {
+        super::nodeclaim::set_condition(
+            &mut self.conditions,
+            type_,
+            if ok { "True" } else { "False" },
+            reason,
+            message,
+            now,
+            generation,
+        );
+    }
 }
 
 /// Labels and annotations every node of the pool gets.
@@ -737,6 +786,7 @@ impl NodePoolV1Beta1 {
             }
         };
         NodePool {
+            status: None,
             api_version: API_VERSION_V1.to_string(),
             kind: "NodePool".to_string(),
             metadata: self.metadata,
