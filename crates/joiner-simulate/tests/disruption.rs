@@ -1247,7 +1247,7 @@ fn the_nodepool_status_counts_its_nodes_and_says_it_is_ready() {
     settled(&world, 2);
     let name = world.node_pool().metadata.name.clone().expect("name");
     let pool: NodePool = world.store.get(None, &name).expect("get").expect("pool");
-    let status = pool.status.expect("a status is written");
+    let status = pool.status.clone().expect("a status is written");
     assert_eq!(status.nodes, 2);
     let ready = status
         .conditions
@@ -1268,6 +1268,15 @@ fn the_nodepool_status_counts_its_nodes_and_says_it_is_ready() {
             .map(|q| q.nanos() as i64 / 1_000_000_000),
         Some(gpus)
     );
+    // Each NodeClaim is owned by the pool, as Karpenter's are, so deleting the pool takes
+    // them (through their finalizer) even with no controller running.
+    for claim in world.live_claims() {
+        let owners = claim.metadata.owner_references.clone().unwrap_or_default();
+        assert_eq!(owners.len(), 1, "{}", claim.name());
+        assert_eq!(owners[0].kind, "NodePool");
+        assert_eq!(Some(&owners[0].uid), pool.metadata.uid.as_ref());
+        assert_eq!(owners[0].block_owner_deletion, Some(true));
+    }
     // Nothing changes, so nothing is written: the stored pool stays as it was.
     let version = world
         .store

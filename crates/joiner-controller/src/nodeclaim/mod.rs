@@ -12,7 +12,7 @@ use joiner_model::api::nodeclaim::{NodeClaim, NodeClaimSpec, ResourceRequirement
 use joiner_model::api::nodepool::{NodeSelectorRequirementWithMinValues, Operator};
 use joiner_model::wellknown::{annotations, finalizers, labels, tags};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::batcher::fnv1a;
 use crate::cloud::{CloudProvider, Instance};
@@ -136,6 +136,7 @@ pub fn node_claim_for(
             labels: Some(claim_labels),
             annotations: Some(annotations),
             finalizers: Some(vec![finalizers::TERMINATION.to_string()]),
+            owner_references: owned_by(pool),
             ..ObjectMeta::default()
         },
         NodeClaimSpec {
@@ -150,6 +151,22 @@ pub fn node_claim_for(
             termination_grace_period: template.spec.termination_grace_period.clone(),
         },
     )
+}
+
+/// The NodeClaim's owner, as Karpenter sets it: its NodePool, blocking the pool's foreground
+/// deletion until the NodeClaim is gone, so that deleting a NodePool ends its nodes through
+/// termination even while no controller runs. A pool read without a uid (from files) owns
+/// nothing: the API server refuses an owner reference without one.
+fn owned_by(pool: &NodePool) -> Option<Vec<OwnerReference>> {
+    let uid = pool.metadata.uid.clone()?;
+    Some(vec![OwnerReference {
+        api_version: "karpenter.sh/v1".to_string(),
+        kind: "NodePool".to_string(),
+        name: pool.metadata.name.clone()?,
+        uid,
+        block_owner_deletion: Some(true),
+        controller: None,
+    }])
 }
 
 /// Non-terminated instances tagged with this NodeClaim's name, oldest first.
