@@ -74,6 +74,8 @@ pub struct Summary {
     pub final_nodes: usize,
     /// Instances Joiner launched (not those the scenario added).
     pub instances_launched: usize,
+    /// NodeClaims the run created: every create the API server committed, those whose answer
+    /// was a timeout included (what happened, not what the controller was told).
     pub node_claims_created: usize,
     /// TerminateInstances calls on instances without Joiner's ownership tags: always 0 unless
     /// something is badly wrong.
@@ -232,7 +234,8 @@ struct Sim {
     pending_waits: Vec<u64>,
     /// Instances the scenario put into the cloud (not Joiner's).
     added: BTreeSet<String>,
-    node_claims_created: usize,
+    /// NodeClaim creates committed by loading the input, which the run did not create.
+    loaded_claims: u64,
     /// When the controller's watches, failed by `faults.watchDown`, recover (seconds from the
     /// start).
     watch_up_at: Option<u64>,
@@ -829,6 +832,7 @@ pub fn simulate(
     let mut rest = manifests.clone();
     let deployments = std::mem::take(&mut rest.deployments);
     store.load(&rest)?;
+    let loaded_claims = store.creates_committed("NodeClaim");
     let mut sim = Sim {
         clock: clock.clone(),
         store: Arc::new(store),
@@ -846,7 +850,7 @@ pub fn simulate(
         pending_done: BTreeSet::new(),
         pending_waits: Vec::new(),
         added: BTreeSet::new(),
-        node_claims_created: 0,
+        loaded_claims,
         watch_up_at: None,
     };
     let tick = scenario.tick;
@@ -890,7 +894,6 @@ pub fn simulate(
         schedule_pending(&sim.store, &sim.config, sim.clock.now())?;
         let report = controller.step();
         errors += report.errors.len();
-        sim.node_claims_created += report.created.len();
         for d in report
             .disruption
             .iter()
@@ -967,7 +970,12 @@ pub fn simulate(
             .iter()
             .filter(|i| !sim.added.contains(&i.id))
             .count(),
-        node_claims_created: sim.node_claims_created,
+        node_claims_created: usize::try_from(
+            sim.store
+                .creates_committed("NodeClaim")
+                .saturating_sub(sim.loaded_claims),
+        )
+        .unwrap_or(usize::MAX),
         foreign_instances_terminated: foreign_terminations(&sim.cloud, &config.cluster_name),
         total_node_hours: round(by_instance_type.values().map(|u| u.node_hours).sum(), 4),
         total_cost: round(by_instance_type.values().map(|u| u.cost).sum(), 4),

@@ -373,3 +373,36 @@ fn spot_interruption_and_drift() {
     // 3 nodes, 1 interruption replacement, 3 drift replacements: nothing launched twice.
     assert_eq!(summary["instancesLaunched"], 7, "{summary}");
 }
+
+/// A NodeClaim create that commits and then answers a timeout still created a NodeClaim: the
+/// summary counts what the API server committed, not what the controller was told, so it
+/// matches the NodeClaims the run made (nothing here is deleted).
+#[test]
+fn creates_that_time_out_are_counted_as_created() {
+    let dir = std::env::temp_dir().join(format!("joiner-sim-timeouts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let manifests = example_dir("time-slicing-learning-lab");
+    let scenario = "name: timeouts\ntick: 10s\nduration: 10m\nsteps:\n  - at: 0s\n    \
+                    faults: {createTimeouts: 3}\n";
+    let path = dir.join("scenario.yaml");
+    std::fs::write(&path, scenario).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .args(["simulate", "-o", "json", "-f"])
+        .arg(&manifests)
+        .arg("--scenario")
+        .arg(&path)
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = events(&stdout);
+    let summary = &lines.last().expect("summary")["summary"];
+    assert_eq!(summary["nodeClaimsCreated"], 2, "{summary}");
+    assert_eq!(summary["finalNodes"], 2, "{summary}");
+    assert_eq!(summary["podsStillPending"], 0, "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -32,6 +32,8 @@ struct Inner {
     cache_lag: Duration,
     /// How many more creates through a client commit and then answer a timeout.
     create_timeouts: u32,
+    /// Creates committed, by kind: what happened, whatever the callers were answered.
+    created: BTreeMap<&'static str, u64>,
     /// Pods evicted and not yet created again, with when: the API server's PodDisruptionBudget
     /// status counts them as expected and unhealthy (`status.disruptedPods`, and the owner's
     /// scale in `expectedPods`) until their controller replaces them, or for 2 minutes.
@@ -76,6 +78,7 @@ impl InMemoryCluster {
                 revision: 0,
                 cache_lag: Duration::ZERO,
                 create_timeouts: 0,
+                created: BTreeMap::new(),
                 evicted: BTreeMap::new(),
                 terminating: BTreeMap::new(),
                 failing_watches: Default::default(),
@@ -207,6 +210,12 @@ impl InMemoryCluster {
     pub fn time_out_next_creates(&self, n: u32) {
         let mut inner = self.lock();
         inner.create_timeouts = inner.create_timeouts.saturating_add(n);
+    }
+
+    /// How many objects of `kind` creates have committed (loading objects is not creating
+    /// them), including creates whose answer was a timeout.
+    pub fn creates_committed(&self, kind: &str) -> u64 {
+        self.lock().created.get(kind).copied().unwrap_or(0)
     }
 
     /// Whether the create about to be sent through a client is one that times out.
@@ -427,6 +436,7 @@ impl ClusterStore for InMemoryCluster {
         meta.creation_timestamp = Some(now);
         meta.deletion_timestamp = None;
         meta.generation = Some(1);
+        *inner.created.entry(key.kind).or_default() += 1;
         inner.objects.insert(key, Arc::new(stored.clone()));
         Ok(stored)
     }
