@@ -264,22 +264,7 @@ steps:
     deletePods: {prefix: pinned}
     scale: {deployment: learning-lab, replicas: 1}
 "#;
-    let path = dir.join("scenario.yaml");
-    std::fs::write(&path, scenario).expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
-        .args(["simulate", "-o", "json", "-f"])
-        .arg(&manifests)
-        .arg("--scenario")
-        .arg(&path)
-        .output()
-        .expect("runs");
-    let stdout = String::from_utf8(out.stdout).expect("utf-8");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines = events(&stdout);
+    let lines = simulate_scenario(&dir, &manifests, scenario);
     let kinds: Vec<&str> = lines.iter().filter_map(|e| e["event"].as_str()).collect();
     for k in [
         "faults",
@@ -384,11 +369,26 @@ fn creates_that_time_out_are_counted_as_created() {
     let manifests = example_dir("time-slicing-learning-lab");
     let scenario = "name: timeouts\ntick: 10s\nduration: 10m\nsteps:\n  - at: 0s\n    \
                     faults: {createTimeouts: 3}\n";
+    let lines = simulate_scenario(&dir, &manifests, scenario);
+    let summary = &lines.last().expect("summary")["summary"];
+    assert_eq!(summary["nodeClaimsCreated"], 2, "{summary}");
+    assert_eq!(summary["finalNodes"], 2, "{summary}");
+    assert_eq!(summary["podsStillPending"], 0, "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `joiner simulate -o json` of `manifests` under `scenario` (written into `dir`): its events,
+/// the summary last. Fails the test if the run fails.
+fn simulate_scenario(
+    dir: &std::path::Path,
+    manifests: &std::path::Path,
+    scenario: &str,
+) -> Vec<Value> {
     let path = dir.join("scenario.yaml");
     std::fs::write(&path, scenario).expect("write");
     let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
         .args(["simulate", "-o", "json", "-f"])
-        .arg(&manifests)
+        .arg(manifests)
         .arg("--scenario")
         .arg(&path)
         .output()
@@ -399,10 +399,5 @@ fn creates_that_time_out_are_counted_as_created() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let lines = events(&stdout);
-    let summary = &lines.last().expect("summary")["summary"];
-    assert_eq!(summary["nodeClaimsCreated"], 2, "{summary}");
-    assert_eq!(summary["finalNodes"], 2, "{summary}");
-    assert_eq!(summary["podsStillPending"], 0, "{summary}");
-    let _ = std::fs::remove_dir_all(&dir);
+    events(&stdout)
 }
