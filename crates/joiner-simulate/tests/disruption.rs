@@ -517,6 +517,17 @@ fn expiry_launches_the_replacement_before_draining() {
             let node = old.status.node_name.clone().expect("node");
             let pods = world.store.list::<Pod>().expect("pods");
             assert!(bound_to(&pods, &node).count() > 0);
+            // Karpenter's DisruptionReason condition says why it goes.
+            let why = old
+                .status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == conditions::DISRUPTION_REASON)
+                .expect("DisruptionReason");
+            assert_eq!(
+                (why.status.as_str(), why.reason.as_str()),
+                ("True", "Expired")
+            );
         }
         if events(&r, DisruptionAction::Evicted).next().is_some() {
             evicted_at = Some(seconds);

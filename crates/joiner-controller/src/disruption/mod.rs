@@ -799,6 +799,13 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
             reason.as_str().into(),
         );
         a.insert(annotations::REPLACED_BY.into(), all.join(","));
+        c.set_condition(
+            conditions::DISRUPTION_REASON,
+            true,
+            reason.as_str(),
+            reason.as_str(),
+            k8s_time(ctx.now),
+        );
         ctx.store.update(&c)?;
     }
     let now = ctx.now;

@@ -28,6 +28,10 @@ pub mod conditions {
     pub const DRIFTED: &str = "Drifted";
     /// The cloud is taking the instance away (spot interruption, scheduled change, stopping).
     pub const INTERRUPTED: &str = "Interrupted";
+    /// `True` once the NodeClaim is chosen for a voluntary disruption or an interruption; the
+    /// reason (`Underutilized`, `Empty`, `Drifted`, `Expired`, `Interrupted`) says why, as
+    /// Karpenter's disruption queue writes it.
+    pub const DISRUPTION_REASON: &str = "DisruptionReason";
     /// Termination: whether the node's drain is done; `False` says what holds it up.
     pub const DRAINED: &str = "Drained";
     /// Termination: whether the node's volumes have detached; `False` names those left.
