@@ -54,15 +54,36 @@ impl NodeClassState {
 
 /// The status `previous` becomes with what `resolution` found: parts found replace their
 /// field and set their condition True, parts that matched nothing clear it and set it False
-/// with the message, parts whose read failed stay as they were. `Ready` follows.
+/// with the message, parts whose read failed stay as they were. `ValidationSucceeded` is
+/// False with `invalid`'s message when there is one (a tag that would defeat the ownership
+/// check), True otherwise. `Ready` follows.
 pub fn apply(
     previous: Option<&EC2NodeClassStatus>,
     resolution: &NodeClassResolution,
+    invalid: Option<&str>,
     now: Time,
     generation: Option<i64>,
 ) -> EC2NodeClassStatus {
     let mut status = previous.cloned().unwrap_or_default();
     let at = (&now, generation);
+    match invalid {
+        None => status.set_condition(
+            conditions::VALIDATION_SUCCEEDED,
+            true,
+            conditions::VALIDATION_SUCCEEDED,
+            "",
+            now.clone(),
+            generation,
+        ),
+        Some(why) => status.set_condition(
+            conditions::VALIDATION_SUCCEEDED,
+            false,
+            reasons::RESTRICTED_TAG,
+            why,
+            now.clone(),
+            generation,
+        ),
+    }
     let parts = [
         (
             conditions::SUBNETS_READY,
@@ -181,29 +202,16 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
         } else {
             ctx.config.node_class_retry
         };
-        let mut status = apply(
+        // Resolvable or not, a class whose tags defeat the ownership check launches nothing:
+        // its `ValidationSucceeded` condition says which tag to remove, and `Ready` follows.
+        let restricted = class.restricted_tag();
+        let status = apply(
             class.status.as_ref(),
             &resolution,
+            restricted.as_deref(),
             k8s_time(ctx.now),
             class.metadata.generation,
         );
-        // Resolvable or not, a class whose tags defeat the ownership check launches nothing,
-        // and its `Ready` condition says which tag to remove.
-        if let Some(why) = class.restricted_tag() {
-            // Not ready since it last became so, so that a resolution writes nothing new.
-            let since = class
-                .status
-                .as_ref()
-                .and_then(|s| s.condition(conditions::READY))
-                .filter(|c| c.status == "False")
-                .map_or_else(|| k8s_time(ctx.now), |c| c.last_transition_time.clone());
-            status.set_not_ready(
-                reasons::RESTRICTED_TAG,
-                &why,
-                since,
-                class.metadata.generation,
-            );
-        }
         let mut resolved = Resolution {
             uid: class.metadata.uid.clone(),
             spec,
@@ -280,20 +288,54 @@ mod tests {
         }
     }
 
+    /// Karpenter's ValidationSucceeded: False naming what is wrong (a restricted tag), which
+    /// keeps the class from Ready however well it resolved; True again once it is fixed.
+    #[test]
+    fn a_failed_validation_keeps_the_class_from_ready() {
+        let bad = apply(
+            None,
+            &found(),
+            Some("tag eks:nodegroup-name"),
+            at(1),
+            Some(1),
+        );
+        let c = bad
+            .condition(conditions::VALIDATION_SUCCEEDED)
+            .expect("condition");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", reasons::RESTRICTED_TAG)
+        );
+        let ready = bad.condition(conditions::READY).expect("Ready");
+        assert_eq!(ready.status, "False");
+        assert!(
+            ready.message.contains("eks:nodegroup-name"),
+            "{}",
+            ready.message
+        );
+        let fixed = apply(Some(&bad), &found(), None, at(2), Some(2));
+        assert_eq!(
+            fixed
+                .condition(conditions::READY)
+                .map(|c| c.status.as_str()),
+            Some("True")
+        );
+    }
+
     #[test]
     fn reservations_follow_the_cloud_and_a_failed_read_keeps_them() {
-        let ready = apply(None, &found(), at(1), Some(1));
+        let ready = apply(None, &found(), None, at(1), Some(1));
         assert_eq!(
             ready.capacity_reservations[0].available_instance_count,
             Some(2)
         );
         let mut r = found();
         r.capacity_reservations = Resolved::Failed(CloudError::Throttled);
-        let kept = apply(Some(&ready), &r, at(2), Some(1));
+        let kept = apply(Some(&ready), &r, None, at(2), Some(1));
         assert_eq!(kept.capacity_reservations, ready.capacity_reservations);
         assert_eq!(kept.readiness(), Readiness::Ready);
         r.capacity_reservations = Resolved::Found(Vec::new());
-        let gone = apply(Some(&ready), &r, at(3), Some(1));
+        let gone = apply(Some(&ready), &r, None, at(3), Some(1));
         assert!(gone.capacity_reservations.is_empty());
         // No reservation is no fault of the class.
         assert_eq!(gone.readiness(), Readiness::Ready);
@@ -301,7 +343,7 @@ mod tests {
 
     #[test]
     fn a_class_whose_parts_are_all_found_is_ready_with_them_in_its_status() {
-        let s = apply(None, &found(), at(1), Some(1));
+        let s = apply(None, &found(), None, at(1), Some(1));
         assert_eq!(s.readiness(), Readiness::Ready);
         assert_eq!(s.subnets[0].zone_id.as_deref(), Some("use1-az1"));
         assert_eq!(s.security_groups[0].name.as_deref(), Some("nodes"));
@@ -318,10 +360,10 @@ mod tests {
 
     #[test]
     fn subnets_that_match_nothing_make_the_class_not_ready_with_the_message() {
-        let ready = apply(None, &found(), at(1), Some(1));
+        let ready = apply(None, &found(), None, at(1), Some(1));
         let mut r = found();
         r.subnets = Resolved::NotFound("no subnet matches spec.subnetSelectorTerms".into());
-        let s = apply(Some(&ready), &r, at(2), Some(2));
+        let s = apply(Some(&ready), &r, None, at(2), Some(2));
         assert!(s.subnets.is_empty());
         let sub = s.condition(conditions::SUBNETS_READY).expect("condition");
         assert_eq!(
@@ -344,12 +386,12 @@ mod tests {
 
     #[test]
     fn a_failed_read_keeps_the_last_status() {
-        let ready = apply(None, &found(), at(1), Some(1));
+        let ready = apply(None, &found(), None, at(1), Some(1));
         let throttled = NodeClassResolution::failed(CloudError::Throttled);
-        let s = apply(Some(&ready), &throttled, at(2), Some(1));
+        let s = apply(Some(&ready), &throttled, None, at(2), Some(1));
         assert_eq!(s, ready);
         // Nothing known before and nothing read now: Unknown, so nothing launches from it.
-        let s = apply(None, &throttled, at(2), Some(1));
+        let s = apply(None, &throttled, None, at(2), Some(1));
         let Readiness::NotReady(why) = s.readiness() else {
             panic!("ready without a resolution");
         };
@@ -365,7 +407,7 @@ mod tests {
         }))
         .expect("class");
         let mut resolved = class.clone();
-        resolved.status = Some(apply(None, &found(), at(1), None));
+        resolved.status = Some(apply(None, &found(), None, at(1), None));
         let mut classes = vec![
             Sourced {
                 origin: joiner_model::Source::new("cluster", 0),

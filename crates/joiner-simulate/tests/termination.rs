@@ -526,17 +526,26 @@ fn a_nodeclass_tag_that_defeats_the_ownership_check_launches_nothing() {
         .get(None, class.metadata.name.as_deref().unwrap_or_default())
         .expect("get")
         .expect("class");
-    let ready = class
-        .status
-        .as_ref()
-        .and_then(|s| s.condition(class_conditions::READY))
-        .expect("Ready");
+    // As Karpenter's validation controller says it: ValidationSucceeded is False naming the
+    // tag, and Ready is False for it.
+    let condition = |t: &str| {
+        class
+            .status
+            .as_ref()
+            .and_then(|s| s.condition(t))
+            .cloned()
+            .expect(t)
+    };
+    let validation = condition(class_conditions::VALIDATION_SUCCEEDED);
     assert_eq!(
-        (ready.status.as_str(), ready.reason.as_str()),
+        (validation.status.as_str(), validation.reason.as_str()),
         ("False", reasons::RESTRICTED_TAG)
     );
+    let ready = condition(class_conditions::READY);
+    assert_eq!(ready.status, "False");
     assert!(
-        ready.message.contains("eks:nodegroup-name"),
+        ready.message.contains("ValidationSucceeded=False")
+            && ready.message.contains("eks:nodegroup-name"),
         "{}",
         ready.message
     );

@@ -17,14 +17,18 @@ pub mod conditions {
     pub const SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
     pub const AMIS_READY: &str = "AMIsReady";
     pub const INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
+    /// The class passes the checks Karpenter's validation controller makes (no tag that would
+    /// defeat the ownership check).
+    pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
     /// True once every condition of [`DEPENDENTS`] is.
     pub const READY: &str = "Ready";
     /// What `Ready` is the conjunction of, in the order a not-ready message names them.
-    pub const DEPENDENTS: [&str; 4] = [
+    pub const DEPENDENTS: [&str; 5] = [
         SUBNETS_READY,
         SECURITY_GROUPS_READY,
         AMIS_READY,
         INSTANCE_PROFILE_READY,
+        VALIDATION_SUCCEEDED,
     ];
 }
 
@@ -211,26 +215,6 @@ impl EC2NodeClassStatus {
             }
             Some(c) => Readiness::NotReady(c.message.clone()),
         }
-    }
-
-    /// Sets `Ready=False` with `reason` whatever the dependents say: something outside them
-    /// (a restricted tag) keeps the class from launching. The next recompute starts afresh.
-    pub fn set_not_ready(
-        &mut self,
-        reason: &str,
-        message: &str,
-        now: Time,
-        generation: Option<i64>,
-    ) {
-        set_condition(
-            &mut self.conditions,
-            conditions::READY,
-            "False",
-            reason,
-            message,
-            now,
-            generation,
-        );
     }
 
     /// Sets one dependent condition, keeping its transition time when its status does not
