@@ -72,27 +72,16 @@ impl FeatureGate {
     }
 }
 
-/// Which gates are on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The gates the settings set; every other gate has Karpenter's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FeatureGates {
-    enabled: BTreeMap<FeatureGate, bool>,
-}
-
-impl Default for FeatureGates {
-    fn default() -> Self {
-        use strum::IntoEnumIterator;
-        FeatureGates {
-            enabled: FeatureGate::iter()
-                .map(|g| (g, g.default_enabled()))
-                .collect(),
-        }
-    }
+    set: BTreeMap<FeatureGate, bool>,
 }
 
 impl FeatureGates {
     /// Whether `gate` is on.
     pub fn enabled(&self, gate: FeatureGate) -> bool {
-        self.enabled
+        self.set
             .get(&gate)
             .copied()
             .unwrap_or(gate.default_enabled())
@@ -117,7 +106,7 @@ impl FeatureGates {
                 ));
                 continue;
             };
-            gates.enabled.insert(gate, on);
+            gates.set.insert(gate, on);
             if let Some(why) = gate.not_acted_on().filter(|_| on) {
                 warnings.push(format!(
                     "{path}.{key}: accepted, not acted on by Joiner: {why}"

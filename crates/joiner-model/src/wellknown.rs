@@ -144,6 +144,9 @@ pub mod labels {
 pub mod annotations {
     /// On a pod or a node: never disrupt voluntarily.
     pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+    /// On a pod: what its ReplicaSet weighs in choosing pods to remove; Karpenter weighs
+    /// evictions by it too.
+    pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
     /// The DRA drivers a NodeClaim's pods need published before it counts as initialized.
     pub const REQUESTED_DRA_DRIVERS: &str = "karpenter.sh/requested-dra-drivers";
     /// When the NodeClaim's pods are deleted and its instance terminated whatever blocks the

@@ -190,9 +190,11 @@ impl<'de> Visitor<'de> for TrackedVisitor {
         while let Some(key) = map.next_key::<String>()? {
             let value = map.next_value::<Tracked>()?;
             duplicates.extend(value.duplicates.into_iter().map(|p| nest(&key, p)));
-            if entries.insert(key.clone(), value.value).is_some() {
-                duplicates.push(key);
+            // Only a repeated key is copied: every other key moves into the map.
+            if entries.contains_key(&key) {
+                duplicates.push(key.clone());
             }
+            entries.insert(key, value.value);
         }
         Ok(Tracked {
             value: Value::Object(entries),

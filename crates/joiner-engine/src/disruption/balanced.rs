@@ -14,6 +14,8 @@
 //! scored. Deleting empty nodes is never scored (as in Karpenter, emptiness acts under every
 //! policy).
 
+use std::collections::HashMap;
+
 use joiner_model::Price;
 
 use crate::scheduling::{Consolidation, SchedulingInput};
@@ -21,75 +23,95 @@ use crate::scheduling::{Consolidation, SchedulingInput};
 /// Karpenter's `k`: a move passes with a score of at least `1 / k`.
 const BALANCED_K: f64 = 2.0;
 
-/// Whether every Balanced pool that the removal of `removed` (node indices, with their prices)
-/// touches approves a move saving `savings` an hour.
-pub(super) fn approves(
-    input: &SchedulingInput,
-    removed: &[(usize, Price)],
-    savings: Price,
-) -> bool {
-    let source: f64 = removed.iter().map(|(_, p)| usd(*p)).sum();
-    let mut pools: Vec<&str> = removed
-        .iter()
-        .filter_map(|(n, _)| input.nodes[*n].node_pool.as_deref())
-        .collect();
-    pools.sort_unstable();
-    pools.dedup();
-    pools
-        .into_iter()
-        .filter(|name| {
-            input
-                .pools
-                .iter()
-                .any(|p| p.name == *name && p.consolidation == Consolidation::Balanced)
-        })
-        .all(|name| score(input, name, removed, usd(savings), source) >= 1.0 / BALANCED_K)
+/// What scoring needs of the cluster, computed once per consolidation round: each node's
+/// disruption cost, and each Balanced pool's hourly price and disruption cost in all.
+pub(super) struct Balance<'a> {
+    input: &'a SchedulingInput,
+    node_cost: Vec<f64>,
+    /// Balanced pool name to (hourly price, disruption cost) of all its nodes.
+    pools: HashMap<&'a str, (f64, f64)>,
 }
 
-/// The pool's score for the move: its savings fraction over its disruption fraction.
-fn score(
-    input: &SchedulingInput,
-    pool: &str,
-    removed: &[(usize, Price)],
-    savings: f64,
-    source: f64,
-) -> f64 {
-    let in_pool = |n: usize| input.nodes[n].node_pool.as_deref() == Some(pool);
-    let members: Vec<usize> = (0..input.nodes.len()).filter(|&n| in_pool(n)).collect();
-    let pool_cost: f64 = members
-        .iter()
-        .filter_map(|&n| input.nodes[n].price)
-        .map(usd)
-        .sum();
-    let pool_disruption: f64 = members.iter().map(|&n| disruption_cost(input, n)).sum();
-    let moved: Vec<&(usize, Price)> = removed.iter().filter(|(n, _)| in_pool(*n)).collect();
-    let moved_source: f64 = moved.iter().map(|(_, p)| usd(*p)).sum();
-    let moved_disruption: f64 = moved.iter().map(|(n, _)| disruption_cost(input, *n)).sum();
-    let share = if source > 0.0 {
-        moved_source / source
-    } else {
-        0.0
-    };
-    let pool_savings = savings * share;
-    if pool_savings <= 0.0 || pool_cost <= 0.0 {
+impl<'a> Balance<'a> {
+    /// `None` when no NodePool is Balanced: every move is approved without scoring.
+    pub(super) fn new(input: &'a SchedulingInput) -> Option<Balance<'a>> {
+        let mut pools: HashMap<&str, (f64, f64)> = input
+            .pools
+            .iter()
+            .filter(|p| p.consolidation == Consolidation::Balanced)
+            .map(|p| (p.name.as_str(), (0.0, 0.0)))
+            .collect();
+        if pools.is_empty() {
+            return None;
+        }
+        // A node costs 1, plus each of its pods' eviction cost (DaemonSet pods stay, so they
+        // cost nothing; negative costs count as 0).
+        let index: HashMap<&str, usize> = input
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect();
+        let mut node_cost = vec![1.0; input.nodes.len()];
+        for p in input.pods.iter().filter(|p| p.daemon_set.is_none()) {
+            if let Some(&n) = p.node_name.as_deref().and_then(|name| index.get(name)) {
+                node_cost[n] += p.eviction_cost.max(0.0);
+            }
+        }
+        for (n, node) in input.nodes.iter().enumerate() {
+            if let Some(total) = node.node_pool.as_deref().and_then(|p| pools.get_mut(p)) {
+                total.0 += node.price.map_or(0.0, usd);
+                total.1 += node_cost[n];
+            }
+        }
+        Some(Balance {
+            input,
+            node_cost,
+            pools,
+        })
+    }
+
+    /// Whether every Balanced pool that the removal of `removed` (node indices, with their
+    /// prices) touches approves a move saving `savings` an hour.
+    pub(super) fn approves(&self, removed: &[(usize, Price)], savings: Price) -> bool {
+        let source: f64 = removed.iter().map(|(_, p)| usd(*p)).sum();
+        let pool_of = |n: usize| self.input.nodes[n].node_pool.as_deref();
+        let mut touched: Vec<&str> = removed.iter().filter_map(|(n, _)| pool_of(*n)).collect();
+        touched.sort_unstable();
+        touched.dedup();
+        touched.into_iter().all(|pool| {
+            let Some(&(pool_cost, pool_disruption)) = self.pools.get(pool) else {
+                return true;
+            };
+            let moved = removed.iter().filter(|(n, _)| pool_of(*n) == Some(pool));
+            let (moved_source, moved_disruption) = moved.fold((0.0, 0.0), |(s, d), (n, p)| {
+                (s + usd(*p), d + self.node_cost[*n])
+            });
+            let share = if source > 0.0 {
+                moved_source / source
+            } else {
+                0.0
+            };
+            score(
+                usd(savings) * share,
+                pool_cost,
+                moved_disruption,
+                pool_disruption,
+            ) >= 1.0 / BALANCED_K
+        })
+    }
+}
+
+/// A pool's score for a move: its savings fraction over its disruption fraction; 0 with no
+/// saving, unbounded with no disruption.
+fn score(savings: f64, pool_cost: f64, disruption: f64, pool_disruption: f64) -> f64 {
+    if savings <= 0.0 || pool_cost <= 0.0 {
         return 0.0;
     }
-    if moved_disruption <= 0.0 || pool_disruption <= 0.0 {
+    if disruption <= 0.0 || pool_disruption <= 0.0 {
         return f64::INFINITY;
     }
-    (pool_savings / pool_cost) / (moved_disruption / pool_disruption)
-}
-
-/// A node's disruption cost: 1 for the node, plus each of its pods' eviction cost (DaemonSet
-/// pods stay, so they cost nothing).
-fn disruption_cost(input: &SchedulingInput, node: usize) -> f64 {
-    let name = input.nodes[node].name.as_str();
-    1.0 + input
-        .pods
-        .iter()
-        .filter(|p| p.node_name.as_deref() == Some(name) && p.daemon_set.is_none())
-        .map(|p| p.eviction_cost.max(0.0))
-        .sum::<f64>()
+    (savings / pool_cost) / (disruption / pool_disruption)
 }
 
 fn usd(p: Price) -> f64 {

@@ -57,13 +57,16 @@ pub fn consolidate(input: &SchedulingInput, gates: &FeatureGates) -> Vec<Decisio
     let candidates = candidates(input);
     let baseline = Baseline::new(input);
     let spot_to_spot = gates.enabled(FeatureGate::SpotToSpotConsolidation);
+    let balance = balanced::Balance::new(input);
     let saving = |removed: &[&Candidate]| {
         evaluate(input, &baseline, removed)
             .filter(|d| spot_rule_allows(input, removed, d, spot_to_spot))
             .filter(|d| {
-                let nodes: Vec<(usize, Price)> =
-                    removed.iter().map(|c| (c.node, c.price)).collect();
-                balanced::approves(input, &nodes, d.savings_per_hour)
+                balance.as_ref().is_none_or(|b| {
+                    let nodes: Vec<(usize, Price)> =
+                        removed.iter().map(|c| (c.node, c.price)).collect();
+                    b.approves(&nodes, d.savings_per_hour)
+                })
             })
     };
     let mut decisions = Vec::new();

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use joiner_model::wellknown::labels;
+use joiner_model::wellknown::{annotations, labels};
 use joiner_model::{InputError, ObjectRef, ResourceList, Source, pod_requests};
 use k8s_openapi::api::core::v1::{
     NodeSelectorRequirement, NodeSelectorTerm, Pod, PodAffinityTerm, Toleration,
@@ -82,7 +82,7 @@ pub fn eviction_cost(pod: &Pod) -> f64 {
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get("controller.kubernetes.io/pod-deletion-cost"))
+        .and_then(|a| a.get(annotations::POD_DELETION_COST))
         .and_then(|v| v.parse::<f64>().ok())
         .filter(|c| c.is_finite())
         .unwrap_or(0.0);
