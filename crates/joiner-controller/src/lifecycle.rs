@@ -251,6 +251,10 @@ pub fn launch<S: ClusterStore, C: CloudProvider>(
                     nodeclaim = claim.name(),
                     "no offering with capacity; deleting"
                 );
+                ctx.report.insufficient_capacity.push((
+                    claim.name().to_string(),
+                    "every offering it allows is out of capacity".into(),
+                ));
                 return delete(ctx, &claim);
             }
             let request = launch_request(ctx, &claim, offers)?;
@@ -261,6 +265,11 @@ pub fn launch<S: ClusterStore, C: CloudProvider>(
                     launched.instance
                 }
                 Err(CloudError::InsufficientCapacity(keys)) => {
+                    let tried = keys.iter().map(ToString::to_string).collect::<Vec<_>>();
+                    ctx.report.insufficient_capacity.push((
+                        claim.name().to_string(),
+                        format!("insufficient capacity for {}", tried.join(", ")),
+                    ));
                     mark_unavailable(ctx, &keys);
                     return delete(ctx, &claim);
                 }

@@ -38,6 +38,9 @@ pub struct StepReport {
     pub collected: bool,
     /// Offerings marked unavailable after insufficient capacity.
     pub unavailable: Vec<String>,
+    /// NodeClaims deleted because every offering they allow is out of capacity, with what the
+    /// cloud said: an `InsufficientCapacityError` event on each.
+    pub insufficient_capacity: Vec<(String, String)>,
     /// Pods the plan could not place, with the reason.
     pub unschedulable: Vec<(String, String)>,
     /// Pod (`namespace/name`) and NodeClaim of every pod the plan put on a NodeClaim created in
@@ -131,7 +134,7 @@ impl Reconciler {
 }
 
 /// Why a drain does not wait for a pod on its node (as Karpenter's terminator leaves them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum NotDrained {
     /// A static pod's mirror: the kubelet's, not the API server's to evict.
     Mirror,

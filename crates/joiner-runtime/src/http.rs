@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::metrics::Metrics;
+use joiner_telemetry::metrics::Metrics;
 
 type Probe = Box<dyn Fn() -> bool + Send + Sync>;
 
@@ -311,7 +311,7 @@ pub mod tests {
         assert_eq!(status, 200);
         assert!(body.lines().any(|l| l == "joiner_leader 1"), "{body}");
         assert!(
-            body.contains("# TYPE karpenter_scheduler_scheduling_duration_seconds histogram"),
+            body.contains("# TYPE karpenter_cluster_state_synced gauge"),
             "{body}"
         );
         // Each endpoint lives on its own address.

@@ -15,6 +15,7 @@ use joiner_controller::StepReport;
 use joiner_controller::clock::Clock;
 use joiner_controller::interruption::{self, BATCH, InterruptionQueue};
 use joiner_controller::store::ClusterStore;
+use joiner_telemetry::events::Subjects;
 use tokio::sync::watch;
 
 use crate::leader::Leadership;
@@ -36,6 +37,8 @@ pub struct Polled {
     pub failed: bool,
     /// The NodeClaims marked (as disruption events) and what failed.
     pub report: StepReport,
+    /// Uids and Nodes of the NodeClaims marked, for their Events.
+    pub subjects: Subjects,
     pub took: Duration,
 }
 
@@ -68,10 +71,16 @@ impl<S: ClusterStore, K: Clock> Poller<S, K> {
                     (0, true)
                 }
             };
+        let subjects = if report.disruption.is_empty() {
+            Subjects::default()
+        } else {
+            Subjects::read(&self.store, &report)
+        };
         Polled {
             received,
             failed,
             report,
+            subjects,
             took: started.elapsed(),
         }
     }

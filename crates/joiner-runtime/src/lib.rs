@@ -22,7 +22,6 @@ mod interruptions;
 mod leader;
 pub mod lease;
 mod live;
-mod metrics;
 pub mod rivals;
 mod run_loop;
 mod stepper;

@@ -2,7 +2,6 @@
 //! election, the step loop, Events and the HTTP endpoints together, and turns how it ended into
 //! an exit status.
 
-use std::collections::BTreeMap;
 use std::error::Error as StdError;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -20,16 +19,17 @@ use tokio::sync::{mpsc, watch};
 use tracing_subscriber::EnvFilter;
 
 use crate::error::{StartError, chain};
-use crate::events::{self, events_of};
+use crate::events;
 use crate::http::{self, Health};
 use crate::interruptions::{self, Polled, Poller};
 use crate::leader::{self, Election, Leadership};
 use crate::lease::{Fence, FencedCloud, FencedQueue, FencedStore, SystemTicker};
-use crate::metrics::{Metrics, record, record_outcomes};
 use crate::rivals;
 use crate::run_loop::{LoopEnd, Timing, drive};
 use crate::stepper::{Step, Stepped, Stepper};
 use crate::{CloudKind, LogFormat, Options};
+use joiner_telemetry::events::{ObjectEvent, events_of, rival_event};
+use joiner_telemetry::metrics::{Claims, Metrics, record, record_outcomes};
 
 /// The name Events are reported under.
 const REPORTING_CONTROLLER: &str = "joiner";
@@ -474,7 +474,7 @@ async fn run(
             leadership.clone(),
             shutdown.clone(),
             move |out: Polled| {
-                record_outcomes(&out.report, &BTreeMap::new(), &metrics);
+                record_outcomes(&out.report, &Claims::new(), &metrics);
                 if out.received > 0 {
                     tracing::info!(
                         received = out.received,
@@ -484,7 +484,7 @@ async fn run(
                         "interruption messages"
                     );
                 }
-                let batch = events_of(&out.report, &BTreeMap::new());
+                let batch = events_of(&out.report, &out.subjects);
                 if !batch.is_empty() && events_tx.try_send(batch).is_err() {
                     tracing::debug!("event publisher busy: dropped interruption events");
                 }
@@ -492,9 +492,10 @@ async fn run(
         ))
     });
     let observe = move |out: Stepped| {
-        record(&out.report, &out.pools, out.took, &metrics);
+        record(&out.report, &out.claims, out.took, &metrics);
+        metrics.set_state(&out.state);
         log_step(&out);
-        let batch = events_of(&out.report, &out.pod_uids);
+        let batch = events_of(&out.report, &out.subjects);
         // Events are best effort: when the publisher lags, a batch is dropped, not waited for.
         if !batch.is_empty() && events_tx.try_send(batch).is_err() {
             tracing::debug!("event publisher busy: dropped this step's events");
@@ -559,7 +560,7 @@ async fn follow_rival(
     mut rival: watch::Receiver<Option<String>>,
     health: Health,
     own_pod: Option<String>,
-    events_tx: mpsc::Sender<Vec<events::ObjectEvent>>,
+    events_tx: mpsc::Sender<Vec<ObjectEvent>>,
 ) {
     let mut told: Option<bool> = None;
     loop {
@@ -572,7 +573,7 @@ async fn follow_rival(
             && (running || told.is_some())
             && let Some(pod) = &own_pod
             && events_tx
-                .try_send(vec![events::rival_event(pod, why.as_deref())])
+                .try_send(vec![rival_event(pod, why.as_deref())])
                 .is_err()
         {
             tracing::warn!("the event queue is full: the stand-down event is dropped");

@@ -143,8 +143,8 @@ mod tests {
     use k8s_openapi::api::core::v1::Node;
 
     use super::*;
-    use crate::metrics::{Metrics, record};
     use crate::stepper::Stepper;
+    use joiner_telemetry::metrics::{Metrics, record};
 
     /// A stepper whose clock moves a second before each step, as the wall clock would.
     struct Ticking<T> {
@@ -217,7 +217,8 @@ mod tests {
             leadership,
             shutdown,
             |out| {
-                record(&out.report, &out.pools, out.took, &metrics);
+                record(&out.report, &out.claims, out.took, &metrics);
+                metrics.set_state(&out.state);
                 nominated.extend(out.report.nominated.iter().cloned());
                 seen += 1;
                 if seen == 120 {

@@ -2,10 +2,9 @@
 //!
 //! The controller core is synchronous and its store and cloud block on async calls inside, so a
 //! step runs on a blocking thread (see [`crate::run_loop`]). Everything that needs the store
-//! after a step (the NodePool of each NodeClaim for metric labels, pod uids for Events) is read
+//! after a step (the NodePool of each NodeClaim for metric labels, uids for Events) is read
 //! here, on that same thread, so the async side never touches the store.
 
-use joiner_model::wellknown::labels;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +17,9 @@ use joiner_controller::store::{
 use joiner_controller::{Config, Controller, StepReport};
 use joiner_model::api::NodeClaim;
 use joiner_simulate::{SimulatedCloud, SimulatedKubelet};
-use k8s_openapi::api::core::v1::Pod;
+use joiner_telemetry::events::Subjects;
+use joiner_telemetry::metrics::state::ClusterState;
+use joiner_telemetry::metrics::{Claims, claims_of};
 
 /// The annotation kwok looks for on the Nodes it should pretend to be the kubelet of.
 pub const KWOK_ANNOTATION: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
@@ -29,10 +30,12 @@ pub struct Stepped {
     pub report: StepReport,
     /// How long the controller's step took.
     pub took: Duration,
-    /// NodePool of every NodeClaim seen before or after the step (deleted ones included).
-    pub pools: BTreeMap<String, String>,
-    /// Uid of every pod the report mentions that the cluster still has.
-    pub pod_uids: BTreeMap<String, String>,
+    /// Metric labels of every NodeClaim seen before or after the step (deleted ones included).
+    pub claims: Claims,
+    /// The cluster after the step, for the state gauges.
+    pub state: ClusterState,
+    /// Uids and Nodes of the objects the report's events are about.
+    pub subjects: Subjects,
 }
 
 /// Something the loop can step on a blocking thread.
@@ -54,8 +57,8 @@ pub struct Stepper<S, C, K> {
     store: S,
     clock: K,
     kubelet: Option<Kubelet>,
-    /// NodePool by NodeClaim, as of the end of the last step.
-    known_pools: BTreeMap<String, String>,
+    /// Metric labels by NodeClaim, as of the end of the last step.
+    known_claims: Claims,
 }
 
 impl<S, C, K> Stepper<S, C, K>
@@ -70,7 +73,7 @@ where
             store,
             clock,
             kubelet: None,
-            known_pools: BTreeMap::new(),
+            known_claims: Claims::new(),
         }
     }
 
@@ -85,40 +88,14 @@ where
         self
     }
 
-    fn node_pools(&self) -> BTreeMap<String, String> {
+    fn claims(&self) -> Claims {
         match self.store.list::<NodeClaim>() {
-            Ok(claims) => claims
-                .iter()
-                .filter_map(|c| {
-                    c.label(labels::NODEPOOL)
-                        .map(|p| (c.name().to_string(), p.to_string()))
-                })
-                .collect(),
+            Ok(claims) => claims_of(&claims),
             Err(e) => {
                 tracing::debug!(error = %e, "could not list NodeClaims for metric labels");
-                self.known_pools.clone()
+                self.known_claims.clone()
             }
         }
-    }
-
-    fn pod_uids(&self, report: &StepReport) -> BTreeMap<String, String> {
-        let pods = report
-            .nominated
-            .iter()
-            .map(|(p, _)| p)
-            .chain(report.unschedulable.iter().map(|(p, _)| p));
-        let mut uids = BTreeMap::new();
-        for key in pods {
-            let Some((namespace, name)) = key.split_once('/') else {
-                continue;
-            };
-            if let Ok(Some(pod)) = self.store.get::<Pod>(Some(namespace), name)
-                && let Some(uid) = pod.metadata.uid
-            {
-                uids.insert(key.clone(), uid);
-            }
-        }
-        uids
     }
 }
 
@@ -143,15 +120,17 @@ where
         let started = Instant::now();
         let report = self.controller.step();
         let took = started.elapsed();
-        let after = self.node_pools();
-        let mut pools = std::mem::replace(&mut self.known_pools, after.clone());
-        pools.extend(after);
-        let pod_uids = self.pod_uids(&report);
+        let after = self.claims();
+        let mut claims = std::mem::replace(&mut self.known_claims, after.clone());
+        claims.extend(after);
+        let state = ClusterState::read(&self.store, self.clock.now());
+        let subjects = Subjects::read(&self.store, &report);
         Stepped {
             report,
             took,
-            pools,
-            pod_uids,
+            claims,
+            state,
+            subjects,
         }
     }
 }
@@ -226,6 +205,7 @@ mod tests {
     use joiner_controller::clock::ManualClock;
     use joiner_controller::store::InMemoryCluster;
     use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;

@@ -1,0 +1,411 @@
+//! Kubernetes Events, as Karpenter emits them: on pods (which NodeClaim a pending pod waits
+//! for, why it cannot be placed, that a drain evicted it), on NodeClaims and their Nodes (a
+//! disruption, a replacement launching, the cloud's notice about an instance, what holds a
+//! termination up, a launch out of capacity), so `kubectl describe` and tools watching for
+//! Karpenter's reasons keep working.
+//!
+//! Which events a step calls for is [`events_of`], pure; [`Recorder`] then drops the repeats as
+//! Karpenter's recorder does (see its docs). Publishing them is the runtime's.
+
+mod recorder;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use joiner_controller::store::ClusterStore;
+use joiner_controller::{NotDrained, StepReport};
+use joiner_model::api::NodeClaim;
+use joiner_model::wellknown::{
+    DisruptionAction, DisruptionReason, InterruptionKind, TerminationEvent,
+};
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+pub use recorder::Recorder;
+
+/// What an event says, one variant per reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EventKind {
+    /// The plan put the pod on a NodeClaim being launched.
+    Nominated,
+    /// The plan could not place the pod anywhere.
+    FailedScheduling,
+    /// A drain evicted the pod.
+    Evicted,
+    /// A drain deleted the pod whatever blocked it (its node's deadline, or an interruption).
+    Disrupted,
+    /// A drain leaves the pod on its node, and why (Joiner's own: Karpenter says nothing).
+    NotDrained(NotDrained),
+    /// Termination tells about a NodeClaim (and its Node).
+    Termination(TerminationEvent),
+    /// The NodeClaim (and its Node) is being disrupted for this reason.
+    DisruptionTerminating(DisruptionReason),
+    /// A replacement NodeClaim was created for a disruption of this reason.
+    DisruptionLaunching(DisruptionReason),
+    /// The cloud's notice about the NodeClaim's instance.
+    Interruption(InterruptionKind),
+    /// Every offering the NodeClaim allows is out of capacity; it is deleted and its pods are
+    /// planned again.
+    InsufficientCapacityError,
+    /// On Joiner's own pod: another controller (Karpenter) holds its Lease, so Joiner stands
+    /// down (`true`), or none does any more and Joiner acts again (`false`).
+    Rival(bool),
+}
+
+impl EventKind {
+    /// The event's `reason`: Karpenter's where it has one.
+    pub fn reason(self) -> &'static str {
+        match self {
+            EventKind::Nominated => "Nominated",
+            EventKind::FailedScheduling => "FailedScheduling",
+            EventKind::Evicted => "Evicted",
+            EventKind::Disrupted => "Disrupted",
+            EventKind::NotDrained(_) => "NotDrained",
+            EventKind::Termination(t) => t.as_str(),
+            EventKind::DisruptionTerminating(_) => "DisruptionTerminating",
+            EventKind::DisruptionLaunching(_) => "DisruptionLaunching",
+            EventKind::Interruption(kind) => interruption_reason(kind),
+            EventKind::InsufficientCapacityError => "InsufficientCapacityError",
+            EventKind::Rival(true) => "AnotherControllerRunning",
+            EventKind::Rival(false) => "NoOtherController",
+        }
+    }
+
+    /// Whether Kubernetes shows it as a warning (as Karpenter types each reason).
+    pub fn is_warning(self) -> bool {
+        match self {
+            EventKind::Nominated
+            | EventKind::Evicted
+            | EventKind::Disrupted
+            | EventKind::NotDrained(_)
+            | EventKind::DisruptionTerminating(_)
+            | EventKind::DisruptionLaunching(_)
+            | EventKind::Interruption(InterruptionKind::RebalanceRecommendation) => false,
+            EventKind::FailedScheduling
+            | EventKind::InsufficientCapacityError
+            | EventKind::Interruption(_) => true,
+            EventKind::Termination(t) => t.is_warning(),
+            EventKind::Rival(running) => running,
+        }
+    }
+
+    /// The Events API's `action`: what Joiner was doing.
+    pub fn action(self) -> &'static str {
+        match self {
+            EventKind::Nominated => "Nominate",
+            EventKind::FailedScheduling => "Schedule",
+            EventKind::Evicted | EventKind::Disrupted | EventKind::NotDrained(_) => "Evict",
+            EventKind::Termination(_) => "Terminate",
+            EventKind::DisruptionTerminating(_) | EventKind::Interruption(_) => "Disrupt",
+            EventKind::DisruptionLaunching(_) | EventKind::InsufficientCapacityError => "Launch",
+            EventKind::Rival(true) => "StandDown",
+            EventKind::Rival(false) => "Resume",
+        }
+    }
+}
+
+/// The reasons of Karpenter's AWS provider for each notice (a scheduled change is its
+/// `InstanceUnhealthy`; Joiner's Capacity Block notice has no counterpart there).
+fn interruption_reason(kind: InterruptionKind) -> &'static str {
+    match kind {
+        InterruptionKind::SpotInterruption => "SpotInterrupted",
+        InterruptionKind::RebalanceRecommendation => "SpotRebalanceRecommendation",
+        InterruptionKind::ScheduledChange => "InstanceUnhealthy",
+        InterruptionKind::StateChange => "InstanceStopping",
+        InterruptionKind::CapacityReservationEnding => "CapacityReservationInstanceInterrupted",
+    }
+}
+
+/// What an event is about.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Involved {
+    /// `namespace/name`.
+    Pod(String),
+    NodeClaim(String),
+    Node(String),
+}
+
+/// One event to publish on one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectEvent {
+    pub about: Involved,
+    /// The object's uid, when known (`kubectl describe` matches on it).
+    pub uid: Option<String>,
+    pub kind: EventKind,
+    pub message: String,
+}
+
+impl ObjectEvent {
+    pub fn reason(&self) -> &'static str {
+        self.kind.reason()
+    }
+
+    pub fn is_warning(&self) -> bool {
+        self.kind.is_warning()
+    }
+}
+
+/// What the cluster says of the objects a report names, read right after the step: uids for
+/// `kubectl describe` to match events on, and the Node of each NodeClaim.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Subjects {
+    /// Uid of pods (`namespace/name`), NodeClaims and Nodes.
+    pub uids: BTreeMap<Involved, String>,
+    /// Node name of each NodeClaim that has registered one.
+    pub nodes: BTreeMap<String, String>,
+}
+
+impl Subjects {
+    fn event(&self, about: Involved, kind: EventKind, message: String) -> ObjectEvent {
+        ObjectEvent {
+            uid: self.uids.get(&about).cloned(),
+            about,
+            kind,
+            message,
+        }
+    }
+
+    /// The event on the NodeClaim and, as Karpenter also tells the Node, on its Node.
+    fn on_claim(&self, claim: &str, kind: EventKind, message: String) -> Vec<ObjectEvent> {
+        let mut out = vec![self.event(
+            Involved::NodeClaim(claim.to_string()),
+            kind,
+            message.clone(),
+        )];
+        if let Some(node) = self.nodes.get(claim) {
+            out.push(self.event(Involved::Node(node.clone()), kind, message));
+        }
+        out
+    }
+}
+
+impl Subjects {
+    /// Reads from `store` the uids of the objects `report` names and the Node of each
+    /// NodeClaim. A failed read leaves that object without a uid: an event is a courtesy.
+    pub fn read<S: ClusterStore>(store: &S, report: &StepReport) -> Subjects {
+        let mut subjects = Subjects::default();
+        for key in pods_named(report) {
+            let Some((namespace, name)) = key.split_once('/') else {
+                continue;
+            };
+            if let Ok(Some(pod)) = store.get::<Pod>(Some(namespace), name)
+                && let Some(uid) = pod.metadata.uid
+            {
+                subjects.uids.insert(Involved::Pod(key.clone()), uid);
+            }
+        }
+        for name in claims_named(report) {
+            let Ok(Some(claim)) = store.get::<NodeClaim>(None, name) else {
+                continue;
+            };
+            if let Some(uid) = claim.metadata.uid.clone() {
+                subjects.uids.insert(Involved::NodeClaim(name.clone()), uid);
+            }
+            let Some(node) = claim.status.node_name.clone() else {
+                continue;
+            };
+            if let Ok(Some(n)) = store.get::<Node>(None, &node)
+                && let Some(uid) = n.metadata.uid
+            {
+                subjects.uids.insert(Involved::Node(node.clone()), uid);
+            }
+            subjects.nodes.insert(name.clone(), node);
+        }
+        subjects
+    }
+}
+
+/// Every pod (`namespace/name`) an event of `report` may be about.
+fn pods_named(report: &StepReport) -> impl Iterator<Item = &String> {
+    let drained = report
+        .disruption
+        .iter()
+        .filter(|d| {
+            matches!(
+                d.action,
+                DisruptionAction::Evicted | DisruptionAction::Forced
+            )
+        })
+        .flat_map(|d| &d.detail);
+    report
+        .nominated
+        .iter()
+        .map(|(p, _)| p)
+        .chain(report.unschedulable.iter().map(|(p, _)| p))
+        .chain(report.not_drained.iter().map(|(p, _)| p))
+        .chain(drained)
+}
+
+/// Every NodeClaim an event of `report` may be about.
+fn claims_named(report: &StepReport) -> BTreeSet<&String> {
+    let disrupted = report.disruption.iter().flat_map(|d| {
+        let replacements = (d.action == DisruptionAction::Replacing).then_some(&d.detail);
+        d.node_claims
+            .iter()
+            .chain(replacements.into_iter().flatten())
+    });
+    disrupted
+        .chain(report.node_claim_events.iter().map(|e| &e.node_claim))
+        .chain(report.insufficient_capacity.iter().map(|(c, _)| c))
+        .collect()
+}
+
+/// The event on Joiner's own pod (`namespace/name`) when another controller is seen running
+/// (`why`) or no longer is.
+pub fn rival_event(own_pod: &str, why: Option<&str>) -> ObjectEvent {
+    ObjectEvent {
+        about: Involved::Pod(own_pod.to_string()),
+        uid: None,
+        kind: EventKind::Rival(why.is_some()),
+        message: match why {
+            Some(why) => format!(
+                "{why}: Joiner does nothing while another controller acts on the same NodeClaims"
+            ),
+            None => "no other controller holds a watched Lease: Joiner acts".to_string(),
+        },
+    }
+}
+
+/// The events a step's report calls for, before de-duplication.
+pub fn events_of(report: &StepReport, subjects: &Subjects) -> Vec<ObjectEvent> {
+    let mut out = Vec::new();
+    let pod = |key: &String| Involved::Pod(key.clone());
+    for (p, claim) in &report.nominated {
+        out.push(subjects.event(
+            pod(p),
+            EventKind::Nominated,
+            format!("Pod should schedule on: nodeclaim/{claim}"),
+        ));
+    }
+    for (p, reason) in &report.unschedulable {
+        out.push(subjects.event(
+            pod(p),
+            EventKind::FailedScheduling,
+            format!("Failed to schedule pod, {reason}"),
+        ));
+    }
+    for d in &report.disruption {
+        disruption_events(d, subjects, &mut out);
+    }
+    for (p, why) in &report.not_drained {
+        out.push(subjects.event(
+            pod(p),
+            EventKind::NotDrained(*why),
+            format!(
+                "The drain of this pod's node does not wait for it: {}",
+                why.describe()
+            ),
+        ));
+    }
+    for e in &report.node_claim_events {
+        let kind = EventKind::Termination(e.kind);
+        let mut claim = subjects.event(
+            Involved::NodeClaim(e.node_claim.clone()),
+            kind,
+            e.message.clone(),
+        );
+        // The report knows the uid even when the NodeClaim is already gone.
+        claim.uid = e.uid.clone().or(claim.uid);
+        out.push(claim);
+        // Karpenter tells the drain's troubles on the Node.
+        if let Some(node) = subjects.nodes.get(&e.node_claim) {
+            out.push(subjects.event(Involved::Node(node.clone()), kind, e.message.clone()));
+        }
+    }
+    for (claim, why) in &report.insufficient_capacity {
+        out.extend(subjects.on_claim(
+            claim,
+            EventKind::InsufficientCapacityError,
+            format!("NodeClaim {claim} event: {why}"),
+        ));
+    }
+    out
+}
+
+/// Karpenter's events for one thing the disruption step did.
+fn disruption_events(
+    d: &joiner_controller::DisruptionEvent,
+    subjects: &Subjects,
+    out: &mut Vec<ObjectEvent>,
+) {
+    let pod = |key: &String| Involved::Pod(key.clone());
+    let reason = DisruptionReason::parse(&d.reason);
+    match (d.action, reason) {
+        (DisruptionAction::Evicted, _) => {
+            for p in &d.detail {
+                out.push(subjects.event(
+                    pod(p),
+                    EventKind::Evicted,
+                    format!("Evicted pod: {}", d.reason),
+                ));
+            }
+        }
+        (DisruptionAction::Forced, _) => {
+            for p in &d.detail {
+                out.push(subjects.event(
+                    pod(p),
+                    EventKind::Disrupted,
+                    format!(
+                        "Deleted pod whatever blocked it: nodeclaim/{} ({}) must be gone by its deadline",
+                        d.node_claims.join(", "),
+                        d.reason
+                    ),
+                ));
+            }
+        }
+        (DisruptionAction::Decided, Some(reason)) => {
+            let kind = EventKind::DisruptionTerminating(reason);
+            for claim in &d.node_claims {
+                out.push(subjects.event(
+                    Involved::NodeClaim(claim.clone()),
+                    kind,
+                    format!("Disrupting NodeClaim: {}", reason.as_str()),
+                ));
+                if let Some(node) = subjects.nodes.get(claim) {
+                    out.push(subjects.event(
+                        Involved::Node(node.clone()),
+                        kind,
+                        format!("Disrupting Node: {}", reason.as_str()),
+                    ));
+                }
+            }
+        }
+        (DisruptionAction::Replacing, Some(reason)) => {
+            for replacement in &d.detail {
+                out.push(subjects.event(
+                    Involved::NodeClaim(replacement.clone()),
+                    EventKind::DisruptionLaunching(reason),
+                    format!("Launching NodeClaim: {}", reason.as_str()),
+                ));
+            }
+        }
+        (DisruptionAction::Interrupted | DisruptionAction::Recommended, _) => {
+            let Some(kind) = InterruptionKind::from_reason(&d.reason) else {
+                return;
+            };
+            for claim in &d.node_claims {
+                out.extend(subjects.on_claim(
+                    claim,
+                    EventKind::Interruption(kind),
+                    interruption_message(kind).to_string(),
+                ));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn interruption_message(kind: InterruptionKind) -> &'static str {
+    match kind {
+        InterruptionKind::SpotInterruption => "Spot interruption warning was triggered",
+        InterruptionKind::RebalanceRecommendation => "Spot rebalance recommendation was triggered",
+        InterruptionKind::ScheduledChange => {
+            "A scheduled maintenance of the instance was announced; it is replaced and drained before it"
+        }
+        InterruptionKind::StateChange => "Instance is stopping",
+        InterruptionKind::CapacityReservationEnding => {
+            "Capacity Reservation interruption warning was triggered"
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

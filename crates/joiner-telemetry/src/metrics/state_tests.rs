@@ -1,0 +1,328 @@
+//! The state gauges of a small GPU cluster: one Joiner node with a DaemonSet pod and a
+//! training pod, a node Joiner does not manage, one NodePool with limits.
+
+use joiner_controller::StepReport;
+use joiner_model::api::{NodeClaim, NodePool};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::json;
+
+use super::state::{ClusterState, label_name};
+use super::*;
+
+fn node(name: &str, managed: bool) -> Node {
+    let mut labels =
+        json!({"kubernetes.io/arch": "amd64", "topology.kubernetes.io/zone": "us-east-1a"});
+    if managed {
+        labels["karpenter.sh/nodepool"] = json!("gpu");
+        labels["karpenter.sh/capacity-type"] = json!("spot");
+        labels["node.kubernetes.io/instance-type"] = json!("g5.xlarge");
+        labels["karpenter.k8s.aws/instance-gpu-name"] = json!("a10g");
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels, "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {
+            "capacity": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1", "pods": "58"},
+            "allocatable": {"cpu": "3920m", "memory": "15Gi", "nvidia.com/gpu": "1", "pods": "58"}
+        }
+    }))
+    .unwrap()
+}
+
+fn pod(name: &str, node: &str, daemon: bool, requests: serde_json::Value) -> Pod {
+    let owner = if daemon {
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "dcgm", "uid": "d"})
+    } else {
+        json!({"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "j"})
+    };
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ml", "ownerReferences": [owner]},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": requests, "limits": requests}}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .unwrap()
+}
+
+fn claim() -> NodeClaim {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "gpu-abc", "labels": {"karpenter.sh/nodepool": "gpu"}},
+        "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []},
+        "status": {"nodeName": "ip-1"}
+    }))
+    .unwrap()
+}
+
+fn pool() -> NodePool {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": "gpu"},
+        "spec": {
+            "limits": {"cpu": "100", "nvidia.com/gpu": "8"},
+            "template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []}}
+        },
+        "status": {"nodes": 1, "resources": {"cpu": "4", "nvidia.com/gpu": "1"}}
+    }))
+    .unwrap()
+}
+
+pub(super) fn cluster() -> ClusterState {
+    let nodes = [node("ip-1", true), node("ip-2", false)];
+    let pods = [
+        pod(
+            "dcgm-1",
+            "ip-1",
+            true,
+            json!({"cpu": "100m", "memory": "128Mi"}),
+        ),
+        pod(
+            "train-1",
+            "ip-1",
+            false,
+            json!({"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}),
+        ),
+        pod("web", "ip-2", false, json!({"cpu": "1"})),
+    ];
+    let now: Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+    ClusterState::of(&nodes, &[claim()], &[pool()], &pods, true, now)
+}
+
+fn lines(m: &Metrics) -> Vec<String> {
+    m.render()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The value of the one sample of `metric` whose labels include all of `with`.
+fn value(lines: &[String], metric: &str, with: &[&str]) -> f64 {
+    let found: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with(&format!("{metric}{{")) && with.iter().all(|w| l.contains(w)))
+        .collect();
+    assert_eq!(found.len(), 1, "{metric} {with:?}: {found:#?}");
+    found[0].rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn node_gauges_split_daemon_pods_from_the_rest_and_carry_karpenters_node_labels() {
+    let m = Metrics::new("aws");
+    m.set_state(&cluster());
+    let l = lines(&m);
+    let ip1 = r#"node_name="ip-1""#;
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_nodes_allocatable",
+            &[ip1, r#"resource_type="cpu""#]
+        ),
+        3.92
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_nodes_allocatable",
+            &[ip1, r#"resource_type="nvidia.com/gpu""#]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_nodes_total_pod_requests",
+            &[ip1, r#"resource_type="cpu""#]
+        ),
+        2.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_nodes_total_daemon_requests",
+            &[ip1, r#"resource_type="cpu""#]
+        ),
+        0.1
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_nodes_total_pod_limits",
+            &[ip1, r#"resource_type="memory""#]
+        ),
+        8.0 * 1024.0 * 1024.0 * 1024.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_nodes_system_overhead",
+            &[ip1, r#"resource_type="cpu""#]
+        ),
+        0.08
+    );
+    assert_eq!(
+        value(&l, "karpenter_nodes_current_lifetime_seconds", &[ip1]),
+        3600.0
+    );
+    let labels = [
+        r#"nodepool="gpu""#,
+        r#"zone="us-east-1a""#,
+        r#"arch="amd64""#,
+        r#"capacity_type="spot""#,
+        r#"instance_type="g5.xlarge""#,
+        r#"instance_gpu_name="a10g""#,
+        r#"managed="true""#,
+        r#"resource_type="pods""#,
+    ];
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_nodes_allocatable",
+            &[&[ip1][..], &labels].concat()
+        ),
+        58.0
+    );
+    // The node Joiner does not manage is described too, as Karpenter's state describes every
+    // node, with `managed="false"` and no pool.
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_nodes_allocatable",
+            &[
+                r#"node_name="ip-2""#,
+                r#"managed="false""#,
+                r#"nodepool="""#,
+                r#"resource_type="cpu""#
+            ]
+        ),
+        3.92
+    );
+}
+
+#[test]
+fn pools_pods_and_the_cluster_are_gauged() {
+    let m = Metrics::new("aws");
+    m.set_state(&cluster());
+    let l = lines(&m);
+    let gpu = r#"nodepool="gpu""#;
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_nodepools_usage",
+            &[gpu, r#"resource_type="cpu""#]
+        ),
+        4.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_nodepools_limit",
+            &[gpu, r#"resource_type="nvidia.com/gpu""#]
+        ),
+        8.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_pods_state",
+            &[
+                r#"name="train-1""#,
+                r#"namespace="ml""#,
+                r#"owner="/apis/batch/v1/namespaces/ml/jobs/train""#,
+                r#"node="ip-1""#,
+                r#"scheduled="true""#,
+                gpu,
+                r#"instance_type="g5.xlarge""#,
+                r#"capacity_type="spot""#,
+                r#"phase="Running""#,
+                r#"ready="true""#,
+                r#"managed="true""#,
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_pods_state",
+            &[r#"name="web""#, r#"managed="false""#]
+        ),
+        1.0
+    );
+    // Only Joiner's node counts: 2.1 of 3.92 cores, 1 of 1 GPU.
+    let cpu = value(
+        &l,
+        "karpenter_cluster_utilization_percent",
+        &[r#"resource_type="cpu""#],
+    );
+    assert!((cpu - 2.1 / 3.92 * 100.0).abs() < 1e-9, "{cpu}");
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_cluster_utilization_percent",
+            &[r#"resource_type="nvidia.com/gpu""#]
+        ),
+        100.0
+    );
+    assert!(
+        l.contains(&"karpenter_cluster_state_node_count 2".to_string()),
+        "{l:#?}"
+    );
+    assert!(l.contains(&"karpenter_cluster_state_synced 1".to_string()));
+}
+
+#[test]
+fn series_of_objects_that_are_gone_go_with_them() {
+    let m = Metrics::new("aws");
+    m.set_state(&cluster());
+    let count =
+        |m: &Metrics, prefix: &str| lines(m).iter().filter(|l| l.starts_with(prefix)).count();
+    assert!(count(&m, "karpenter_nodes_allocatable{") > 0);
+    // Every node, pod and pool deleted, and the view not synced.
+    let now: Timestamp = "2026-01-01T02:00:00Z".parse().unwrap();
+    m.set_state(&ClusterState::of(&[], &[], &[], &[], false, now));
+    for family in [
+        "karpenter_nodes_",
+        "karpenter_pods_state",
+        "karpenter_nodepools_",
+        "karpenter_cluster_utilization",
+    ] {
+        assert_eq!(count(&m, family), 0, "{family}");
+    }
+    assert!(lines(&m).contains(&"karpenter_cluster_state_synced 0".to_string()));
+    // Counters are not state: a report's counts stay.
+    record(
+        &StepReport {
+            created: vec!["x".into()],
+            ..StepReport::default()
+        },
+        &Claims::new(),
+        Duration::ZERO,
+        &m,
+    );
+    m.set_state(&ClusterState::of(&[], &[], &[], &[], true, now));
+    assert_eq!(count(&m, "karpenter_nodeclaims_created_total{"), 1);
+}
+
+#[test]
+fn metric_label_names_are_the_node_label_keys_last_segment() {
+    assert_eq!(
+        label_name("node.kubernetes.io/instance-type"),
+        "instance_type"
+    );
+    assert_eq!(
+        label_name("karpenter.k8s.aws/instance-gpu-name"),
+        "instance_gpu_name"
+    );
+    assert_eq!(label_name("karpenter.sh/capacity-type"), "capacity_type");
+    assert_eq!(
+        super::state::resource_type("ephemeral-storage"),
+        "ephemeral_storage"
+    );
+    assert_eq!(
+        super::state::resource_type("nvidia.com/gpu"),
+        "nvidia.com/gpu"
+    );
+    for (key, name) in super::state::NODE_LABELS {
+        assert_eq!(label_name(key), name, "{key}");
+    }
+}

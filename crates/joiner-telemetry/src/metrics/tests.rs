@@ -1,0 +1,265 @@
+use joiner_controller::store::StoreError;
+use joiner_controller::{DisruptionEvent, Reconciler};
+
+use super::*;
+
+fn event(
+    action: DisruptionAction,
+    reason: &str,
+    claims: &[&str],
+    detail: &[&str],
+) -> DisruptionEvent {
+    DisruptionEvent {
+        action,
+        reason: reason.into(),
+        node_claims: claims.iter().map(|s| s.to_string()).collect(),
+        detail: detail.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// Spot NodeClaims in us-east-1a with Nodes, in these pools.
+fn claims(of: &[(&str, &str)]) -> Claims {
+    of.iter()
+        .map(|(name, pool)| {
+            let labels = ClaimLabels {
+                nodepool: pool.to_string(),
+                capacity_type: "spot".into(),
+                zone: "us-east-1a".into(),
+                registered: true,
+            };
+            (name.to_string(), labels)
+        })
+        .collect()
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+/// The lines of the exposition that carry a value (not `# HELP`/`# TYPE`).
+fn samples(m: &Metrics) -> Vec<String> {
+    m.render()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
+fn has(lines: &[String], want: &str) {
+    assert!(
+        lines.iter().any(|l| l == want),
+        "no line `{want}` in\n{}",
+        lines.join("\n")
+    );
+}
+
+#[test]
+fn a_step_report_becomes_karpenter_and_joiner_metrics() {
+    let m = Metrics::new("aws");
+    let report = StepReport {
+        planned: true,
+        created: s(&["gpu-a", "gpu-b", "gpu-r1"]),
+        launched: vec![("gpu-a".into(), "i-1".into())],
+        registered: s(&["gpu-old"]),
+        initialized: s(&["gpu-old"]),
+        deleted: s(&["cpu-x"]),
+        terminated: s(&["i-9", "i-8"]),
+        kept: Vec::new(),
+        eviction_refused: Vec::new(),
+        launch_templates_deleted: Vec::new(),
+        instance_profiles_deleted: Vec::new(),
+        cloud_paused: None,
+        collected: true,
+        unavailable: s(&["g4dn.xlarge/us-east-1a/spot"]),
+        insufficient_capacity: Vec::new(),
+        unschedulable: vec![("lab/big".into(), "too big".into())],
+        nominated: vec![("lab/p1".into(), "gpu-a".into())],
+        scheduling_duration: Some(Duration::from_millis(30)),
+        disruption: vec![
+            event(
+                DisruptionAction::Decided,
+                "Underutilized",
+                &["gpu-old", "gpu-old2"],
+                &[],
+            ),
+            event(
+                DisruptionAction::Replacing,
+                "Underutilized",
+                &["gpu-old", "gpu-old2"],
+                &["gpu-r1"],
+            ),
+            event(DisruptionAction::Decided, "Empty", &["cpu-x"], &[]),
+        ],
+        not_drained: Vec::new(),
+        node_claim_events: Vec::new(),
+        errors: vec![
+            ControllerError::Cloud(CloudError::Throttled),
+            ControllerError::Store(StoreError::Unavailable("down".into())),
+        ],
+        errors_during: vec![Reconciler::Launching, Reconciler::Lifecycle],
+    };
+    let pools = claims(&[
+        ("gpu-a", "gpu"),
+        ("gpu-b", "gpu"),
+        ("gpu-r1", "gpu"),
+        ("gpu-old", "gpu"),
+        ("gpu-old2", "gpu"),
+        ("cpu-x", "cpu"),
+    ]);
+    record(&report, &pools, Duration::from_millis(120), &m);
+    let lines = samples(&m);
+    has(
+        &lines,
+        r#"karpenter_nodeclaims_created_total{reason="provisioned",nodepool="gpu",min_values_relaxed="false"} 2"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_nodeclaims_created_total{reason="underutilized",nodepool="gpu",min_values_relaxed="false"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_nodeclaims_terminated_total{nodepool="cpu",capacity_type="spot",zone="us-east-1a"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_nodeclaims_disrupted_total{reason="underutilized",nodepool="gpu",capacity_type="spot"} 2"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_nodeclaims_disrupted_total{reason="empty",nodepool="cpu",capacity_type="spot"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_voluntary_disruption_decisions_total{decision="replace",reason="underutilized",consolidation_type="multi"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_voluntary_disruption_decisions_total{decision="delete",reason="empty",consolidation_type="empty"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_scheduler_scheduling_duration_seconds_count{controller="provisioner"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_scheduler_scheduling_duration_seconds_sum{controller="provisioner"} 0.03"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_scheduler_unschedulable_pods_count{controller="provisioner"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_cloudprovider_errors_total{controller="launching",provider="aws",error=""} 1"#,
+    );
+    has(
+        &lines,
+        r#"joiner_controller_errors_total{reconciler="launching"} 1"#,
+    );
+    has(
+        &lines,
+        r#"joiner_controller_errors_total{reconciler="lifecycle"} 1"#,
+    );
+    has(
+        &lines,
+        r#"joiner_nodeclaims_launched_total{nodepool="gpu"} 1"#,
+    );
+    has(
+        &lines,
+        r#"joiner_nodeclaims_registered_total{nodepool="gpu"} 1"#,
+    );
+    has(
+        &lines,
+        r#"joiner_nodeclaims_initialized_total{nodepool="gpu"} 1"#,
+    );
+    has(&lines, "joiner_instances_terminated_total 2");
+    has(
+        &lines,
+        r#"karpenter_nodes_created_total{nodepool="gpu",zone="us-east-1a"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_nodes_terminated_total{nodepool="cpu",zone="us-east-1a"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_voluntary_disruption_decisions_by_nodepool_total{nodepool="gpu",decision="replace",reason="underutilized",consolidation_type="multi"} 1"#,
+    );
+    has(&lines, "joiner_pods_nominated_total 1");
+    has(&lines, "joiner_controller_step_duration_seconds_count 1");
+    has(&lines, "joiner_controller_step_duration_seconds_sum 0.12");
+    has(
+        &lines,
+        r#"joiner_offerings_unavailable_total{instance_type="g4dn.xlarge",zone="us-east-1a",capacity_type="spot"} 1"#,
+    );
+    // Only the cloud error counts as a cloud provider error.
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("karpenter_cloudprovider_errors_total"))
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn counters_accumulate_over_steps_and_unknown_pools_are_labelled() {
+    let m = Metrics::new("simulated");
+    let report = StepReport {
+        created: s(&["gone"]),
+        ..StepReport::default()
+    };
+    record(&report, &BTreeMap::new(), Duration::ZERO, &m);
+    record(&report, &BTreeMap::new(), Duration::ZERO, &m);
+    let lines = samples(&m);
+    has(
+        &lines,
+        r#"karpenter_nodeclaims_created_total{reason="provisioned",nodepool="unknown",min_values_relaxed="false"} 2"#,
+    );
+    has(&lines, "joiner_controller_step_duration_seconds_count 2");
+    // No batch was planned: no scheduling time is made up.
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.starts_with("karpenter_scheduler_scheduling_duration_seconds_count")),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn the_leader_gauge_follows_the_lease() {
+    let m = Metrics::new("aws");
+    has(&samples(&m), "joiner_leader 0");
+    m.set_leader(true);
+    has(&samples(&m), "joiner_leader 1");
+    m.set_leader(false);
+    has(&samples(&m), "joiner_leader 0");
+}
+
+/// However many distinct objects fail, and whatever the log says of each, the error
+/// metrics keep one series per reconciler (and cloud error kind).
+#[test]
+fn error_series_stay_bounded_whatever_fails() {
+    let m = Metrics::new("aws");
+    let mut report = StepReport::default();
+    for i in 0..10_000 {
+        let reconciler = Reconciler::ALL[i % Reconciler::ALL.len()];
+        let e = if i % 2 == 0 {
+            ControllerError::Cloud(CloudError::Other(format!("instance i-{i:08x} failed")))
+        } else {
+            ControllerError::Store(StoreError::Unavailable(format!("NodeClaim gpu-{i}")))
+        };
+        report.error(reconciler, &format!("NodeClaim gpu-{i}"), e);
+    }
+    record(&report, &BTreeMap::new(), Duration::from_millis(1), &m);
+    let series = |name: &str| samples(&m).iter().filter(|l| l.starts_with(name)).count();
+    assert_eq!(
+        series("joiner_controller_errors_total{"),
+        Reconciler::ALL.len()
+    );
+    assert!(series("karpenter_cloudprovider_errors_total{") <= Reconciler::ALL.len());
+    assert!(
+        samples(&m).iter().all(|l| !l.contains("gpu-")),
+        "no object names in labels"
+    );
+}
