@@ -13,11 +13,19 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::cloud::{CloudInstanceType, CloudProvider, Instance, OfferingKey};
 use crate::config::Config;
+use crate::consistency::Mispredictions;
 use crate::error::ControllerError;
 use crate::report::Reconciler;
 use crate::report::StepReport;
 use crate::store::{ClusterStore, manifests_of};
 use crate::unavailable::UnavailableOfferings;
+
+/// What the controller learned in earlier steps and keeps in memory: offerings out of
+/// capacity, predictions running nodes proved wrong.
+pub struct Learned<'a> {
+    pub unavailable: &'a mut UnavailableOfferings,
+    pub mispredicted: &'a mut Mispredictions,
+}
 
 /// One step's view: the time is fixed for the whole step, and what is expensive to read is read
 /// at most once: the cloud's price list, and the cluster snapshot every reconciler plans over.
@@ -34,6 +42,8 @@ pub struct Ctx<'a, S, C> {
     pub now: Timestamp,
     pub report: &'a mut StepReport,
     unavailable: &'a mut UnavailableOfferings,
+    /// Predictions running nodes proved wrong ([`crate::consistency`]).
+    mispredicted: &'a mut Mispredictions,
     view: Option<ClusterSnapshot>,
     /// The view no longer matches the cluster (this step wrote something it holds).
     stale: bool,
@@ -49,7 +59,7 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
         cloud: &'a C,
         config: &'a Config,
         now: Timestamp,
-        unavailable: &'a mut UnavailableOfferings,
+        learned: Learned<'a>,
         report: &'a mut StepReport,
     ) -> Self {
         Ctx {
@@ -58,7 +68,8 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
             config,
             now,
             report,
-            unavailable,
+            unavailable: learned.unavailable,
+            mispredicted: learned.mispredicted,
             view: None,
             stale: false,
             candidates: None,
@@ -103,6 +114,12 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
         }
     }
 
+    /// A NodeClaim was found to offer less than predicted: later plans, from this step on, use
+    /// what it offers.
+    pub fn learn_mispredicted(&mut self, claim: &joiner_model::api::NodeClaim) {
+        self.mispredicted.learn(std::iter::once(claim));
+    }
+
     /// The cluster as it is now, with in-flight NodeClaims as machines.
     pub fn view(&mut self) -> Result<&ClusterSnapshot, ControllerError> {
         if self.view.is_none() || self.stale {
@@ -115,6 +132,9 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
                 .map(|k| k.name)
                 .collect();
             let unavailable = self.unavailable.active(self.now);
+            self.mispredicted
+                .learn(m.node_claims.iter().map(|c| &c.object));
+            let corrections = self.mispredicted.corrections().clone();
             let sold = self.sold();
             let described: Vec<joiner_engine::catalog::Ec2Facts> = self
                 .instance_types
@@ -126,6 +146,7 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
                 ClusterSnapshot::builder(&m, &self.config.settings, &self.config.options)
                     .unavailable(&unavailable)
                     .unreadable_classes(&unreadable_classes)
+                    .corrections(&corrections)
                     .at(self.now);
             if let Some(sold) = &sold {
                 builder = builder.sold(sold).described(&described);

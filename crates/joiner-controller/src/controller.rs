@@ -9,7 +9,9 @@ use crate::batcher::fingerprint;
 use crate::clock::Clock;
 use crate::cloud::CloudProvider;
 use crate::config::Config;
+use crate::consistency::Mispredictions;
 use crate::context::Ctx;
+use crate::context::Learned;
 use crate::disruption::{DisruptionState, disrupt};
 use crate::interruption::InterruptionQueue;
 use crate::nodeclass::NodeClassState;
@@ -32,6 +34,7 @@ pub struct Controller<S, C, K> {
     config: Config,
     batcher: Batcher,
     unavailable: UnavailableOfferings,
+    mispredicted: Mispredictions,
     disruption: DisruptionState,
     /// When garbage collection last ran; `None` before this controller's first step.
     last_gc: Option<k8s_openapi::jiff::Timestamp>,
@@ -58,6 +61,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             config,
             batcher,
             unavailable: UnavailableOfferings::default(),
+            mispredicted: Mispredictions::default(),
             disruption: DisruptionState::default(),
             last_gc: None,
             interruption: None,
@@ -94,7 +98,10 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             &self.cloud,
             &self.config,
             now,
-            &mut self.unavailable,
+            Learned {
+                unavailable: &mut self.unavailable,
+                mispredicted: &mut self.mispredicted,
+            },
             &mut report,
         );
         // Interruption notices first, never behind a plan: a spot warning gives two minutes.

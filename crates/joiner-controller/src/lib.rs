@@ -20,6 +20,7 @@ pub mod batcher;
 pub mod clock;
 pub mod cloud;
 pub mod config;
+pub mod consistency;
 mod context;
 mod controller;
 pub mod deadline;

@@ -17,6 +17,7 @@ use crate::clock::{add, k8s_time};
 use crate::cloud::{
     CloudError, CloudProvider, Instance, LaunchRequest, Offer, OfferingKey, instance_id_of,
 };
+use crate::consistency;
 use crate::context::Ctx;
 use crate::error::ControllerError;
 use crate::nodeclaim::launch::{offers_for, request_for, requested_dra_drivers, reserved_offers};
@@ -590,6 +591,9 @@ fn initialize<S: ClusterStore, C: CloudProvider>(
                 .and_then(|q| joiner_model::Quantity::try_from(q).ok())
                 .is_some_and(|have| have >= *want)
         });
+    if ready && !starting && !resources_ready {
+        return check_prediction(ctx, claim, &allocatable);
+    }
     if !(ready && !starting && resources_ready) {
         return Ok(());
     }
@@ -617,7 +621,78 @@ fn initialize<S: ClusterStore, C: CloudProvider>(
             "",
             now.clone(),
         );
+        // A node that offers what was predicted; one found short keeps saying so.
+        if c.condition(conditions::CONSISTENT_STATE_FOUND).is_none() {
+            c.set_condition(
+                conditions::CONSISTENT_STATE_FOUND,
+                true,
+                "ConsistentStateFound",
+                "",
+                now.clone(),
+            );
+        }
     })
+}
+
+/// A Ready node without startup taints still lacks predicted devices: once it is clear that
+/// they are not coming (fewer were published, or none within the grace), the prediction was
+/// wrong ([`consistency`]): the NodeClaim says so and is corrected to what the node offers.
+fn check_prediction<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: NodeClaim,
+    allocatable: &std::collections::BTreeMap<
+        String,
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    >,
+) -> Result<(), ControllerError> {
+    let Ok(offered) = joiner_model::resources::parse_resource_list(allocatable) else {
+        return Ok(());
+    };
+    let registered_for = consistency::registered_for(&claim, ctx.now);
+    let predicted = claim.status.allocatable.clone();
+    let Some(short) = consistency::shortfalls(&predicted, &offered, registered_for) else {
+        return Ok(());
+    };
+    if short.is_empty() {
+        return Ok(());
+    }
+    let instance_type = claim
+        .label(labels::INSTANCE_TYPE)
+        .unwrap_or_default()
+        .to_string();
+    for s in &short {
+        let message = s.message();
+        tracing::warn!(
+            nodeclaim = claim.name(),
+            instance_type,
+            "{message}: planning on what the node offers from now on"
+        );
+        ctx.report.mispredicted.push(consistency::Misprediction {
+            node_claim: claim.name().to_string(),
+            uid: claim.metadata.uid.clone(),
+            instance_type: instance_type.clone(),
+            resource: s.resource.to_string(),
+            predicted: s.predicted,
+            found: s.found,
+            message,
+        });
+    }
+    let now = k8s_time(ctx.now);
+    let mut marked = claim.clone();
+    consistency::mark(&mut marked, &short, now);
+    ctx.learn_mispredicted(&marked);
+    let update = marked.clone();
+    update_claim(ctx, claim, move |c| {
+        c.metadata
+            .annotations
+            .clone_from(&update.metadata.annotations);
+        c.status.allocatable.clone_from(&update.status.allocatable);
+        c.status.capacity.clone_from(&update.status.capacity);
+        c.status.conditions.clone_from(&update.status.conditions);
+    })?;
+    // In-flight capacity changed: plans in this step see the corrected node.
+    ctx.invalidate_view();
+    Ok(())
 }
 
 /// The DRA drivers the plan expects on the node (`karpenter.sh/requested-dra-drivers`).

@@ -56,6 +56,9 @@ pub struct StepReport {
     /// What termination has to tell about NodeClaims (a blocked drain, volumes to detach, a
     /// deadline, a failed termination), once per change: Kubernetes events on the NodeClaim.
     pub node_claim_events: Vec<NodeClaimEvent>,
+    /// NodeClaims whose Node offers less than the plan predicted, by resource
+    /// ([`crate::consistency`]).
+    pub mispredicted: Vec<crate::consistency::Misprediction>,
     /// What failed and will be retried.
     pub errors: Vec<ControllerError>,
     /// The part of the controller each of `errors` happened in, in the same order, so failures

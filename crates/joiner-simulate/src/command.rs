@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::error::{Context, Error};
 use crate::progress::Progress;
 use crate::report;
-use crate::run::{Outcome, simulate};
+use crate::run::{Outcome, simulate_observed};
 use crate::scenario::Scenario;
 
 /// What `joiner simulate` was asked.
@@ -25,6 +25,10 @@ pub struct Request {
     pub report: Option<PathBuf>,
     /// JSON lines (one per event, then the summary) instead of text.
     pub json: bool,
+    /// Where to write the Prometheus exposition the controller would serve at the end.
+    pub metrics: Option<PathBuf>,
+    /// Where to write the Kubernetes Events it published, as JSON lines.
+    pub events: Option<PathBuf>,
 }
 
 /// Runs `joiner simulate`: the timeline and summary go to `out`, a progress bar to standard
@@ -32,11 +36,12 @@ pub struct Request {
 pub fn run(req: Request, out: &mut dyn Write) -> Result<(), Error> {
     let scenario = Scenario::load(&req.scenario)?;
     let bar = Progress::on_terminal(&scenario.name);
-    let outcome = simulate(
+    let outcome = simulate_observed(
         &req.manifests,
         req.settings,
         &scenario,
         &mut |done, total| bar.update(done, total),
+        req.metrics.is_some() || req.events.is_some(),
     );
     bar.finish();
     let outcome = outcome?;
@@ -60,6 +65,20 @@ pub fn run(req: Request, out: &mut dyn Write) -> Result<(), Error> {
     out.write_all(text.as_bytes())?;
     if let Some(path) = &req.report {
         write_report(path, &outcome)?;
+    }
+    if let Some(observer) = &outcome.telemetry {
+        if let Some(path) = &req.metrics {
+            std::fs::write(path, observer.exposition())
+                .context(|| format!("writing {}", path.display()))?;
+        }
+        if let Some(path) = &req.events {
+            let mut lines = String::new();
+            for e in observer.events() {
+                lines.push_str(&serde_json::to_string(e)?);
+                lines.push('\n');
+            }
+            std::fs::write(path, lines).context(|| format!("writing {}", path.display()))?;
+        }
     }
     Ok(())
 }

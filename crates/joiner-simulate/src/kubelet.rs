@@ -34,6 +34,9 @@ pub struct SimulatedKubelet {
     pub device_plugin_delay: Duration,
     /// DRA drivers that never publish (a broken driver DaemonSet): what waits on them waits.
     pub silent_dra_drivers: BTreeSet<String>,
+    /// What device plugins publish of a resource on nodes of a type, by (instance type,
+    /// resource), in place of the prediction (zero: nothing).
+    pub published: BTreeMap<(String, String), joiner_model::Quantity>,
 }
 
 impl Default for SimulatedKubelet {
@@ -41,6 +44,7 @@ impl Default for SimulatedKubelet {
         SimulatedKubelet {
             device_plugin_delay: Duration::from_secs(10),
             silent_dra_drivers: BTreeSet::new(),
+            published: BTreeMap::new(),
         }
     }
 }
@@ -137,9 +141,14 @@ impl SimulatedKubelet {
                     let mut node = node.clone();
                     let status = node.status.get_or_insert_with(Default::default);
                     let allocatable = status.allocatable.get_or_insert_with(BTreeMap::new);
-                    let missing: Vec<_> = expected
+                    let missing: Vec<(String, joiner_model::Quantity)> = expected
                         .iter()
                         .filter(|(k, _)| k.contains('/') && !allocatable.contains_key(*k))
+                        .map(|(k, v)| {
+                            let key = (instance.instance_type.clone(), k.clone());
+                            (k.clone(), self.published.get(&key).copied().unwrap_or(*v))
+                        })
+                        .filter(|(_, v)| !v.is_zero())
                         .collect();
                     let startup: Vec<_> = claim
                         .iter()
@@ -163,7 +172,7 @@ impl SimulatedKubelet {
                                 .any(|s| s.key == t.key && s.effect == t.effect)
                         });
                     }
-                    let extra = k8s_list(missing.into_iter());
+                    let extra = k8s_list(missing.iter().map(|(k, v)| (k, v)));
                     status
                         .allocatable
                         .get_or_insert_with(BTreeMap::new)

@@ -34,6 +34,7 @@ pub mod run;
 pub mod scenario;
 pub mod scheduler;
 pub mod takeover;
+pub mod telemetry;
 pub mod volumes;
 
 pub use cloud::{Registration, SimulatedCloud};
@@ -42,6 +43,6 @@ pub use error::Error;
 pub use interruption_queue::SimulatedInterruptionQueue;
 pub use kubelet::SimulatedKubelet;
 pub use network::{SimulatedNetwork, SimulatedSecurityGroup, SimulatedSubnet};
-pub use run::{Outcome, Sample, Summary, TypeUsage, clock_text, simulate};
+pub use run::{Outcome, Sample, Summary, TypeUsage, clock_text, simulate, simulate_observed};
 pub use scheduler::{collect_orphans, schedule_pending};
 pub use volumes::SimulatedAttacher;

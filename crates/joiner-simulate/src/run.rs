@@ -34,6 +34,7 @@ use crate::interruption_queue::SimulatedInterruptionQueue;
 use crate::kubelet::SimulatedKubelet;
 use crate::scenario::{self, NodeClaimTarget, Resolved, Step, merge_patch};
 use crate::scheduler::{collect_orphans, schedule_pending};
+use crate::telemetry::Observer;
 use crate::volumes::SimulatedAttacher;
 
 /// How often a point is recorded for the charts.
@@ -100,6 +101,9 @@ pub struct Outcome {
     pub summary: Summary,
     /// The NodeClaims the cluster holds at the end, as the API server has them.
     pub node_claims: Vec<NodeClaim>,
+    /// The metrics and events the controller would have served, when asked for
+    /// ([`simulate_observed`]).
+    pub telemetry: Option<Observer>,
 }
 
 fn round(x: f64, digits: i32) -> f64 {
@@ -496,6 +500,12 @@ impl Sim {
             if let Some(n) = f.throttle {
                 self.cloud.throttle_next_calls(n);
             }
+            for d in &f.device_plugin {
+                self.kubelet.published.insert(
+                    (d.instance_type.clone(), d.resource.clone()),
+                    Quantity::from_units(i64::from(d.publishes)),
+                );
+            }
             self.event("faults", serde_json::to_value(FaultsText(f))?);
         }
         Ok(())
@@ -780,7 +790,7 @@ impl Serialize for FaultsText<'_> {
                 .map(|o| format!("{}/{}/{}", o.instance_type, o.zone, o.capacity_type))
                 .collect::<Vec<_>>()
         };
-        json!({
+        let mut text = json!({
             "insufficientCapacity": offers(&f.insufficient_capacity),
             "restoreCapacity": offers(&f.restore_capacity),
             "launchErrors": f.launch_errors.as_ref().map(|l| l.count),
@@ -792,17 +802,36 @@ impl Serialize for FaultsText<'_> {
             "listLag": f.list_lag,
             "volumeDetachDelay": f.volume_detach_delay,
             "watchDown": f.watch_down,
-        })
-        .serialize(s)
+        });
+        if !f.device_plugin.is_empty() {
+            text["devicePlugin"] = f
+                .device_plugin
+                .iter()
+                .map(|d| format!("{} {}={}", d.instance_type, d.resource, d.publishes))
+                .collect();
+        }
+        text.serialize(s)
     }
 }
 
 /// Runs a scenario, telling `progress` the simulated seconds done and the total after each tick.
 pub fn simulate(
     manifests: &Manifests,
+    settings: Settings,
+    scenario: &Resolved,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Outcome, Error> {
+    simulate_observed(manifests, settings, scenario, progress, false)
+}
+
+/// [`simulate`], and with `telemetry` also what the controller would have served at
+/// `/metrics` and published as Events (which costs a read of the whole cluster per step).
+pub fn simulate_observed(
+    manifests: &Manifests,
     mut settings: Settings,
     scenario: &Resolved,
     progress: &mut dyn FnMut(u64, u64),
+    telemetry: bool,
 ) -> Result<Outcome, Error> {
     if settings.cluster_name.as_deref().is_none_or(str::is_empty) {
         settings.cluster_name = Some("simulation".into());
@@ -873,6 +902,7 @@ pub fn simulate(
         config.clone(),
     );
     controller.set_interruption_queue(Box::new(sim.queue.clone()));
+    let mut observer = telemetry.then(Observer::default);
     let mut t = 0;
     loop {
         progress(t.min(end), end);
@@ -892,7 +922,11 @@ pub fn simulate(
         sim.reconcile_workloads()?;
         sim.observe_pods()?;
         schedule_pending(&sim.store, &sim.config, sim.clock.now())?;
+        let started = std::time::Instant::now();
         let report = controller.step();
+        if let Some(o) = &mut observer {
+            o.step(&*sim.store, &report, started.elapsed(), t, clock.now());
+        }
         errors += report.errors.len();
         for d in report
             .disruption
@@ -1002,5 +1036,6 @@ pub fn simulate(
         samples,
         summary,
         node_claims,
+        telemetry: observer,
     })
 }

@@ -282,6 +282,22 @@ pub struct Faults {
     /// its caches keep what they last saw, and it must not act on them.
     #[serde(default)]
     pub watch_down: Option<String>,
+    /// Device plugins that publish another amount than the plan predicted on nodes of a type
+    /// registering from now on (a node-specific sharing config, a failed GPU): what Joiner
+    /// must notice and stop predicting.
+    #[serde(default)]
+    pub device_plugin: Vec<DevicePluginFault>,
+}
+
+/// `faults.devicePlugin[]`: nodes of `instanceType` publish `publishes` of `resource` (0:
+/// none at all), whatever the NodeClaim predicted.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DevicePluginFault {
+    pub instance_type: String,
+    /// An extended resource, e.g. `nvidia.com/gpu`.
+    pub resource: String,
+    pub publishes: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -436,6 +452,18 @@ impl Step {
             ("faults.launchTimeouts", f.launch_timeouts),
         ] {
             at_most(field, u64::from(n.unwrap_or(0)), l.fault_count)?;
+        }
+        at_most(
+            "faults.devicePlugin",
+            f.device_plugin.len() as u64,
+            l.interruptions as u64,
+        )?;
+        for d in &f.device_plugin {
+            at_most(
+                "faults.devicePlugin[].publishes",
+                u64::from(d.publishes),
+                l.fault_count,
+            )?;
         }
         at_most(
             "faults.throttle",

@@ -42,6 +42,9 @@ pub enum EventKind {
     DisruptionLaunching(DisruptionReason),
     /// The cloud's notice about the NodeClaim's instance.
     Interruption(InterruptionKind),
+    /// The NodeClaim's Node offers less than the plan predicted (Karpenter's consistency
+    /// check's reason).
+    FailedConsistencyCheck,
     /// Every offering the NodeClaim allows is out of capacity; it is deleted and its pods are
     /// planned again.
     InsufficientCapacityError,
@@ -64,6 +67,7 @@ impl EventKind {
             EventKind::DisruptionLaunching(_) => "DisruptionLaunching",
             EventKind::Interruption(kind) => interruption_reason(kind),
             EventKind::InsufficientCapacityError => "InsufficientCapacityError",
+            EventKind::FailedConsistencyCheck => "FailedConsistencyCheck",
             EventKind::Rival(true) => "AnotherControllerRunning",
             EventKind::Rival(false) => "NoOtherController",
         }
@@ -81,6 +85,7 @@ impl EventKind {
             | EventKind::Interruption(InterruptionKind::RebalanceRecommendation) => false,
             EventKind::FailedScheduling
             | EventKind::InsufficientCapacityError
+            | EventKind::FailedConsistencyCheck
             | EventKind::Interruption(_) => true,
             EventKind::Termination(t) => t.is_warning(),
             EventKind::Rival(running) => running,
@@ -96,6 +101,7 @@ impl EventKind {
             EventKind::Termination(_) => "Terminate",
             EventKind::DisruptionTerminating(_) | EventKind::Interruption(_) => "Disrupt",
             EventKind::DisruptionLaunching(_) | EventKind::InsufficientCapacityError => "Launch",
+            EventKind::FailedConsistencyCheck => "Check",
             EventKind::Rival(true) => "StandDown",
             EventKind::Rival(false) => "Resume",
         }
@@ -245,6 +251,7 @@ fn claims_named(report: &StepReport) -> BTreeSet<&String> {
     disrupted
         .chain(report.node_claim_events.iter().map(|e| &e.node_claim))
         .chain(report.insufficient_capacity.iter().map(|(c, _)| c))
+        .chain(report.mispredicted.iter().map(|m| &m.node_claim))
         .collect()
 }
 
@@ -309,6 +316,15 @@ pub fn events_of(report: &StepReport, subjects: &Subjects) -> Vec<ObjectEvent> {
         if let Some(node) = subjects.nodes.get(&e.node_claim) {
             out.push(subjects.event(Involved::Node(node.clone()), kind, e.message.clone()));
         }
+    }
+    for m in &report.mispredicted {
+        let mut e = subjects.event(
+            Involved::NodeClaim(m.node_claim.clone()),
+            EventKind::FailedConsistencyCheck,
+            m.message.clone(),
+        );
+        e.uid = m.uid.clone().or(e.uid);
+        out.push(e);
     }
     for (claim, why) in &report.insufficient_capacity {
         out.extend(subjects.on_claim(

@@ -84,6 +84,14 @@ enum Command {
         report: Option<PathBuf>,
         #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
         output: SimulateFormat,
+        /// Also write the Prometheus exposition the controller would serve at `/metrics` at
+        /// the end of the run here.
+        #[arg(long)]
+        metrics: Option<PathBuf>,
+        /// Also write the Kubernetes Events the controller would have published here, one JSON
+        /// object per line.
+        #[arg(long)]
+        events: Option<PathBuf>,
     },
     /// Run the live controller in a cluster: watch pending pods, launch and retire nodes (the
     /// Helm chart runs this). Needs a build with the `controller` feature.
@@ -210,7 +218,18 @@ fn main() -> ExitCode {
             scenario,
             report,
             output,
-        } => simulate_cmd(&input, scenario, report, output),
+            metrics,
+            events,
+        } => simulate_cmd(
+            &input,
+            scenario,
+            SimulateOutputs {
+                report,
+                metrics,
+                events,
+            },
+            output,
+        ),
         Command::Crds { dir } => crds_cmd(dir.as_deref()),
         Command::Migrate { input, run_for } => migrate::run(&input, &run_for),
         Command::Bench {
@@ -319,10 +338,17 @@ fn read_input(
     Ok((manifests, settings, snapshot))
 }
 
+/// The files `joiner simulate` writes beside its timeline.
+struct SimulateOutputs {
+    report: Option<PathBuf>,
+    metrics: Option<PathBuf>,
+    events: Option<PathBuf>,
+}
+
 fn simulate_cmd(
     input: &InputArgs,
     scenario: PathBuf,
-    report: Option<PathBuf>,
+    outputs: SimulateOutputs,
     output: SimulateFormat,
 ) -> anyhow::Result<()> {
     if input.settings.no_builtin_catalog {
@@ -339,8 +365,10 @@ fn simulate_cmd(
             manifests,
             settings,
             scenario,
-            report,
+            report: outputs.report,
             json: matches!(output, SimulateFormat::Json),
+            metrics: outputs.metrics,
+            events: outputs.events,
         },
         &mut std::io::stdout(),
     )?;

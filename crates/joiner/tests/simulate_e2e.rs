@@ -401,3 +401,93 @@ fn simulate_scenario(
     );
     events(&stdout)
 }
+
+/// `--metrics` and `--events` write what the live controller would have served and published
+/// over the run: counters that agree with the summary, Karpenter's events on the NodeClaims and
+/// Nodes of the spot interruption and the drift, none repeated within its window.
+#[test]
+fn the_metrics_and_events_of_a_run_are_written_to_files() {
+    let dir = joiner_test_support::Scratch::new("sim-telemetry");
+    let (metrics, events_file) = (
+        dir.path().join("metrics.txt"),
+        dir.path().join("events.jsonl"),
+    );
+    let example = example_dir("spot-interruption");
+    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .args(["simulate", "-o", "json", "-f"])
+        .arg(&example)
+        .arg("--scenario")
+        .arg(example.join("scenario.yaml"))
+        .arg("--metrics")
+        .arg(&metrics)
+        .arg("--events")
+        .arg(&events_file)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    let summary = events(&stdout).last().expect("a summary")["summary"].clone();
+    let exposition = std::fs::read_to_string(&metrics).expect("metrics written");
+    let sum = |prefix: &str| -> f64 {
+        exposition
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(
+        sum("karpenter_nodeclaims_created_total{"),
+        summary["nodeClaimsCreated"].as_f64().expect("a count"),
+        "{exposition}"
+    );
+    assert_eq!(
+        sum("karpenter_interruption_received_messages_total{message_type=\"spot_interrupted\"}"),
+        1.0
+    );
+    assert_eq!(
+        sum("karpenter_cluster_state_node_count"),
+        summary["finalNodes"].as_f64().expect("nodes")
+    );
+    assert!(
+        exposition.contains("karpenter_nodes_allocatable{"),
+        "{exposition}"
+    );
+    let published: Vec<Value> = std::fs::read_to_string(&events_file)
+        .expect("events written")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let has = |reason: &str, kind: &str| {
+        published.iter().any(|e| {
+            e["reason"] == reason && e["object"].as_str().is_some_and(|o| o.starts_with(kind))
+        })
+    };
+    for (reason, kind) in [
+        ("Nominated", "Pod/"),
+        ("SpotInterrupted", "NodeClaim/"),
+        ("SpotInterrupted", "Node/"),
+        ("DisruptionTerminating", "Node/"),
+        ("DisruptionLaunching", "NodeClaim/"),
+        ("Evicted", "Pod/"),
+    ] {
+        assert!(has(reason, kind), "no {reason} on a {kind}: {published:#?}");
+    }
+    // Karpenter's recorder: the same reason on the same object at most once per 2 minutes.
+    let seconds = |t: &str| -> u64 {
+        t.split(':').fold(0, |acc, part| {
+            acc * 60 + part.parse::<u64>().expect("HH:MM:SS")
+        })
+    };
+    let mut last = std::collections::BTreeMap::new();
+    for e in &published {
+        let key = (e["reason"].to_string(), e["object"].to_string());
+        let at = seconds(e["time"].as_str().expect("a time"));
+        if let Some(before) = last.insert(key.clone(), at) {
+            assert!(at >= before + 120, "{key:?} again after {} s", at - before);
+        }
+    }
+}

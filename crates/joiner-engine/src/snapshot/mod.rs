@@ -14,6 +14,7 @@
 //! the result is immutable and read through accessors, and its warnings are produced here and
 //! nowhere else.
 
+pub mod corrections;
 mod dra;
 pub mod machines;
 mod pools;
@@ -89,6 +90,7 @@ pub struct SnapshotBuilder<'a> {
     described: &'a [crate::catalog::Ec2Facts],
     now: Option<k8s_openapi::jiff::Timestamp>,
     unreadable_classes: Option<&'a BTreeSet<String>>,
+    corrections: Option<&'a corrections::Corrections>,
 }
 
 impl<'a> SnapshotBuilder<'a> {
@@ -129,6 +131,13 @@ impl<'a> SnapshotBuilder<'a> {
         self
     }
 
+    /// What running nodes were found to offer where the prediction said more: planned on
+    /// instead of the prediction ([`corrections`]).
+    pub fn corrections(mut self, found: &'a corrections::Corrections) -> Self {
+        self.corrections = Some(found);
+        self
+    }
+
     /// Only these nodes (by name) may be consolidated; without a set, every node not marked
     /// do-not-disrupt may be.
     pub fn consolidation_candidates(mut self, nodes: &'a BTreeSet<String>) -> Self {
@@ -155,6 +164,7 @@ impl<'a> SnapshotBuilder<'a> {
             described,
             now,
             unreadable_classes,
+            corrections,
         } = self;
         let mut warnings = Vec::new();
         let mut invalid = Vec::new();
@@ -267,7 +277,10 @@ impl<'a> SnapshotBuilder<'a> {
                 unavailable,
                 &reserved_free,
             ) {
-                Ok(pool) => {
+                Ok(mut pool) => {
+                    if let Some(found) = corrections {
+                        pool.options.iter_mut().for_each(|o| found.apply(o));
+                    }
                     if let Some(opts) = devices {
                         template_options.insert(name, opts);
                     }
@@ -508,6 +521,7 @@ impl ClusterSnapshot {
             described: &[],
             now: None,
             unreadable_classes: None,
+            corrections: None,
         }
     }
 

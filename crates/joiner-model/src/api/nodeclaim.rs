@@ -38,6 +38,10 @@ pub mod conditions {
     pub const VOLUMES_DETACHED: &str = "VolumesDetached";
     /// Termination: `False` says why the instance could not be terminated.
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+    /// Whether the Node offers what the NodeClaim said it would: `False` (reason
+    /// `ConsistencyCheckFailed`) when it registered with less, as Karpenter's consistency check
+    /// writes it.
+    pub const CONSISTENT_STATE_FOUND: &str = "ConsistentStateFound";
 }
 
 /// A `karpenter.sh/v1` NodeClaim.

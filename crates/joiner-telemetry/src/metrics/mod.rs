@@ -115,6 +115,7 @@ pub struct Metrics {
     errors: Counters,
     leader: Gauge,
     offerings_unavailable: Counters,
+    mispredicted: Counters,
     state: StateGauges,
 }
 
@@ -197,6 +198,10 @@ impl Metrics {
             "joiner_offerings_unavailable",
             "Offerings marked unavailable after insufficient capacity, by instance type, zone and capacity type",
         );
+        let mispredicted = counters(
+            "joiner_nodeclaims_mispredicted",
+            "NodeClaims whose Node offers less of a resource than the plan predicted, by instance type and resource; later plans use what was found",
+        );
         let scheduling_duration = Family::<Labels, Histogram>::new_with_constructor(
             duration_buckets as fn() -> Histogram,
         );
@@ -261,6 +266,7 @@ impl Metrics {
             errors,
             leader,
             offerings_unavailable,
+            mispredicted,
             state,
         }
     }
@@ -476,6 +482,15 @@ pub fn record_outcomes(report: &StepReport, claims: &Claims, metrics: &Metrics) 
     }
     metrics.pods_nominated.inc_by(report.nominated.len() as u64);
     record_errors(report, metrics);
+    for m in &report.mispredicted {
+        metrics
+            .mispredicted
+            .get_or_create(&labels(&[
+                ("instance_type", &m.instance_type),
+                ("resource", &m.resource),
+            ]))
+            .inc();
+    }
     for offering in &report.unavailable {
         // `instance-type/zone/capacity-type`, as `OfferingKey` prints it.
         let mut parts = offering.splitn(3, '/');
@@ -493,12 +508,13 @@ pub fn record_outcomes(report: &StepReport, claims: &Claims, metrics: &Metrics) 
 
 /// NodeClaims and Nodes created, launched, registered and deleted.
 fn record_lifecycle(report: &StepReport, claims: &Claims, metrics: &Metrics) {
-    // As Karpenter labels them: `provisioned`, or the lower-cased disruption reason a
-    // replacement was made for; Joiner never relaxes minValues.
+    // As Karpenter labels them: `provisioned`, or the lower-cased reason of the voluntary
+    // disruption a replacement was made for (Karpenter replaces an expired or interrupted
+    // node by provisioning for its pods); Joiner never relaxes minValues.
     let replacements: BTreeMap<&String, String> = report
         .disruption
         .iter()
-        .filter(|e| e.action == DisruptionAction::Replacing)
+        .filter(|e| e.action == DisruptionAction::Replacing && is_voluntary(&e.reason))
         .flat_map(|e| e.detail.iter().map(|c| (c, reason_label(&e.reason))))
         .collect();
     for name in &report.created {
@@ -528,6 +544,17 @@ fn record_lifecycle(report: &StepReport, claims: &Claims, metrics: &Metrics) {
                 .get_or_create(&labels(&[("nodepool", &c.nodepool), ("zone", &c.zone)]))
                 .inc();
         }
+    }
+    for (name, _) in &report.insufficient_capacity {
+        let c = claim(claims, name);
+        metrics
+            .nodeclaims_disrupted
+            .get_or_create(&labels(&[
+                ("reason", "insufficient_capacity"),
+                ("nodepool", &c.nodepool),
+                ("capacity_type", &c.capacity_type),
+            ]))
+            .inc();
     }
     for name in &report.registered {
         let c = claim(claims, name);
@@ -600,18 +627,38 @@ fn record_disruption(report: &StepReport, claims: &Claims, metrics: &Metrics) {
     }
 }
 
+/// Whether Karpenter counts a disruption of this reason as voluntary (budgeted: empty,
+/// underutilized, drifted); expiry and interruption are forceful.
+fn is_voluntary(reason: &str) -> bool {
+    DisruptionReason::parse(reason).is_some_and(DisruptionReason::is_budgeted)
+}
+
 fn record_decision(
     report: &StepReport,
     decided: &joiner_controller::DisruptionEvent,
     claims: &Claims,
     metrics: &Metrics,
 ) {
+    let reason = reason_label(&decided.reason);
+    for name in &decided.node_claims {
+        let c = claim(claims, name);
+        metrics
+            .nodeclaims_disrupted
+            .get_or_create(&labels(&[
+                ("reason", &reason),
+                ("nodepool", &c.nodepool),
+                ("capacity_type", &c.capacity_type),
+            ]))
+            .inc();
+    }
+    if !is_voluntary(&decided.reason) {
+        return;
+    }
     let replaced = report
         .disruption
         .iter()
         .any(|e| e.action == DisruptionAction::Replacing && e.node_claims == decided.node_claims);
     let decision = if replaced { "replace" } else { "delete" };
-    let reason = reason_label(&decided.reason);
     let consolidation_type = match DisruptionReason::parse(&decided.reason) {
         Some(DisruptionReason::Empty) => "empty",
         Some(DisruptionReason::Underutilized) if decided.node_claims.len() > 1 => "multi",
@@ -639,17 +686,6 @@ fn record_decision(
                 ("decision", decision),
                 ("reason", &reason),
                 ("consolidation_type", consolidation_type),
-            ]))
-            .inc();
-    }
-    for name in &decided.node_claims {
-        let c = claim(claims, name);
-        metrics
-            .nodeclaims_disrupted
-            .get_or_create(&labels(&[
-                ("reason", &reason),
-                ("nodepool", &c.nodepool),
-                ("capacity_type", &c.capacity_type),
             ]))
             .inc();
     }

@@ -72,6 +72,7 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
         collected: true,
         unavailable: s(&["g4dn.xlarge/us-east-1a/spot"]),
         insufficient_capacity: Vec::new(),
+        mispredicted: Vec::new(),
         unschedulable: vec![("lab/big".into(), "too big".into())],
         nominated: vec![("lab/p1".into(), "gpu-a".into())],
         scheduling_duration: Some(Duration::from_millis(30)),
@@ -261,5 +262,42 @@ fn error_series_stay_bounded_whatever_fails() {
     assert!(
         samples(&m).iter().all(|l| !l.contains("gpu-")),
         "no object names in labels"
+    );
+}
+
+/// Expiry and interruption are forceful in Karpenter: they are disruptions, not voluntary
+/// decisions, and the nodes that take over their pods are provisioned, not replacements.
+#[test]
+fn forceful_disruptions_are_not_voluntary_decisions() {
+    let m = Metrics::new("aws");
+    let report = StepReport {
+        created: s(&["new"]),
+        disruption: vec![
+            event(DisruptionAction::Decided, "Expired", &["old"], &[]),
+            event(DisruptionAction::Replacing, "Expired", &["old"], &["new"]),
+        ],
+        insufficient_capacity: vec![("short".into(), "no capacity".into())],
+        ..StepReport::default()
+    };
+    let pools = claims(&[("old", "gpu"), ("new", "gpu"), ("short", "gpu")]);
+    record(&report, &pools, Duration::ZERO, &m);
+    let lines = samples(&m);
+    has(
+        &lines,
+        r#"karpenter_nodeclaims_created_total{reason="provisioned",nodepool="gpu",min_values_relaxed="false"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_nodeclaims_disrupted_total{reason="expired",nodepool="gpu",capacity_type="spot"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_nodeclaims_disrupted_total{reason="insufficient_capacity",nodepool="gpu",capacity_type="spot"} 1"#,
+    );
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.starts_with("karpenter_voluntary_disruption_decisions")),
+        "{lines:#?}"
     );
 }
