@@ -50,6 +50,9 @@ pub struct StepReport {
     pub scheduling_duration: Option<std::time::Duration>,
     /// What the disruption step did (consolidation, expiry).
     pub disruption: Vec<DisruptionEvent>,
+    /// How many nodes each voluntary disruption could take, when the disruption step looked
+    /// (empty, underutilized, drifted).
+    pub eligible: Option<Vec<(joiner_model::wellknown::DisruptionReason, usize)>>,
     /// Pods on a draining node that the drain does not wait for, and why (each step while it
     /// goes on): the runtime says so on each pod.
     pub not_drained: Vec<(String, NotDrained)>,

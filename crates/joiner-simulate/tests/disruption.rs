@@ -117,6 +117,15 @@ fn events(
         .filter(move |e| e.action == action)
 }
 
+/// How many nodes the disruption step found `reason` could take, in this step's report.
+fn eligible(report: &StepReport, reason: DisruptionReason) -> Option<usize> {
+    report
+        .eligible
+        .as_ref()
+        .and_then(|e| e.iter().find(|(r, _)| *r == reason))
+        .map(|(_, n)| *n)
+}
+
 fn settled(world: &World, nodes: usize) {
     let live = world.live_claims();
     assert_eq!(
@@ -140,7 +149,20 @@ fn empty_nodes_go_after_consolidate_after() {
     let early = world.run(&mut c, 240);
     assert_eq!(events(&early, DisruptionAction::Deleted).count(), 0);
     assert_eq!(world.live_claims().len(), 2);
+    // Not eligible either (karpenter_voluntary_disruption_eligible_nodes).
+    assert!(
+        early
+            .iter()
+            .all(|r| eligible(r, DisruptionReason::Empty).unwrap_or(0) == 0)
+    );
     let later = world.run(&mut c, 300);
+    assert_eq!(
+        later
+            .iter()
+            .filter_map(|r| eligible(r, DisruptionReason::Empty))
+            .max(),
+        Some(2)
+    );
     let deleted: Vec<_> = events(&later, DisruptionAction::Deleted).collect();
     assert_eq!(deleted.len(), 2, "{deleted:?}");
     assert!(deleted.iter().all(|e| e.reason == "Empty"));
@@ -710,6 +732,14 @@ fn a_changed_node_pool_drifts_its_nodes_and_they_are_replaced_one_at_a_time() {
     }
     let drifted: Vec<_> = events(&reports, DisruptionAction::Drifted).collect();
     assert_eq!(drifted.len(), 2, "{drifted:?}");
+    assert_eq!(
+        reports
+            .iter()
+            .filter_map(|r| eligible(r, DisruptionReason::Drifted))
+            .max(),
+        Some(2),
+        "both drifted nodes were eligible"
+    );
     assert!(drifted.iter().all(|e| e.reason == "NodePoolDrifted"));
     assert!(events(&reports, DisruptionAction::Replacing).all(|e| e.reason == "Drifted"));
     assert!(events(&reports, DisruptionAction::Deleted).count() >= 2);

@@ -59,6 +59,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use joiner_engine::plan::PlannedNodeClaim;
 use joiner_model::api::NodePool;
 use joiner_model::api::ec2nodeclass::EC2NodeClass;
+use joiner_model::api::nodepool::ConsolidationPolicy;
 use joiner_model::wellknown::{DisruptionAction, DisruptionReason};
 use joiner_model::wellknown::{annotations, labels, taints};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -197,6 +198,7 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
 
     // 0. Hash stamps and Drifted conditions.
     let drifted = mark_drift(ctx, &view)?;
+    ctx.report.eligible = Some(eligible_counts(ctx.now, &view, state, &drifted));
 
     // 1. Interruptions, whatever else is going on.
     let interrupted: Vec<NodeClaim> = view
@@ -260,7 +262,10 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
     }
 
     // 4. Drift.
-    if let Some(claim) = drift_candidate(ctx.now, &view, &drifted) {
+    if let Some(claim) = drift_candidates(ctx.now, &view, &drifted)
+        .into_iter()
+        .next()
+    {
         let claim = claim.clone();
         return start_move(ctx, &view, &[claim], DisruptionReason::Drifted, None);
     }
@@ -339,11 +344,11 @@ fn mark_drift<S: ClusterStore, C: CloudProvider>(
 /// The drifted NodeClaim to replace now: initialized, not being disrupted, within its pool's
 /// budget for `Drifted`, not held by do-not-disrupt or a PodDisruptionBudget that allows no
 /// eviction (unless it has a termination grace period); the oldest first.
-fn drift_candidate<'a>(
+fn drift_candidates<'a>(
     now: Timestamp,
     view: &'a View,
     drifted: &BTreeSet<String>,
-) -> Option<&'a NodeClaim> {
+) -> Vec<&'a NodeClaim> {
     let mut candidates: Vec<&NodeClaim> = view
         .claims
         .iter()
@@ -365,7 +370,49 @@ fn drift_candidate<'a>(
         let created = |c: &NodeClaim| c.metadata.creation_timestamp.as_ref().map(|t| t.0);
         created(a).cmp(&created(b)).then(a.name().cmp(b.name()))
     });
-    candidates.into_iter().next()
+    candidates
+}
+
+/// How many nodes each voluntary disruption could take now (Karpenter's
+/// `karpenter_voluntary_disruption_eligible_nodes`): drifted NodeClaims drift may replace, and
+/// the consolidation candidates, empty ones apart.
+fn eligible_counts(
+    now: Timestamp,
+    view: &View,
+    state: &DisruptionState,
+    drifted: &BTreeSet<String>,
+) -> Vec<(DisruptionReason, usize)> {
+    let candidates = consolidation_candidates(now, view, state);
+    let empty = candidates
+        .iter()
+        .filter(|node| {
+            !crate::pods::bound_to(&view.pods, node).any(|p| {
+                !crate::pods::is_daemon_pod(p)
+                    && !matches!(
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                        Some("Succeeded" | "Failed")
+                    )
+            })
+        })
+        .count();
+    let underutilized = candidates
+        .iter()
+        .filter(|node| {
+            view.claim_of_node(node)
+                .and_then(|c| view.pool_of(c))
+                .is_some_and(|p| {
+                    p.spec.disruption.consolidation_policy != ConsolidationPolicy::WhenEmpty
+                })
+        })
+        .count();
+    vec![
+        (DisruptionReason::Empty, empty),
+        (DisruptionReason::Underutilized, underutilized),
+        (
+            DisruptionReason::Drifted,
+            drift_candidates(now, view, drifted).len(),
+        ),
+    ]
 }
 
 /// Records since when each node's bound pods have been what they are.
@@ -421,36 +468,7 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
         state.validating = None;
         return Ok(());
     }
-    // Candidates: initialized nodes of a NodePool whose pods have not changed for
-    // `consolidateAfter`, not marked do-not-disrupt.
-    let mut eligible = BTreeSet::new();
-    for node in &view.nodes {
-        let Some(name) = node.metadata.name.as_deref() else {
-            continue;
-        };
-        let Some(claim) = view.claim_of_node(name) else {
-            continue;
-        };
-        if claim.is_deleting()
-            || !claim.is_true(conditions::INITIALIZED)
-            || claim.annotation(annotations::DISRUPTION_REASON).is_some()
-        {
-            continue;
-        }
-        let Some(pool) = view.pool_of(claim) else {
-            continue;
-        };
-        let Some(after) = duration_setting(&pool.spec.disruption.consolidate_after) else {
-            continue;
-        };
-        let since = state.pods_since.get(name).map(|s| s.1).unwrap_or(ctx.now);
-        if elapsed(ctx.now, since) >= after
-            && !is_node_held(&node.metadata)
-            && view.blocked_by_budget(claim).is_none()
-        {
-            eligible.insert(name.to_string());
-        }
-    }
+    let eligible = consolidation_candidates(ctx.now, view, state);
     if eligible.is_empty() {
         state.validating = None;
         return Ok(());
@@ -526,6 +544,44 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
 
 /// How long a NodeClaim's deletion goes on before consolidation's exclusion event names it.
 const SLOW_DRAIN: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
+/// Consolidation candidates: initialized nodes of a NodePool whose pods have not changed for
+/// `consolidateAfter`, not marked do-not-disrupt, not held by a budget.
+fn consolidation_candidates(
+    now: Timestamp,
+    view: &View,
+    state: &DisruptionState,
+) -> BTreeSet<String> {
+    let mut eligible = BTreeSet::new();
+    for node in &view.nodes {
+        let Some(name) = node.metadata.name.as_deref() else {
+            continue;
+        };
+        let Some(claim) = view.claim_of_node(name) else {
+            continue;
+        };
+        if claim.is_deleting()
+            || !claim.is_true(conditions::INITIALIZED)
+            || claim.annotation(annotations::DISRUPTION_REASON).is_some()
+        {
+            continue;
+        }
+        let Some(pool) = view.pool_of(claim) else {
+            continue;
+        };
+        let Some(after) = duration_setting(&pool.spec.disruption.consolidate_after) else {
+            continue;
+        };
+        let since = state.pods_since.get(name).map(|s| s.1).unwrap_or(now);
+        if elapsed(now, since) >= after
+            && !is_node_held(&node.metadata)
+            && view.blocked_by_budget(claim).is_none()
+        {
+            eligible.insert(name.to_string());
+        }
+    }
+    eligible
+}
 
 /// Whether the cluster is still settling, so consolidation waits: a pending pod the plan
 /// places (it is on its way to a node that may look empty), or a NodeClaim launching within its

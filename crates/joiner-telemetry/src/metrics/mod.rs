@@ -11,6 +11,7 @@
 //! exist: a gauge's series go with their object, and counters are labelled by NodePool, never
 //! by NodeClaim, pod or instance.
 
+pub mod conditions;
 pub mod state;
 
 use std::collections::BTreeMap;
@@ -116,7 +117,9 @@ pub struct Metrics {
     leader: Gauge,
     offerings_unavailable: Counters,
     mispredicted: Counters,
+    eligible: Family<Labels, Gauge>,
     state: StateGauges,
+    conditions: conditions::ConditionMetrics,
 }
 
 /// Buckets from 5 ms to about 80 s: a step or a plan of a few pods takes milliseconds, a
@@ -202,6 +205,12 @@ impl Metrics {
             "joiner_nodeclaims_mispredicted",
             "NodeClaims whose Node offers less of a resource than the plan predicted, by instance type and resource; later plans use what was found",
         );
+        let eligible = Family::<Labels, Gauge>::default();
+        registry.register(
+            "karpenter_voluntary_disruption_eligible_nodes",
+            "Nodes each voluntary disruption could take now, by reason",
+            eligible.clone(),
+        );
         let scheduling_duration = Family::<Labels, Histogram>::new_with_constructor(
             duration_buckets as fn() -> Histogram,
         );
@@ -241,6 +250,7 @@ impl Metrics {
             leader.clone(),
         );
         let state = StateGauges::register(&mut registry);
+        let conditions = conditions::ConditionMetrics::register(&mut registry);
         Metrics {
             registry,
             provider,
@@ -267,7 +277,9 @@ impl Metrics {
             leader,
             offerings_unavailable,
             mispredicted,
+            eligible,
             state,
+            conditions,
         }
     }
 
@@ -278,6 +290,7 @@ impl Metrics {
     /// Sets the state gauges to `state`, dropping the series of objects that are gone.
     pub fn set_state(&self, state: &ClusterState) {
         self.state.set(state);
+        self.conditions.set(&state.conditions);
     }
 
     /// The Prometheus text exposition (OpenMetrics) of every metric.
@@ -482,6 +495,12 @@ pub fn record_outcomes(report: &StepReport, claims: &Claims, metrics: &Metrics) 
     }
     metrics.pods_nominated.inc_by(report.nominated.len() as u64);
     record_errors(report, metrics);
+    for (reason, n) in report.eligible.iter().flatten() {
+        metrics
+            .eligible
+            .get_or_create(&labels(&[("reason", &reason_label(reason.as_str()))]))
+            .set(i64::try_from(*n).unwrap_or(i64::MAX));
+    }
     for m in &report.mispredicted {
         metrics
             .mispredicted

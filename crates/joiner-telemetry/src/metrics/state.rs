@@ -10,11 +10,13 @@ use std::collections::BTreeMap;
 
 use joiner_controller::store::ClusterStore;
 use joiner_model::Quantity;
-use joiner_model::api::{NodeClaim, NodePool};
+use joiner_model::api::{EC2NodeClass, NodeClaim, NodePool};
 use joiner_model::resources::{ResourceList, add_into, parse_resource_list, pod_requests};
 use joiner_model::wellknown::labels;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
+
+use super::conditions::{ConditionKind, ConditionState};
 
 /// The node labels Karpenter turns into metric labels, and the label each becomes
 /// ([`label_name`]), in the order Joiner writes them (Karpenter's order varies between
@@ -116,6 +118,16 @@ pub struct NodeState {
     pub lifetime_seconds: f64,
 }
 
+/// The objects a [`ClusterState`] describes.
+#[derive(Debug, Clone, Copy)]
+pub struct Objects<'a> {
+    pub nodes: &'a [Node],
+    pub claims: &'a [NodeClaim],
+    pub pools: &'a [NodePool],
+    pub classes: &'a [EC2NodeClass],
+    pub pods: &'a [Pod],
+}
+
 /// The gauges' values after a step.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClusterState {
@@ -127,6 +139,8 @@ pub struct ClusterState {
     pub pool_limits: BTreeMap<String, ResourceList>,
     /// `karpenter_pods_state`'s labels of each pod.
     pub pods: Vec<Labels>,
+    /// Every condition of the NodeClaims, NodePools, EC2NodeClasses and Joiner's Nodes.
+    pub conditions: Vec<ConditionState>,
 }
 
 impl ClusterState {
@@ -135,32 +149,34 @@ impl ClusterState {
     /// with `synced` 1.
     pub fn read<S: ClusterStore>(store: &S, now: Timestamp) -> ClusterState {
         let synced = store.synced().is_ok();
-        let (nodes, claims, pools, pods) = (
+        let (nodes, claims, pools, classes, pods) = (
             store.list::<Node>(),
             store.list::<NodeClaim>(),
             store.list::<NodePool>(),
+            store.list::<EC2NodeClass>(),
             store.list::<Pod>(),
         );
-        let complete = nodes.is_ok() && claims.is_ok() && pools.is_ok() && pods.is_ok();
-        ClusterState::of(
-            &nodes.unwrap_or_default(),
-            &claims.unwrap_or_default(),
-            &pools.unwrap_or_default(),
-            &pods.unwrap_or_default(),
-            synced && complete,
-            now,
-        )
+        let complete =
+            nodes.is_ok() && claims.is_ok() && pools.is_ok() && classes.is_ok() && pods.is_ok();
+        let objects = Objects {
+            nodes: &nodes.unwrap_or_default(),
+            claims: &claims.unwrap_or_default(),
+            pools: &pools.unwrap_or_default(),
+            classes: &classes.unwrap_or_default(),
+            pods: &pods.unwrap_or_default(),
+        };
+        ClusterState::of(&objects, synced && complete, now)
     }
 
     /// The state of these objects.
-    pub fn of(
-        nodes: &[Node],
-        claims: &[NodeClaim],
-        pools: &[NodePool],
-        pods: &[Pod],
-        synced: bool,
-        now: Timestamp,
-    ) -> ClusterState {
+    pub fn of(objects: &Objects<'_>, synced: bool, now: Timestamp) -> ClusterState {
+        let Objects {
+            nodes,
+            claims,
+            pools,
+            pods,
+            ..
+        } = *objects;
         let managed: BTreeMap<&str, &NodeClaim> = claims
             .iter()
             .filter_map(|c| c.status.node_name.as_deref().map(|n| (n, c)))
@@ -210,6 +226,7 @@ impl ClusterState {
                 .iter()
                 .map(|p| pod_labels(p, &nodes_by_name, &managed))
                 .collect(),
+            conditions: conditions_of(objects, now),
         }
     }
 
@@ -373,4 +390,87 @@ fn pod_labels(
         ),
         ("node", node_name),
     ]
+}
+
+/// Every condition of the objects (of Nodes, those Joiner manages), with the labels Karpenter
+/// gives each kind's.
+fn conditions_of(objects: &Objects<'_>, now: Timestamp) -> Vec<ConditionState> {
+    use joiner_model::api::nodeclaim::Condition;
+    let epoch = |t: Timestamp| t.as_millisecond() as f64 / 1000.0;
+    let at = epoch(now);
+    let state = |kind, name: &str, c: &Condition, extra: &Labels| {
+        let since = epoch(c.last_transition_time.0);
+        ConditionState {
+            kind,
+            name: name.to_string(),
+            type_: c.type_.clone(),
+            status: c.status.clone(),
+            reason: c.reason.clone(),
+            since,
+            for_seconds: (at - since).max(0.0),
+            extra: extra.clone(),
+        }
+    };
+    let mut out = Vec::new();
+    for claim in objects.claims {
+        let extra = vec![
+            (
+                "karpenter_k8s_aws_ec2nodeclass",
+                claim.spec.node_class_ref.name.clone(),
+            ),
+            (
+                "karpenter_sh_nodepool",
+                claim
+                    .label(labels::NODEPOOL)
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
+        ];
+        for c in &claim.status.conditions {
+            out.push(state(ConditionKind::NodeClaim, claim.name(), c, &extra));
+        }
+    }
+    for pool in objects.pools {
+        let name = pool.metadata.name.as_deref().unwrap_or_default();
+        for c in pool.status.iter().flat_map(|s| &s.conditions) {
+            out.push(state(ConditionKind::NodePool, name, c, &Vec::new()));
+        }
+    }
+    for class in objects.classes {
+        let name = class.metadata.name.as_deref().unwrap_or_default();
+        for c in class.status.iter().flat_map(|s| &s.conditions) {
+            out.push(state(ConditionKind::EC2NodeClass, name, c, &Vec::new()));
+        }
+    }
+    for node in objects.nodes {
+        let node_labels = node.metadata.labels.clone().unwrap_or_default();
+        let Some(pool) = node_labels.get(labels::NODEPOOL) else {
+            continue;
+        };
+        let label = |k: &str| node_labels.get(k).cloned().unwrap_or_default();
+        let extra = vec![
+            ("karpenter_k8s_aws_ec2nodeclass", label(labels::NODECLASS)),
+            ("karpenter_sh_nodepool", pool.clone()),
+            ("karpenter_sh_initialized", label(labels::INITIALIZED)),
+        ];
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        for c in node
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+        {
+            let since = c.last_transition_time.as_ref().map_or(at, |t| epoch(t.0));
+            out.push(ConditionState {
+                kind: ConditionKind::Node,
+                name: name.to_string(),
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                reason: c.reason.clone().unwrap_or_default(),
+                since,
+                for_seconds: (at - since).max(0.0),
+                extra: extra.clone(),
+            });
+        }
+    }
+    out
 }

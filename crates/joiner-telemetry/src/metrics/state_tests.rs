@@ -2,15 +2,28 @@
 //! training pod, a node Joiner does not manage, one NodePool with limits.
 
 use joiner_controller::StepReport;
-use joiner_model::api::{NodeClaim, NodePool};
+use joiner_model::api::{EC2NodeClass, NodeClaim, NodePool};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
-use super::state::{ClusterState, label_name};
+use super::state::{ClusterState, Objects, label_name};
+
+const EMPTY: Objects<'static> = Objects {
+    nodes: &[],
+    claims: &[],
+    pools: &[],
+    classes: &[],
+    pods: &[],
+};
 use super::*;
 
-fn node(name: &str, managed: bool) -> Node {
+/// A condition `Ready` of this status since the start of 2026.
+fn ready(status: &str) -> serde_json::Value {
+    json!([{"type": "Ready", "status": status, "reason": if status == "True" { "Ready" } else { "NotReady" }, "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+}
+
+fn node(name: &str, managed: bool, status: &str) -> Node {
     let mut labels =
         json!({"kubernetes.io/arch": "amd64", "topology.kubernetes.io/zone": "us-east-1a"});
     if managed {
@@ -18,12 +31,15 @@ fn node(name: &str, managed: bool) -> Node {
         labels["karpenter.sh/capacity-type"] = json!("spot");
         labels["node.kubernetes.io/instance-type"] = json!("g5.xlarge");
         labels["karpenter.k8s.aws/instance-gpu-name"] = json!("a10g");
+        labels["karpenter.k8s.aws/ec2nodeclass"] = json!("default");
+        labels["karpenter.sh/initialized"] = json!("true");
     }
     serde_json::from_value(json!({
         "metadata": {"name": name, "labels": labels, "creationTimestamp": "2026-01-01T00:00:00Z"},
         "status": {
             "capacity": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1", "pods": "58"},
-            "allocatable": {"cpu": "3920m", "memory": "15Gi", "nvidia.com/gpu": "1", "pods": "58"}
+            "allocatable": {"cpu": "3920m", "memory": "15Gi", "nvidia.com/gpu": "1", "pods": "58"},
+            "conditions": ready(status)
         }
     }))
     .unwrap()
@@ -43,17 +59,17 @@ fn pod(name: &str, node: &str, daemon: bool, requests: serde_json::Value) -> Pod
     .unwrap()
 }
 
-fn claim() -> NodeClaim {
+fn claim(status: &str, at: &str) -> NodeClaim {
     serde_json::from_value(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
         "metadata": {"name": "gpu-abc", "labels": {"karpenter.sh/nodepool": "gpu"}},
         "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []},
-        "status": {"nodeName": "ip-1"}
+        "status": {"nodeName": "ip-1", "conditions": [{"type": "Ready", "status": status, "reason": "R", "lastTransitionTime": at}]}
     }))
     .unwrap()
 }
 
-fn pool() -> NodePool {
+fn pool(status: &str) -> NodePool {
     serde_json::from_value(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
         "metadata": {"name": "gpu"},
@@ -61,13 +77,39 @@ fn pool() -> NodePool {
             "limits": {"cpu": "100", "nvidia.com/gpu": "8"},
             "template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []}}
         },
-        "status": {"nodes": 1, "resources": {"cpu": "4", "nvidia.com/gpu": "1"}}
+        "status": {"nodes": 1, "resources": {"cpu": "4", "nvidia.com/gpu": "1"}, "conditions": ready(status)}
+    }))
+    .unwrap()
+}
+
+fn class(status: &str) -> EC2NodeClass {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+        "metadata": {"name": "default"},
+        "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}], "subnetSelectorTerms": [{"id": "s"}], "securityGroupSelectorTerms": [{"id": "g"}]},
+        "status": {"conditions": ready(status)}
     }))
     .unwrap()
 }
 
 pub(super) fn cluster() -> ClusterState {
-    let nodes = [node("ip-1", true), node("ip-2", false)];
+    cluster_at("False", "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z")
+}
+
+/// [`cluster`] ten minutes later: the NodeClaim became Ready; its class, pool and node stopped
+/// being.
+pub(super) fn cluster_later() -> ClusterState {
+    cluster_at("True", "2026-01-01T01:05:00Z", "2026-01-01T01:10:00Z")
+}
+
+fn cluster_at(claim_status: &str, since: &str, now: &str) -> ClusterState {
+    // Ten minutes later the class, the pool and the node are no longer Ready.
+    let others = if claim_status == "True" {
+        "False"
+    } else {
+        "True"
+    };
+    let nodes = [node("ip-1", true, others), node("ip-2", false, "True")];
     let pods = [
         pod(
             "dcgm-1",
@@ -83,8 +125,15 @@ pub(super) fn cluster() -> ClusterState {
         ),
         pod("web", "ip-2", false, json!({"cpu": "1"})),
     ];
-    let now: Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
-    ClusterState::of(&nodes, &[claim()], &[pool()], &pods, true, now)
+    let now: Timestamp = now.parse().unwrap();
+    let objects = Objects {
+        nodes: &nodes,
+        claims: &[claim(claim_status, since)],
+        pools: &[pool(others)],
+        classes: &[class(others)],
+        pods: &pods,
+    };
+    ClusterState::of(&objects, true, now)
 }
 
 fn lines(m: &Metrics) -> Vec<String> {
@@ -279,7 +328,7 @@ fn series_of_objects_that_are_gone_go_with_them() {
     assert!(count(&m, "karpenter_nodes_allocatable{") > 0);
     // Every node, pod and pool deleted, and the view not synced.
     let now: Timestamp = "2026-01-01T02:00:00Z".parse().unwrap();
-    m.set_state(&ClusterState::of(&[], &[], &[], &[], false, now));
+    m.set_state(&ClusterState::of(&EMPTY, false, now));
     for family in [
         "karpenter_nodes_",
         "karpenter_pods_state",
@@ -299,7 +348,7 @@ fn series_of_objects_that_are_gone_go_with_them() {
         Duration::ZERO,
         &m,
     );
-    m.set_state(&ClusterState::of(&[], &[], &[], &[], true, now));
+    m.set_state(&ClusterState::of(&EMPTY, true, now));
     assert_eq!(count(&m, "karpenter_nodeclaims_created_total{"), 1);
 }
 
@@ -325,4 +374,124 @@ fn metric_label_names_are_the_node_label_keys_last_segment() {
     for (key, name) in super::state::NODE_LABELS {
         assert_eq!(label_name(key), name, "{key}");
     }
+}
+
+#[test]
+fn conditions_are_gauged_per_object_and_their_transitions_counted() {
+    let m = Metrics::new("aws");
+    m.set_state(&cluster());
+    let l = lines(&m);
+    let claim = [
+        r#"name="gpu-abc""#,
+        r#"type="Ready""#,
+        r#"status="False""#,
+        r#"karpenter_k8s_aws_ec2nodeclass="default""#,
+        r#"karpenter_sh_nodepool="gpu""#,
+    ];
+    assert_eq!(
+        value(&l, "operator_nodeclaim_status_condition_count", &claim),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "operator_nodeclaim_status_condition_current_status_seconds",
+            &claim
+        ),
+        3600.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "operator_status_condition_count",
+            &[r#"kind="NodeClaim""#, r#"group="karpenter.sh""#]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "operator_node_status_condition_count",
+            &[r#"name="ip-1""#, r#"karpenter_sh_initialized="true""#]
+        ),
+        1.0
+    );
+    // Only Joiner's nodes are described.
+    assert!(
+        !l.iter()
+            .any(|x| x.starts_with("operator_node_") && x.contains("ip-2"))
+    );
+    assert_eq!(
+        value(
+            &l,
+            "operator_nodepool_status_condition_count",
+            &[r#"name="gpu""#]
+        ),
+        1.0
+    );
+    // The first look only learns: nothing has transitioned yet.
+    assert!(
+        !l.iter().any(|x| x.contains("_transitions_total")),
+        "{l:#?}"
+    );
+
+    m.set_state(&cluster_later());
+    let l = lines(&m);
+    let became = [
+        r#"type="Ready""#,
+        r#"status="True""#,
+        r#"reason="R""#,
+        r#"karpenter_sh_nodepool="gpu""#,
+    ];
+    assert_eq!(
+        value(
+            &l,
+            "operator_nodeclaim_status_condition_transitions_total",
+            &became
+        ),
+        1.0
+    );
+    // It had been False for 65 minutes.
+    assert_eq!(
+        value(
+            &l,
+            "operator_nodeclaim_status_condition_transition_seconds_sum",
+            &[r#"status="True""#]
+        ),
+        3900.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "operator_ec2nodeclass_status_condition_transitions_total",
+            &[r#"status="False""#]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "operator_status_condition_transitions_total",
+            &[r#"kind="EC2NodeClass""#]
+        ),
+        1.0
+    );
+    // The old status's series is gone with it.
+    assert!(!l.iter().any(
+        |x| x.starts_with("operator_nodeclaim_status_condition_count")
+            && x.contains(r#"status="False""#)
+    ));
+    assert_eq!(
+        value(
+            &l,
+            "operator_node_status_condition_transitions_total",
+            &[r#"status="False""#, r#"karpenter_sh_initialized="true""#]
+        ),
+        1.0
+    );
+    // The node that stayed Ready did not transition.
+    assert!(
+        !l.iter()
+            .any(|x| x.contains("_transitions_total") && x.contains("ip-2"))
+    );
 }

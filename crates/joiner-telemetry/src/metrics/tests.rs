@@ -73,6 +73,7 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
         unavailable: s(&["g4dn.xlarge/us-east-1a/spot"]),
         insufficient_capacity: Vec::new(),
         mispredicted: Vec::new(),
+        eligible: None,
         unschedulable: vec![("lab/big".into(), "too big".into())],
         nominated: vec![("lab/p1".into(), "gpu-a".into())],
         scheduling_duration: Some(Duration::from_millis(30)),
