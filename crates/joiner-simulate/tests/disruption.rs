@@ -176,6 +176,52 @@ fn empty_nodes_go_after_consolidate_after() {
     assert_eq!(running, 0, "the finalizer terminated the instances");
 }
 
+/// NodeClaims record when their pods last changed and say when they have been quiet for
+/// `consolidateAfter` (Karpenter's `lastPodEventTime` and `Consolidatable`); a restarted
+/// controller reads the record rather than start every node's quiet time over.
+#[test]
+fn node_claims_record_pod_events_and_say_when_they_are_consolidatable() {
+    let world = World::new(4, |p| p.spec.disruption.consolidate_after = "5m".into());
+    let mut c = world.controller();
+    world.run(&mut c, 120);
+    settled(&world, 2);
+    let consolidatable = |world: &World| {
+        world
+            .live_claims()
+            .iter()
+            .filter(|c| c.is_true(conditions::CONSOLIDATABLE))
+            .count()
+    };
+    for claim in world.live_claims() {
+        assert!(claim.status.last_pod_event_time.is_some(), "{}", claim.name());
+    }
+    assert_eq!(consolidatable(&world), 0, "pods just landed");
+    world.run(&mut c, 300);
+    assert_eq!(consolidatable(&world), 2, "quiet for 5 minutes");
+    let recorded: Vec<_> = world
+        .live_claims()
+        .iter()
+        .map(|c| c.status.last_pod_event_time.clone())
+        .collect();
+    // A restart: a new controller knows at once that the nodes have been quiet.
+    let mut restarted = world.controller();
+    world.run(&mut restarted, 1);
+    assert_eq!(consolidatable(&world), 2, "the restart started the quiet time over");
+    let after: Vec<_> = world
+        .live_claims()
+        .iter()
+        .map(|c| c.status.last_pod_event_time.clone())
+        .collect();
+    assert_eq!(after, recorded, "nothing happened to the pods");
+    // The pods go: a pod event, and the nodes are not consolidatable until quiet again.
+    world.scale_away(|_| false);
+    world.run(&mut restarted, 10);
+    assert_eq!(consolidatable(&world), 0);
+    for (claim, before) in world.live_claims().iter().zip(&recorded) {
+        assert!(claim.status.last_pod_event_time > *before, "{}", claim.name());
+    }
+}
+
 /// The node of the claim whose pods are `keys`' first, and that claim.
 fn claim_with_pods(world: &World) -> (NodeClaim, Vec<String>) {
     let claim = world.live_claims()[0].clone();

@@ -52,6 +52,7 @@
 //! new controller, which at worst waits `consolidateAfter` again.
 
 pub mod budgets;
+pub mod consolidatable;
 pub mod drift;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -196,8 +197,9 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
     };
     track_pods(ctx.now, &view, state);
 
-    // 0. Hash stamps and Drifted conditions.
+    // 0. Hash stamps and Drifted conditions; pod events and Consolidatable.
     let drifted = mark_drift(ctx, &view)?;
+    record_pod_events(ctx, &view, state);
     ctx.report.eligible = Some(eligible_counts(ctx.now, &view, state, &drifted));
 
     // 1. Interruptions, whatever else is going on.
@@ -341,6 +343,40 @@ fn mark_drift<S: ClusterStore, C: CloudProvider>(
     Ok(out)
 }
 
+/// Writes each NodeClaim's `lastPodEventTime` and `Consolidatable` where they changed. One
+/// that cannot be written waits for the next step; the others go on.
+fn record_pod_events<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    view: &View,
+    state: &DisruptionState,
+) {
+    for claim in view.claims.iter().filter(|c| !c.is_deleting()) {
+        let Some(node) = claim.status.node_name.as_deref() else {
+            continue;
+        };
+        let Some((_, since)) = state.pods_since.get(node) else {
+            continue;
+        };
+        let after = view
+            .pool_of(claim)
+            .map_or("Never", |p| p.spec.disruption.consolidate_after.as_str());
+        let quiet = consolidatable::consolidatable(claim, after, *since, ctx.now);
+        let mut updated = claim.clone();
+        if !consolidatable::update(&mut updated, *since, quiet, ctx.now) {
+            continue;
+        }
+        match ctx.store.update(&updated) {
+            // Written by someone else meanwhile (the drift mark of this step): next step.
+            Ok(_) | Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => {}
+            Err(e) => ctx.error(
+                Reconciler::Disruption,
+                &format!("recording pod events of NodeClaim {}", claim.name()),
+                e,
+            ),
+        }
+    }
+}
+
 /// The drifted NodeClaim to replace now: initialized, not being disrupted, within its pool's
 /// budget for `Drifted`, not held by do-not-disrupt or a PodDisruptionBudget that allows no
 /// eviction (unless it has a termination grace period); the oldest first.
@@ -427,7 +463,15 @@ fn track_pods(now: Timestamp, view: &View, state: &mut DisruptionState) {
         let hash = fnv1a(&parts);
         let entry = match state.pods_since.get(&name) {
             Some((h, since)) if *h == hash => (hash, *since),
-            _ => (hash, now),
+            Some(_) => (hash, now),
+            // First seen (a restart): since its NodeClaim last recorded a pod event, so a
+            // restart does not start its `consolidateAfter` over.
+            None => {
+                let recorded = view
+                    .claim_of_node(&name)
+                    .and_then(consolidatable::recorded_pod_event);
+                (hash, recorded.map_or(now, |t| t.min(now)))
+            }
         };
         seen.insert(name, entry);
     }

@@ -38,6 +38,10 @@ pub mod conditions {
     pub const VOLUMES_DETACHED: &str = "VolumesDetached";
     /// Termination: `False` says why the instance could not be terminated.
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+    /// `True` once the NodeClaim is initialized and its pods have not changed for its
+    /// NodePool's `consolidateAfter` (absent otherwise, and when consolidation is off), as
+    /// Karpenter writes it.
+    pub const CONSOLIDATABLE: &str = "Consolidatable";
     /// Whether the Node offers what the NodeClaim said it would: `False` (reason
     /// `ConsistencyCheckFailed`) when it registered with less, as Karpenter's consistency check
     /// writes it.
