@@ -51,6 +51,20 @@ fn reference(e: &ObjectEvent) -> ObjectReference {
             uid,
             ..ObjectReference::default()
         },
+        Involved::NodePool(name) => ObjectReference {
+            api_version: Some(joiner_model::api::nodeclaim::API_VERSION.into()),
+            kind: Some("NodePool".into()),
+            name: Some(name.clone()),
+            uid,
+            ..ObjectReference::default()
+        },
+        Involved::EC2NodeClass(name) => ObjectReference {
+            api_version: Some("karpenter.k8s.aws/v1".into()),
+            kind: Some("EC2NodeClass".into()),
+            name: Some(name.clone()),
+            uid,
+            ..ObjectReference::default()
+        },
     }
 }
 

@@ -28,7 +28,7 @@ use crate::rivals;
 use crate::run_loop::{LoopEnd, Timing, drive};
 use crate::stepper::{Step, Stepped, Stepper};
 use crate::{CloudKind, LogFormat, Options};
-use joiner_telemetry::events::{ObjectEvent, events_of, rival_event};
+use joiner_telemetry::events::{ObjectEvent, events_of, rival_event, transition_events};
 use joiner_telemetry::metrics::{Claims, Metrics, record, record_outcomes};
 
 /// The name Events are reported under.
@@ -491,11 +491,15 @@ async fn run(
             },
         ))
     });
+    // The conditions as the last step left them, to tell which changed.
+    let mut conditions = Vec::new();
     let observe = move |out: Stepped| {
         record(&out.report, &out.claims, out.took, &metrics);
         metrics.set_state(&out.state);
         log_step(&out);
-        let batch = events_of(&out.report, &out.subjects);
+        let mut batch = events_of(&out.report, &out.subjects);
+        batch.extend(transition_events(&conditions, &out.state.conditions));
+        conditions = out.state.conditions;
         // Events are best effort: when the publisher lags, a batch is dropped, not waited for.
         if !batch.is_empty() && events_tx.try_send(batch).is_err() {
             tracing::debug!("event publisher busy: dropped this step's events");

@@ -8,7 +8,8 @@ use std::time::Duration;
 use joiner_controller::StepReport;
 use joiner_controller::store::ClusterStore;
 use joiner_model::api::NodeClaim;
-use joiner_telemetry::events::{Involved, Recorder, Subjects, events_of};
+use joiner_telemetry::events::{Involved, Recorder, Subjects, events_of, transition_events};
+use joiner_telemetry::metrics::conditions::ConditionState;
 use joiner_telemetry::metrics::state::ClusterState;
 use joiner_telemetry::metrics::{Claims, Metrics, claims_of, record};
 use k8s_openapi::jiff::Timestamp;
@@ -33,6 +34,8 @@ pub struct Observer {
     recorder: Recorder,
     /// Labels of the NodeClaims as of the end of the last step.
     claims: Claims,
+    /// Conditions as of the end of the last step, to tell which changed.
+    conditions: Vec<ConditionState>,
     events: Vec<PublishedEvent>,
 }
 
@@ -42,6 +45,7 @@ impl Default for Observer {
             metrics: Metrics::new("simulated"),
             recorder: Recorder::default(),
             claims: Claims::new(),
+            conditions: Vec::new(),
             events: Vec::new(),
         }
     }
@@ -64,9 +68,13 @@ impl Observer {
         let mut claims = std::mem::replace(&mut self.claims, after.clone());
         claims.extend(after);
         record(report, &claims, took, &self.metrics);
-        self.metrics.set_state(&ClusterState::read(store, now));
+        let state = ClusterState::read(store, now);
+        self.metrics.set_state(&state);
         let subjects = Subjects::read(store, report);
-        for e in events_of(report, &subjects) {
+        let mut events = events_of(report, &subjects);
+        events.extend(transition_events(&self.conditions, &state.conditions));
+        self.conditions = state.conditions;
+        for e in events {
             if !self.recorder.should_publish(&e, Duration::from_secs(at)) {
                 continue;
             }
@@ -78,6 +86,8 @@ impl Observer {
                     Involved::Pod(key) => format!("Pod/{key}"),
                     Involved::NodeClaim(name) => format!("NodeClaim/{name}"),
                     Involved::Node(name) => format!("Node/{name}"),
+                    Involved::NodePool(name) => format!("NodePool/{name}"),
+                    Involved::EC2NodeClass(name) => format!("EC2NodeClass/{name}"),
                 },
                 message: e.message,
             });

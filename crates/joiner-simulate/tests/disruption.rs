@@ -193,7 +193,11 @@ fn node_claims_record_pod_events_and_say_when_they_are_consolidatable() {
             .count()
     };
     for claim in world.live_claims() {
-        assert!(claim.status.last_pod_event_time.is_some(), "{}", claim.name());
+        assert!(
+            claim.status.last_pod_event_time.is_some(),
+            "{}",
+            claim.name()
+        );
     }
     assert_eq!(consolidatable(&world), 0, "pods just landed");
     world.run(&mut c, 300);
@@ -206,7 +210,11 @@ fn node_claims_record_pod_events_and_say_when_they_are_consolidatable() {
     // A restart: a new controller knows at once that the nodes have been quiet.
     let mut restarted = world.controller();
     world.run(&mut restarted, 1);
-    assert_eq!(consolidatable(&world), 2, "the restart started the quiet time over");
+    assert_eq!(
+        consolidatable(&world),
+        2,
+        "the restart started the quiet time over"
+    );
     let after: Vec<_> = world
         .live_claims()
         .iter()
@@ -218,7 +226,11 @@ fn node_claims_record_pod_events_and_say_when_they_are_consolidatable() {
     world.run(&mut restarted, 10);
     assert_eq!(consolidatable(&world), 0);
     for (claim, before) in world.live_claims().iter().zip(&recorded) {
-        assert!(claim.status.last_pod_event_time > *before, "{}", claim.name());
+        assert!(
+            claim.status.last_pod_event_time > *before,
+            "{}",
+            claim.name()
+        );
     }
 }
 

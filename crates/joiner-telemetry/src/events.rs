@@ -17,6 +17,8 @@ use joiner_model::api::NodeClaim;
 use joiner_model::wellknown::{
     DisruptionAction, DisruptionReason, InterruptionKind, TerminationEvent,
 };
+
+use crate::metrics::conditions::{ConditionKind, ConditionState};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 pub use recorder::Recorder;
@@ -48,6 +50,9 @@ pub enum EventKind {
     /// Every offering the NodeClaim allows is out of capacity; it is deleted and its pods are
     /// planned again.
     InsufficientCapacityError,
+    /// A condition of a NodeClaim, NodePool, EC2NodeClass or Joiner's Node changed status: the
+    /// reason is the condition's type, as Karpenter's operator library names these events.
+    Transitioned(&'static str),
     /// On Joiner's own pod: another controller (Karpenter) holds its Lease, so Joiner stands
     /// down (`true`), or none does any more and Joiner acts again (`false`).
     Rival(bool),
@@ -68,6 +73,7 @@ impl EventKind {
             EventKind::Interruption(kind) => interruption_reason(kind),
             EventKind::InsufficientCapacityError => "InsufficientCapacityError",
             EventKind::FailedConsistencyCheck => "FailedConsistencyCheck",
+            EventKind::Transitioned(type_) => type_,
             EventKind::Rival(true) => "AnotherControllerRunning",
             EventKind::Rival(false) => "NoOtherController",
         }
@@ -82,6 +88,7 @@ impl EventKind {
             | EventKind::NotDrained(_)
             | EventKind::DisruptionTerminating(_)
             | EventKind::DisruptionLaunching(_)
+            | EventKind::Transitioned(_)
             | EventKind::Interruption(InterruptionKind::RebalanceRecommendation) => false,
             EventKind::FailedScheduling
             | EventKind::InsufficientCapacityError
@@ -102,6 +109,7 @@ impl EventKind {
             EventKind::DisruptionTerminating(_) | EventKind::Interruption(_) => "Disrupt",
             EventKind::DisruptionLaunching(_) | EventKind::InsufficientCapacityError => "Launch",
             EventKind::FailedConsistencyCheck => "Check",
+            EventKind::Transitioned(_) => "Transition",
             EventKind::Rival(true) => "StandDown",
             EventKind::Rival(false) => "Resume",
         }
@@ -127,6 +135,8 @@ pub enum Involved {
     Pod(String),
     NodeClaim(String),
     Node(String),
+    NodePool(String),
+    EC2NodeClass(String),
 }
 
 /// One event to publish on one object.
@@ -425,3 +435,75 @@ fn interruption_message(kind: InterruptionKind) -> &'static str {
 
 #[cfg(test)]
 mod tests;
+
+/// The condition types whose transitions are told, by the names Karpenter and the kubelet
+/// give them (a closed set: the event's reason is the type).
+const TOLD_CONDITIONS: [&str; 24] = [
+    "Launched",
+    "Registered",
+    "Initialized",
+    "Ready",
+    "Drifted",
+    "Consolidatable",
+    "ConsistentStateFound",
+    "DisruptionReason",
+    "Interrupted",
+    "Drained",
+    "VolumesDetached",
+    "InstanceTerminating",
+    "NodeClassReady",
+    "ValidationSucceeded",
+    "SubnetsReady",
+    "SecurityGroupsReady",
+    "AMIsReady",
+    "InstanceProfileReady",
+    "CapacityReservationsReady",
+    "MemoryPressure",
+    "DiskPressure",
+    "PIDPressure",
+    "NetworkUnavailable",
+    "NodeRegistrationHealthy",
+];
+
+/// Events for the conditions that changed status between two looks at the cluster, worded
+/// as Karpenter's operator library words them (`Status condition transitioned, Type: Ready,
+/// Status: False -> True, Reason: Ready`). Conditions that appear or vanish are not
+/// transitions; the first look (`before` empty after a restart) tells nothing.
+pub fn transition_events(before: &[ConditionState], after: &[ConditionState]) -> Vec<ObjectEvent> {
+    let was: BTreeMap<(ConditionKind, &str, &str), &ConditionState> = before
+        .iter()
+        .map(|c| ((c.kind, c.name.as_str(), c.type_.as_str()), c))
+        .collect();
+    let mut out = Vec::new();
+    for c in after {
+        let Some(old) = was.get(&(c.kind, c.name.as_str(), c.type_.as_str())) else {
+            continue;
+        };
+        if old.status == c.status {
+            continue;
+        }
+        let Some(type_) = TOLD_CONDITIONS.iter().find(|t| **t == c.type_) else {
+            continue;
+        };
+        let about = match c.kind {
+            ConditionKind::NodeClaim => Involved::NodeClaim(c.name.clone()),
+            ConditionKind::NodePool => Involved::NodePool(c.name.clone()),
+            ConditionKind::EC2NodeClass => Involved::EC2NodeClass(c.name.clone()),
+            ConditionKind::Node => Involved::Node(c.name.clone()),
+        };
+        let mut message = format!(
+            "Status condition transitioned, Type: {}, Status: {} -> {}, Reason: {}",
+            c.type_, old.status, c.status, c.reason
+        );
+        if !c.message.is_empty() {
+            message.push_str(&format!(", Message: {}", c.message));
+        }
+        out.push(ObjectEvent {
+            about,
+            uid: c.uid.clone(),
+            kind: EventKind::Transitioned(type_),
+            message,
+        });
+    }
+    out
+}

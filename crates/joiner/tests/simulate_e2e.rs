@@ -473,6 +473,8 @@ fn the_metrics_and_events_of_a_run_are_written_to_files() {
         ("DisruptionTerminating", "Node/"),
         ("DisruptionLaunching", "NodeClaim/"),
         ("Evicted", "Pod/"),
+        // Condition transitions, as Karpenter's operator library tells them.
+        ("Ready", "NodeClaim/"),
     ] {
         assert!(has(reason, kind), "no {reason} on a {kind}: {published:#?}");
     }

@@ -3,6 +3,7 @@ use std::time::Duration;
 use joiner_controller::{DisruptionEvent, NodeClaimEvent};
 
 use super::*;
+use crate::metrics::conditions::{ConditionKind, ConditionState};
 
 fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
@@ -325,4 +326,65 @@ fn objects_no_longer_mentioned_are_forgotten() {
     };
     assert!(recorder.should_publish(&later, at(121)));
     assert_eq!(recorder.remembered(), 1);
+}
+
+fn condition(kind: ConditionKind, name: &str, type_: &str, status: &str) -> ConditionState {
+    ConditionState {
+        kind,
+        name: name.into(),
+        uid: Some(format!("uid-{name}")),
+        type_: type_.into(),
+        status: status.into(),
+        reason: "Because".into(),
+        message: String::new(),
+        since: 0.0,
+        for_seconds: 0.0,
+        extra: Vec::new(),
+    }
+}
+
+#[test]
+fn condition_transitions_are_told_on_their_object_as_karpenter_tells_them() {
+    let before = [
+        condition(ConditionKind::NodeClaim, "gpu-1", "Ready", "False"),
+        condition(ConditionKind::NodePool, "gpu", "Ready", "True"),
+        condition(ConditionKind::EC2NodeClass, "default", "AMIsReady", "True"),
+        condition(ConditionKind::Node, "ip-1", "Ready", "True"),
+        condition(ConditionKind::NodeClaim, "gpu-1", "SomethingElse", "False"),
+    ];
+    let mut after = before.to_vec();
+    after[0].status = "True".into();
+    after[1].status = "False".into();
+    after[1].message = "NodeClassReady=False".into();
+    after[2].status = "False".into();
+    // Not a type Karpenter or the kubelet writes: not told (the reasons stay a closed set).
+    after[4].status = "True".into();
+    // A condition that appears is not a transition.
+    after.push(condition(
+        ConditionKind::NodeClaim,
+        "gpu-1",
+        "Drifted",
+        "True",
+    ));
+    let events = transition_events(&before, &after);
+    assert_eq!(
+        said(&events),
+        [
+            ("Ready", false, Involved::NodeClaim("gpu-1".into())),
+            ("Ready", false, Involved::NodePool("gpu".into())),
+            ("AMIsReady", false, Involved::EC2NodeClass("default".into())),
+        ]
+    );
+    assert_eq!(
+        events[0].message,
+        "Status condition transitioned, Type: Ready, Status: False -> True, Reason: Because"
+    );
+    assert!(
+        events[1]
+            .message
+            .ends_with(", Message: NodeClassReady=False")
+    );
+    assert_eq!(events[2].uid.as_deref(), Some("uid-default"));
+    // The first look after a start tells nothing.
+    assert!(transition_events(&[], &after).is_empty());
 }

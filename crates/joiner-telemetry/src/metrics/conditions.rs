@@ -78,10 +78,13 @@ const DEFAULT_BUCKETS: [f64; 11] = [
 pub struct ConditionState {
     pub kind: ConditionKind,
     pub name: String,
+    /// The object's uid, for events about it.
+    pub uid: Option<String>,
     pub type_: String,
     /// `True`, `False` or `Unknown`.
     pub status: String,
     pub reason: String,
+    pub message: String,
     /// When it last transitioned, in seconds since the Unix epoch.
     pub since: f64,
     /// Seconds since its last transition.

@@ -14,6 +14,7 @@ use joiner_model::api::{EC2NodeClass, NodeClaim, NodePool};
 use joiner_model::resources::{ResourceList, add_into, parse_resource_list, pod_requests};
 use joiner_model::wellknown::labels;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
 use super::conditions::{ConditionKind, ConditionState};
@@ -398,14 +399,16 @@ fn conditions_of(objects: &Objects<'_>, now: Timestamp) -> Vec<ConditionState> {
     use joiner_model::api::nodeclaim::Condition;
     let epoch = |t: Timestamp| t.as_millisecond() as f64 / 1000.0;
     let at = epoch(now);
-    let state = |kind, name: &str, c: &Condition, extra: &Labels| {
+    let state = |kind, meta: &ObjectMeta, c: &Condition, extra: &Labels| {
         let since = epoch(c.last_transition_time.0);
         ConditionState {
             kind,
-            name: name.to_string(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone(),
             type_: c.type_.clone(),
             status: c.status.clone(),
             reason: c.reason.clone(),
+            message: c.message.clone(),
             since,
             for_seconds: (at - since).max(0.0),
             extra: extra.clone(),
@@ -427,19 +430,27 @@ fn conditions_of(objects: &Objects<'_>, now: Timestamp) -> Vec<ConditionState> {
             ),
         ];
         for c in &claim.status.conditions {
-            out.push(state(ConditionKind::NodeClaim, claim.name(), c, &extra));
+            out.push(state(ConditionKind::NodeClaim, &claim.metadata, c, &extra));
         }
     }
     for pool in objects.pools {
-        let name = pool.metadata.name.as_deref().unwrap_or_default();
         for c in pool.status.iter().flat_map(|s| &s.conditions) {
-            out.push(state(ConditionKind::NodePool, name, c, &Vec::new()));
+            out.push(state(
+                ConditionKind::NodePool,
+                &pool.metadata,
+                c,
+                &Vec::new(),
+            ));
         }
     }
     for class in objects.classes {
-        let name = class.metadata.name.as_deref().unwrap_or_default();
         for c in class.status.iter().flat_map(|s| &s.conditions) {
-            out.push(state(ConditionKind::EC2NodeClass, name, c, &Vec::new()));
+            out.push(state(
+                ConditionKind::EC2NodeClass,
+                &class.metadata,
+                c,
+                &Vec::new(),
+            ));
         }
     }
     for node in objects.nodes {
@@ -463,9 +474,11 @@ fn conditions_of(objects: &Objects<'_>, now: Timestamp) -> Vec<ConditionState> {
             out.push(ConditionState {
                 kind: ConditionKind::Node,
                 name: name.to_string(),
+                uid: node.metadata.uid.clone(),
                 type_: c.type_.clone(),
                 status: c.status.clone(),
                 reason: c.reason.clone().unwrap_or_default(),
+                message: c.message.clone().unwrap_or_default(),
                 since,
                 for_seconds: (at - since).max(0.0),
                 extra: extra.clone(),
