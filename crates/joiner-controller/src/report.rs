@@ -53,6 +53,9 @@ pub struct StepReport {
     /// How many nodes each voluntary disruption could take, when the disruption step looked
     /// (empty, underutilized, drifted).
     pub eligible: Option<Vec<(joiner_model::wellknown::DisruptionReason, usize)>>,
+    /// How many more nodes each NodePool's budgets let each voluntary disruption take now,
+    /// when the disruption step looked.
+    pub allowed: Option<Vec<(String, joiner_model::wellknown::DisruptionReason, usize)>>,
     /// Pods on a draining node that the drain does not wait for, and why (each step while it
     /// goes on): the runtime says so on each pod.
     pub not_drained: Vec<(String, NotDrained)>,

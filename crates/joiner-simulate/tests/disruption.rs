@@ -873,6 +873,11 @@ fn a_budget_schedule_holds_disruption_back_while_it_is_active() {
     let inside = world.run(&mut c, 470);
     assert_eq!(events(&inside, DisruptionAction::Deleted).count(), 0);
     assert_eq!(world.live_claims().len(), 2);
+    // What karpenter_nodepools_allowed_disruptions says meanwhile: nothing, for any reason.
+    let allowed =
+        |r: &StepReport| -> Vec<usize> { r.allowed.iter().flatten().map(|(_, _, n)| *n).collect() };
+    let last = inside.last().expect("a report");
+    assert_eq!(allowed(last), [0, 0, 0], "{:?}", last.allowed);
     // Past 00:10 the default 10% budget alone applies: one node at a time.
     let after = world.run(&mut c, 120);
     assert_eq!(events(&after, DisruptionAction::Deleted).count(), 2);
@@ -886,6 +891,12 @@ fn a_budget_schedule_holds_disruption_back_while_it_is_active() {
         })
         .expect("deleted");
     assert!(first >= 10, "not before 00:10 ({first})");
+    // Past 00:10 the default 10% of two nodes, rounded up: one.
+    assert!(
+        after.iter().any(|r| allowed(r).contains(&1)),
+        "{:?}",
+        after.last().map(|r| &r.allowed)
+    );
 }
 
 #[test]

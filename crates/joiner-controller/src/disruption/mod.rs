@@ -201,6 +201,7 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
     let drifted = mark_drift(ctx, &view)?;
     record_pod_events(ctx, &view, state);
     ctx.report.eligible = Some(eligible_counts(ctx.now, &view, state, &drifted));
+    ctx.report.allowed = Some(budgets_left(ctx.now, &view));
 
     // 1. Interruptions, whatever else is going on.
     let interrupted: Vec<NodeClaim> = view
@@ -407,6 +408,24 @@ fn drift_candidates<'a>(
         created(a).cmp(&created(b)).then(a.name().cmp(b.name()))
     });
     candidates
+}
+
+/// How many more nodes each pool's budgets let each voluntary disruption take now (Karpenter's
+/// `karpenter_nodepools_allowed_disruptions`).
+fn budgets_left(now: Timestamp, view: &View) -> Vec<(String, DisruptionReason, usize)> {
+    let reasons = [
+        DisruptionReason::Empty,
+        DisruptionReason::Underutilized,
+        DisruptionReason::Drifted,
+    ];
+    view.pools
+        .keys()
+        .flat_map(|pool| {
+            reasons
+                .into_iter()
+                .map(move |r| (pool.clone(), r, view.budget_left(pool, r, now)))
+        })
+        .collect()
 }
 
 /// How many nodes each voluntary disruption could take now (Karpenter's

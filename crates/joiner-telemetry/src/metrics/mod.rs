@@ -12,6 +12,7 @@
 //! by NodeClaim, pod or instance.
 
 pub mod conditions;
+pub mod lifetimes;
 pub mod state;
 
 use std::collections::BTreeMap;
@@ -87,6 +88,9 @@ struct StateGauges {
     utilization: Gauges,
     node_count: Gauge,
     synced: Gauge,
+    unsynced_time: Gauge<f64, AtomicU64>,
+    /// Since when (epoch seconds) the view has been out of sync, while it is.
+    unsynced_since: std::sync::Mutex<Option<f64>>,
 }
 
 /// Every metric the controller exports, and the registry that renders them.
@@ -118,8 +122,10 @@ pub struct Metrics {
     offerings_unavailable: Counters,
     mispredicted: Counters,
     eligible: Family<Labels, Gauge>,
+    allowed: Family<Labels, Gauge>,
     state: StateGauges,
     conditions: conditions::ConditionMetrics,
+    lifetimes: lifetimes::Lifetimes,
 }
 
 /// Buckets from 5 ms to about 80 s: a step or a plan of a few pods takes milliseconds, a
@@ -211,6 +217,12 @@ impl Metrics {
             "Nodes each voluntary disruption could take now, by reason",
             eligible.clone(),
         );
+        let allowed = Family::<Labels, Gauge>::default();
+        registry.register(
+            "karpenter_nodepools_allowed_disruptions",
+            "Nodes the NodePool's budgets let each voluntary disruption take now, by NodePool and reason",
+            allowed.clone(),
+        );
         let scheduling_duration = Family::<Labels, Histogram>::new_with_constructor(
             duration_buckets as fn() -> Histogram,
         );
@@ -251,6 +263,7 @@ impl Metrics {
         );
         let state = StateGauges::register(&mut registry);
         let conditions = conditions::ConditionMetrics::register(&mut registry);
+        let lifetimes = lifetimes::Lifetimes::register(&mut registry);
         Metrics {
             registry,
             provider,
@@ -278,8 +291,10 @@ impl Metrics {
             offerings_unavailable,
             mispredicted,
             eligible,
+            allowed,
             state,
             conditions,
+            lifetimes,
         }
     }
 
@@ -291,6 +306,7 @@ impl Metrics {
     pub fn set_state(&self, state: &ClusterState) {
         self.state.set(state);
         self.conditions.set(&state.conditions);
+        self.lifetimes.set(&state.claims, &state.started, state.at);
     }
 
     /// The Prometheus text exposition (OpenMetrics) of every metric.
@@ -356,7 +372,14 @@ impl StateGauges {
             ),
             node_count: Gauge::default(),
             synced: Gauge::default(),
+            unsynced_time: Gauge::default(),
+            unsynced_since: std::sync::Mutex::new(None),
         };
+        registry.register(
+            "karpenter_cluster_state_unsynced_time_seconds",
+            "How long the controller's view of the cluster has been out of sync, in seconds (0 while in sync)",
+            state.unsynced_time.clone(),
+        );
         registry.register(
             "karpenter_cluster_state_node_count",
             "Nodes in the controller's view of the cluster",
@@ -422,6 +445,17 @@ impl StateGauges {
         self.node_count
             .set(i64::try_from(state.nodes.len()).unwrap_or(i64::MAX));
         self.synced.set(i64::from(state.synced));
+        let mut since = self
+            .unsynced_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if state.synced {
+            *since = None;
+            self.unsynced_time.set(0.0);
+        } else {
+            let from = *since.get_or_insert(state.at);
+            self.unsynced_time.set((state.at - from).max(0.0));
+        }
     }
 }
 
@@ -495,6 +529,17 @@ pub fn record_outcomes(report: &StepReport, claims: &Claims, metrics: &Metrics) 
     }
     metrics.pods_nominated.inc_by(report.nominated.len() as u64);
     record_errors(report, metrics);
+    if let Some(allowed) = &report.allowed {
+        // Set wholesale: a deleted NodePool's series go with it.
+        metrics.allowed.clear();
+        for (pool, reason, n) in allowed {
+            // Karpenter labels this one with the reason as written (`Underutilized`).
+            metrics
+                .allowed
+                .get_or_create(&labels(&[("nodepool", pool), ("reason", reason.as_str())]))
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+    }
     for (reason, n) in report.eligible.iter().flatten() {
         metrics
             .eligible

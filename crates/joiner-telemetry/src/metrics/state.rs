@@ -18,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
 use super::conditions::{ConditionKind, ConditionState};
+use super::lifetimes::ClaimLife;
 
 /// The node labels Karpenter turns into metric labels, and the label each becomes
 /// ([`label_name`]), in the order Joiner writes them (Karpenter's order varies between
@@ -142,6 +143,12 @@ pub struct ClusterState {
     pub pods: Vec<Labels>,
     /// Every condition of the NodeClaims, NodePools, EC2NodeClasses and Joiner's Nodes.
     pub conditions: Vec<ConditionState>,
+    /// When the state was read, in seconds since the Unix epoch.
+    pub at: f64,
+    /// Every NodeClaim by name: its pool, creation and deletion request.
+    pub claims: BTreeMap<String, ClaimLife>,
+    /// Every Ready pod by uid, with how long it took from creation to Ready.
+    pub started: Vec<(String, f64)>,
 }
 
 impl ClusterState {
@@ -228,6 +235,23 @@ impl ClusterState {
                 .map(|p| pod_labels(p, &nodes_by_name, &managed))
                 .collect(),
             conditions: conditions_of(objects, now),
+            at: epoch(now),
+            claims: claims
+                .iter()
+                .map(|c| {
+                    let life = ClaimLife {
+                        nodepool: c.label(labels::NODEPOOL).unwrap_or_default().to_string(),
+                        created: c
+                            .metadata
+                            .creation_timestamp
+                            .as_ref()
+                            .map_or(epoch(now), |t| epoch(t.0)),
+                        deleting_since: c.metadata.deletion_timestamp.as_ref().map(|t| epoch(t.0)),
+                    };
+                    (c.name().to_string(), life)
+                })
+                .collect(),
+            started: pods.iter().filter_map(started).collect(),
         }
     }
 
@@ -249,6 +273,26 @@ impl ClusterState {
             })
             .collect()
     }
+}
+
+/// Seconds since the Unix epoch.
+fn epoch(t: Timestamp) -> f64 {
+    t.as_millisecond() as f64 / 1000.0
+}
+
+/// A Ready pod's uid and how long it took from creation to Ready.
+fn started(pod: &Pod) -> Option<(String, f64)> {
+    let uid = pod.metadata.uid.clone()?;
+    let created = epoch(pod.metadata.creation_timestamp.as_ref()?.0);
+    let ready = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")?;
+    let at = epoch(ready.last_transition_time.as_ref()?.0);
+    Some((uid, (at - created).max(0.0)))
 }
 
 fn is_managed(n: &NodeState) -> bool {
@@ -397,7 +441,6 @@ fn pod_labels(
 /// gives each kind's.
 fn conditions_of(objects: &Objects<'_>, now: Timestamp) -> Vec<ConditionState> {
     use joiner_model::api::nodeclaim::Condition;
-    let epoch = |t: Timestamp| t.as_millisecond() as f64 / 1000.0;
     let at = epoch(now);
     let state = |kind, meta: &ObjectMeta, c: &Condition, extra: &Labels| {
         let since = epoch(c.last_transition_time.0);

@@ -495,3 +495,150 @@ fn conditions_are_gauged_per_object_and_their_transitions_counted() {
             .any(|x| x.contains("_transitions_total") && x.contains("ip-2"))
     );
 }
+
+#[test]
+fn terminations_lifetimes_and_pod_startups_are_timed_from_one_look_to_the_next() {
+    use super::lifetimes::ClaimLife;
+    let m = Metrics::new("aws");
+    let life = |deleting: Option<f64>| ClaimLife {
+        nodepool: "gpu".into(),
+        created: 0.0,
+        deleting_since: deleting,
+    };
+    let look = |at: f64, claims: &[(&str, ClaimLife)], started: &[(&str, f64)]| ClusterState {
+        at,
+        claims: claims
+            .iter()
+            .map(|(n, l)| (n.to_string(), l.clone()))
+            .collect(),
+        started: started.iter().map(|(u, s)| (u.to_string(), *s)).collect(),
+        ..ClusterState::default()
+    };
+    // The first look only learns: p-1 started before this process saw it.
+    m.set_state(&look(
+        100.0,
+        &[("a", life(Some(100.0))), ("b", life(None))],
+        &[("p-1", 5.0)],
+    ));
+    assert!(
+        !lines(&m)
+            .iter()
+            .any(|l| l.starts_with("karpenter_") && l.contains("duration_seconds")),
+        "{:#?}",
+        lines(&m)
+    );
+    // a is gone 60 s after its deletion was asked for; b is still there; p-2 started in 12 s.
+    m.set_state(&look(
+        160.0,
+        &[("b", life(None))],
+        &[("p-1", 5.0), ("p-2", 12.0)],
+    ));
+    let l = lines(&m);
+    let gpu = r#"nodepool="gpu""#;
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_nodeclaims_termination_duration_seconds_sum",
+            &[gpu]
+        ),
+        60.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_nodeclaims_termination_duration_seconds_count",
+            &[gpu]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_nodes_termination_duration_seconds",
+            &[gpu, r#"quantile="0.5""#]
+        ),
+        60.0
+    );
+    assert_eq!(
+        value(&l, "karpenter_nodes_lifetime_duration_seconds_sum", &[gpu]),
+        160.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_pods_startup_duration_seconds",
+            &[r#"quantile="1""#]
+        ),
+        12.0
+    );
+    assert!(
+        l.contains(&"karpenter_pods_startup_duration_seconds_count 1.0".to_string()),
+        "{l:#?}"
+    );
+    // b's deletion is asked for and it goes; another pod starts slowly.
+    m.set_state(&look(
+        200.0,
+        &[("b", life(Some(190.0)))],
+        &[("p-2", 12.0), ("p-3", 40.0)],
+    ));
+    m.set_state(&look(230.0, &[], &[("p-2", 12.0), ("p-3", 40.0)]));
+    let l = lines(&m);
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_nodes_termination_duration_seconds",
+            &[gpu, r#"quantile="0""#]
+        ),
+        40.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_nodes_termination_duration_seconds",
+            &[gpu, r#"quantile="1""#]
+        ),
+        60.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_pods_startup_duration_seconds",
+            &[r#"quantile="0""#]
+        ),
+        12.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_pods_startup_duration_seconds",
+            &[r#"quantile="1""#]
+        ),
+        40.0
+    );
+}
+
+#[test]
+fn how_long_the_view_has_been_out_of_sync_is_gauged() {
+    let m = Metrics::new("aws");
+    let look = |at: f64, synced: bool| ClusterState {
+        at,
+        synced,
+        ..ClusterState::default()
+    };
+    let unsynced = |m: &Metrics| {
+        lines(m)
+            .into_iter()
+            .find_map(|l| {
+                l.strip_prefix("karpenter_cluster_state_unsynced_time_seconds ")
+                    .map(str::to_string)
+            })
+            .expect("served")
+    };
+    m.set_state(&look(100.0, true));
+    assert_eq!(unsynced(&m), "0.0");
+    m.set_state(&look(110.0, false));
+    m.set_state(&look(170.0, false));
+    assert_eq!(unsynced(&m), "60.0");
+    m.set_state(&look(180.0, true));
+    assert_eq!(unsynced(&m), "0.0");
+}

@@ -74,6 +74,7 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
         insufficient_capacity: Vec::new(),
         mispredicted: Vec::new(),
         eligible: None,
+        allowed: Some(vec![("gpu".into(), DisruptionReason::Underutilized, 2)]),
         unschedulable: vec![("lab/big".into(), "too big".into())],
         nominated: vec![("lab/p1".into(), "gpu-a".into())],
         scheduling_duration: Some(Duration::from_millis(30)),
@@ -175,6 +176,11 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
         r#"joiner_nodeclaims_initialized_total{nodepool="gpu"} 1"#,
     );
     has(&lines, "joiner_instances_terminated_total 2");
+    // As Karpenter labels this one: the reason as written.
+    has(
+        &lines,
+        r#"karpenter_nodepools_allowed_disruptions{nodepool="gpu",reason="Underutilized"} 2"#,
+    );
     has(
         &lines,
         r#"karpenter_nodes_created_total{nodepool="gpu",zone="us-east-1a"} 1"#,
