@@ -31,7 +31,7 @@ pub enum ConditionKind {
 }
 
 impl ConditionKind {
-    const ALL: [ConditionKind; 4] = [
+    pub(super) const ALL: [ConditionKind; 4] = [
         ConditionKind::NodeClaim,
         ConditionKind::NodePool,
         ConditionKind::EC2NodeClass,
@@ -39,7 +39,7 @@ impl ConditionKind {
     ];
 
     /// The metric name part (`operator_<this>_status_condition_count`).
-    fn metric(self) -> &'static str {
+    pub(super) fn metric(self) -> &'static str {
         match self {
             ConditionKind::NodeClaim => "nodeclaim",
             ConditionKind::NodePool => "nodepool",
@@ -49,7 +49,7 @@ impl ConditionKind {
     }
 
     /// `group` and `kind` of the deprecated kind-less metrics.
-    fn group_kind(self) -> (&'static str, &'static str) {
+    pub(super) fn group_kind(self) -> (&'static str, &'static str) {
         match self {
             ConditionKind::NodeClaim => ("karpenter.sh", "NodeClaim"),
             ConditionKind::NodePool => ("karpenter.sh", "NodePool"),
@@ -60,7 +60,7 @@ impl ConditionKind {
 
     /// Karpenter's operator library times a transition with exponential buckets from half a
     /// second to about two hours, except for EC2NodeClasses, timed with Prometheus's defaults.
-    fn buckets(self) -> Vec<f64> {
+    pub(super) fn buckets(self) -> Vec<f64> {
         match self {
             ConditionKind::EC2NodeClass => DEFAULT_BUCKETS.to_vec(),
             _ => exponential_buckets(0.5, 2.0, 15).collect(),
@@ -69,7 +69,7 @@ impl ConditionKind {
 }
 
 /// Prometheus's default histogram buckets.
-const DEFAULT_BUCKETS: [f64; 11] = [
+pub(super) const DEFAULT_BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
@@ -98,7 +98,7 @@ type Histograms = Family<Labels, Histogram, Buckets>;
 
 /// Makes each series' histogram with these buckets.
 #[derive(Debug, Clone)]
-struct Buckets(Vec<f64>);
+pub(super) struct Buckets(pub(super) Vec<f64>);
 
 impl MetricConstructor<Histogram> for Buckets {
     fn new_metric(&self) -> Histogram {

@@ -10,7 +10,10 @@ use joiner_controller::{ControllerError, DisruptionEvent, Reconciler, StepReport
 use joiner_model::wellknown::{DisruptionAction, DisruptionReason, InterruptionKind};
 use serde::Deserialize;
 
+use super::conditions::ConditionKind;
+use super::lifetimes::PodTimes;
 use super::state_tests::{cluster, cluster_later};
+use super::termination::Terminating;
 use super::*;
 
 #[derive(Deserialize)]
@@ -106,9 +109,59 @@ fn busy() -> Metrics {
         life.deleting_since = Some(first.at - 30.0);
     }
     first.started = vec![("p-old".into(), 3.0)];
+    // One object of each kind terminating, gone at the next look.
+    let extra = |n: usize| -> Labels {
+        [
+            ("karpenter_k8s_aws_ec2nodeclass", "default".to_string()),
+            ("karpenter_sh_nodepool", "gpu".to_string()),
+            ("karpenter_sh_initialized", "true".to_string()),
+        ][..n]
+            .to_vec()
+    };
+    first.terminating = [
+        (ConditionKind::NodeClaim, extra(2)),
+        (ConditionKind::NodePool, extra(0)),
+        (ConditionKind::EC2NodeClass, extra(0)),
+        (ConditionKind::Node, extra(3)),
+    ]
+    .into_iter()
+    .map(|(kind, extra)| Terminating {
+        kind,
+        name: "going".into(),
+        since: first.at - 30.0,
+        extra,
+    })
+    .collect();
+    let pod = |uid: &str, bound: Option<f64>, started: bool| PodTimes {
+        name: uid.into(),
+        namespace: "ml".into(),
+        uid: uid.into(),
+        created: first.at - 60.0,
+        bound,
+        started,
+    };
+    first.pod_times = vec![pod("p-waiting", None, false)];
     m.set_state(&first);
     let mut then = cluster_later();
+    then.pod_times = vec![
+        pod("p-waiting", Some(then.at - 10.0), false),
+        pod("p-pending", None, false),
+    ];
     then.claims.clear();
+    // Others still terminate at the second look.
+    then.terminating = first
+        .terminating
+        .iter()
+        .map(|t| Terminating {
+            name: "still-going".into(),
+            ..t.clone()
+        })
+        .collect();
+    then.present = then
+        .terminating
+        .iter()
+        .map(|t| (t.kind, t.name.clone()))
+        .collect();
     then.started = vec![("p-old".into(), 3.0), ("p-new".into(), 7.0)];
     m.set_state(&then);
     m

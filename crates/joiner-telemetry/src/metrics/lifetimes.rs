@@ -31,6 +31,20 @@ pub struct ClaimLife {
     pub deleting_since: Option<f64>,
 }
 
+/// A pod's times, as one look at the cluster saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodTimes {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    /// Creation, in seconds since the Unix epoch.
+    pub created: f64,
+    /// When it was bound to a node (its `PodScheduled` condition), if it is.
+    pub bound: Option<f64>,
+    /// Whether it runs (or ran to its end).
+    pub started: bool,
+}
+
 type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
 
 /// The quantiles Karpenter's summaries report.
@@ -112,11 +126,12 @@ impl MetricConstructor<Histogram> for Buckets {
 
 type Histograms = Family<Labels, Histogram, Buckets>;
 
-/// What the last look saw: NodeClaims by name, and the pods already seen started.
+/// What the last look saw: NodeClaims by name, and the pods already seen started and bound.
 #[derive(Default)]
 struct Seen {
     claims: BTreeMap<String, ClaimLife>,
     started: BTreeSet<String>,
+    bound: BTreeSet<String>,
 }
 
 pub struct Lifetimes {
@@ -124,8 +139,18 @@ pub struct Lifetimes {
     node_termination: Summary,
     node_lifetime: Histograms,
     pod_startup: Summary,
+    pod_bound: Histograms,
+    unbound: Gauges,
+    unstarted: Gauges,
     seen: Mutex<Option<Seen>>,
 }
+
+/// Karpenter's `DurationBuckets`: 5 ms to 10 minutes.
+const POD_BUCKETS: [f64; 45] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
+    1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
+    25.0, 30.0, 40.0, 50.0, 60.0, 120.0, 150.0, 300.0, 450.0, 600.0,
+];
 
 /// Node lifetimes: 15 minutes to 30 days, as Karpenter buckets them.
 const LIFETIME_BUCKETS: [f64; 21] = [
@@ -149,7 +174,28 @@ impl Lifetimes {
             "Time from a node's creation until it is gone, by NodePool",
             node_lifetime.clone(),
         );
+        let pod_bound = Histograms::new_with_constructor(Buckets(POD_BUCKETS.to_vec()));
+        registry.register(
+            "karpenter_pods_bound_duration_seconds",
+            "Time from a pod's creation until it is bound to a node",
+            pod_bound.clone(),
+        );
+        let unbound = Gauges::default();
+        registry.register(
+            "karpenter_pods_unbound_time_seconds",
+            "How long each pod not bound to a node has existed",
+            unbound.clone(),
+        );
+        let unstarted = Gauges::default();
+        registry.register(
+            "karpenter_pods_unstarted_time_seconds",
+            "How long each pod not yet running has existed",
+            unstarted.clone(),
+        );
         Lifetimes {
+            pod_bound,
+            unbound,
+            unstarted,
             claim_termination,
             node_termination: Summary::register(
                 registry,
@@ -168,15 +214,38 @@ impl Lifetimes {
 
     /// Compares this look (`claims`, the `started` pods by uid with how long each took to
     /// start, at `now` epoch seconds) with the last.
-    pub fn set(&self, claims: &BTreeMap<String, ClaimLife>, started: &[(String, f64)], now: f64) {
+    pub fn set(
+        &self,
+        claims: &BTreeMap<String, ClaimLife>,
+        started: &[(String, f64)],
+        pods: &[PodTimes],
+        now: f64,
+    ) {
+        self.set_waiting(pods, now);
+        let bound: BTreeSet<String> = pods
+            .iter()
+            .filter(|p| p.bound.is_some())
+            .map(|p| p.uid.clone())
+            .collect();
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         let Some(last) = seen.as_mut() else {
             *seen = Some(Seen {
                 claims: claims.clone(),
                 started: started.iter().map(|(uid, _)| uid.clone()).collect(),
+                bound,
             });
             return;
         };
+        for p in pods {
+            if let Some(at) = p.bound
+                && !last.bound.contains(&p.uid)
+            {
+                self.pod_bound
+                    .get_or_create(&Vec::new())
+                    .observe((at - p.created).max(0.0));
+            }
+        }
+        last.bound = bound;
         for (name, was) in &last.claims {
             let (Some(since), false) = (was.deleting_since, claims.contains_key(name)) else {
                 continue;
@@ -198,5 +267,21 @@ impl Lifetimes {
             still.insert(uid.clone());
         }
         last.started = still;
+    }
+}
+
+impl Lifetimes {
+    /// The gauges of pods still waiting: unbound, or bound and not yet running.
+    fn set_waiting(&self, pods: &[PodTimes], now: f64) {
+        self.unbound.clear();
+        self.unstarted.clear();
+        for p in pods.iter().filter(|p| !p.started) {
+            let l: Labels = vec![("name", p.name.clone()), ("namespace", p.namespace.clone())];
+            let waited = (now - p.created).max(0.0);
+            self.unstarted.get_or_create(&l).set(waited);
+            if p.bound.is_none() {
+                self.unbound.get_or_create(&l).set(waited);
+            }
+        }
     }
 }

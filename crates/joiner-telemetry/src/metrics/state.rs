@@ -6,7 +6,7 @@
 //! the gauges wholesale ([`super::Metrics::set_state`]): a node, pool or pod that is gone loses
 //! its series, so the series stay as many as the objects that exist.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use joiner_controller::store::ClusterStore;
 use joiner_model::Quantity;
@@ -14,11 +14,13 @@ use joiner_model::api::{EC2NodeClass, NodeClaim, NodePool};
 use joiner_model::resources::{ResourceList, add_into, parse_resource_list, pod_requests};
 use joiner_model::wellknown::labels;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
 use super::conditions::{ConditionKind, ConditionState};
-use super::lifetimes::ClaimLife;
+use super::lifetimes::{ClaimLife, PodTimes};
+pub use super::objects::Objects;
+use super::objects::{conditions_of, epoch, present_of, terminating_of};
+use super::termination::Terminating;
 
 /// The node labels Karpenter turns into metric labels, and the label each becomes
 /// ([`label_name`]), in the order Joiner writes them (Karpenter's order varies between
@@ -120,16 +122,6 @@ pub struct NodeState {
     pub lifetime_seconds: f64,
 }
 
-/// The objects a [`ClusterState`] describes.
-#[derive(Debug, Clone, Copy)]
-pub struct Objects<'a> {
-    pub nodes: &'a [Node],
-    pub claims: &'a [NodeClaim],
-    pub pools: &'a [NodePool],
-    pub classes: &'a [EC2NodeClass],
-    pub pods: &'a [Pod],
-}
-
 /// The gauges' values after a step.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClusterState {
@@ -149,6 +141,12 @@ pub struct ClusterState {
     pub claims: BTreeMap<String, ClaimLife>,
     /// Every Ready pod by uid, with how long it took from creation to Ready.
     pub started: Vec<(String, f64)>,
+    /// Every pod's creation, binding and whether it runs.
+    pub pod_times: Vec<PodTimes>,
+    /// NodeClaims, NodePools, EC2NodeClasses and Joiner's Nodes being deleted.
+    pub terminating: Vec<Terminating>,
+    /// Every NodeClaim, NodePool, EC2NodeClass and Joiner's Node, by kind and name.
+    pub present: BTreeSet<(ConditionKind, String)>,
 }
 
 impl ClusterState {
@@ -252,6 +250,9 @@ impl ClusterState {
                 })
                 .collect(),
             started: pods.iter().filter_map(started).collect(),
+            pod_times: pods.iter().filter_map(pod_times).collect(),
+            terminating: terminating_of(objects),
+            present: present_of(objects),
         }
     }
 
@@ -275,11 +276,6 @@ impl ClusterState {
     }
 }
 
-/// Seconds since the Unix epoch.
-fn epoch(t: Timestamp) -> f64 {
-    t.as_millisecond() as f64 / 1000.0
-}
-
 /// A Ready pod's uid and how long it took from creation to Ready.
 fn started(pod: &Pod) -> Option<(String, f64)> {
     let uid = pod.metadata.uid.clone()?;
@@ -293,6 +289,39 @@ fn started(pod: &Pod) -> Option<(String, f64)> {
         .find(|c| c.type_ == "Ready" && c.status == "True")?;
     let at = epoch(ready.last_transition_time.as_ref()?.0);
     Some((uid, (at - created).max(0.0)))
+}
+
+/// A pod's times; `None` for one without a uid or creation time.
+fn pod_times(pod: &Pod) -> Option<PodTimes> {
+    let status = pod.status.as_ref();
+    let bound = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "True")
+        })
+        .map(|c| c.last_transition_time.as_ref().map_or(0.0, |t| epoch(t.0)))
+        .or_else(|| {
+            // Bound without a condition (as a manifest may say): bound at creation.
+            let on_node = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+            on_node.then(|| {
+                pod.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map_or(0.0, |t| epoch(t.0))
+            })
+        });
+    Some(PodTimes {
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        uid: pod.metadata.uid.clone()?,
+        created: epoch(pod.metadata.creation_timestamp.as_ref()?.0),
+        bound,
+        started: matches!(
+            status.and_then(|s| s.phase.as_deref()),
+            Some("Running" | "Succeeded" | "Failed")
+        ),
+    })
 }
 
 fn is_managed(n: &NodeState) -> bool {
@@ -435,98 +464,4 @@ fn pod_labels(
         ),
         ("node", node_name),
     ]
-}
-
-/// Every condition of the objects (of Nodes, those Joiner manages), with the labels Karpenter
-/// gives each kind's.
-fn conditions_of(objects: &Objects<'_>, now: Timestamp) -> Vec<ConditionState> {
-    use joiner_model::api::nodeclaim::Condition;
-    let at = epoch(now);
-    let state = |kind, meta: &ObjectMeta, c: &Condition, extra: &Labels| {
-        let since = epoch(c.last_transition_time.0);
-        ConditionState {
-            kind,
-            name: meta.name.clone().unwrap_or_default(),
-            uid: meta.uid.clone(),
-            type_: c.type_.clone(),
-            status: c.status.clone(),
-            reason: c.reason.clone(),
-            message: c.message.clone(),
-            since,
-            for_seconds: (at - since).max(0.0),
-            extra: extra.clone(),
-        }
-    };
-    let mut out = Vec::new();
-    for claim in objects.claims {
-        let extra = vec![
-            (
-                "karpenter_k8s_aws_ec2nodeclass",
-                claim.spec.node_class_ref.name.clone(),
-            ),
-            (
-                "karpenter_sh_nodepool",
-                claim
-                    .label(labels::NODEPOOL)
-                    .unwrap_or_default()
-                    .to_string(),
-            ),
-        ];
-        for c in &claim.status.conditions {
-            out.push(state(ConditionKind::NodeClaim, &claim.metadata, c, &extra));
-        }
-    }
-    for pool in objects.pools {
-        for c in pool.status.iter().flat_map(|s| &s.conditions) {
-            out.push(state(
-                ConditionKind::NodePool,
-                &pool.metadata,
-                c,
-                &Vec::new(),
-            ));
-        }
-    }
-    for class in objects.classes {
-        for c in class.status.iter().flat_map(|s| &s.conditions) {
-            out.push(state(
-                ConditionKind::EC2NodeClass,
-                &class.metadata,
-                c,
-                &Vec::new(),
-            ));
-        }
-    }
-    for node in objects.nodes {
-        let node_labels = node.metadata.labels.clone().unwrap_or_default();
-        let Some(pool) = node_labels.get(labels::NODEPOOL) else {
-            continue;
-        };
-        let label = |k: &str| node_labels.get(k).cloned().unwrap_or_default();
-        let extra = vec![
-            ("karpenter_k8s_aws_ec2nodeclass", label(labels::NODECLASS)),
-            ("karpenter_sh_nodepool", pool.clone()),
-            ("karpenter_sh_initialized", label(labels::INITIALIZED)),
-        ];
-        let name = node.metadata.name.as_deref().unwrap_or_default();
-        for c in node
-            .status
-            .iter()
-            .flat_map(|s| s.conditions.iter().flatten())
-        {
-            let since = c.last_transition_time.as_ref().map_or(at, |t| epoch(t.0));
-            out.push(ConditionState {
-                kind: ConditionKind::Node,
-                name: name.to_string(),
-                uid: node.metadata.uid.clone(),
-                type_: c.type_.clone(),
-                status: c.status.clone(),
-                reason: c.reason.clone().unwrap_or_default(),
-                message: c.message.clone().unwrap_or_default(),
-                since,
-                for_seconds: (at - since).max(0.0),
-                extra: extra.clone(),
-            });
-        }
-    }
-    out
 }

@@ -16,6 +16,8 @@ const EMPTY: Objects<'static> = Objects {
     classes: &[],
     pods: &[],
 };
+use std::time::Duration;
+
 use super::*;
 
 /// A condition `Ready` of this status since the start of 2026.
@@ -641,4 +643,143 @@ fn how_long_the_view_has_been_out_of_sync_is_gauged() {
     assert_eq!(unsynced(&m), "60.0");
     m.set_state(&look(180.0, true));
     assert_eq!(unsynced(&m), "0.0");
+}
+
+#[test]
+fn objects_are_timed_while_they_terminate_and_once_they_are_gone() {
+    use super::conditions::ConditionKind;
+    use super::termination::Terminating;
+    let m = Metrics::new("aws");
+    let going = |kind, name: &str, since: f64| Terminating {
+        kind,
+        name: name.into(),
+        since,
+        extra: Vec::new(),
+    };
+    let look =
+        |at: f64, terminating: Vec<Terminating>, present: &[(ConditionKind, &str)]| ClusterState {
+            at,
+            present: present.iter().map(|(k, n)| (*k, n.to_string())).collect(),
+            terminating,
+            ..ClusterState::default()
+        };
+    m.set_state(&look(
+        130.0,
+        vec![
+            going(ConditionKind::NodePool, "old", 90.0),
+            going(ConditionKind::Node, "ip-9", 100.0),
+        ],
+        &[
+            (ConditionKind::NodePool, "old"),
+            (ConditionKind::Node, "ip-9"),
+        ],
+    ));
+    let l = lines(&m);
+    assert_eq!(
+        value(
+            &l,
+            "operator_nodepool_termination_current_time_seconds",
+            &[r#"name="old""#]
+        ),
+        40.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "operator_termination_current_time_seconds",
+            &[r#"name="ip-9""#, r#"kind="Node""#]
+        ),
+        30.0
+    );
+    // The node is gone; the pool still terminates.
+    m.set_state(&look(
+        150.0,
+        vec![going(ConditionKind::NodePool, "old", 90.0)],
+        &[(ConditionKind::NodePool, "old")],
+    ));
+    let l = lines(&m);
+    assert!(
+        l.contains(&"operator_node_termination_duration_seconds_sum 50.0".to_string()),
+        "{l:#?}"
+    );
+    assert!(
+        !l.iter()
+            .any(|x| x.contains("termination_current_time") && x.contains("ip-9"))
+    );
+    assert_eq!(
+        value(
+            &l,
+            "operator_nodepool_termination_current_time_seconds",
+            &[r#"name="old""#]
+        ),
+        60.0
+    );
+    assert!(
+        !l.iter()
+            .any(|x| x.starts_with("operator_nodepool_termination_duration_seconds_count"))
+    );
+}
+
+#[test]
+fn pods_waiting_to_be_bound_or_to_start_are_gauged_and_bindings_timed() {
+    use super::lifetimes::PodTimes;
+    let m = Metrics::new("aws");
+    let pod = |name: &str, bound: Option<f64>, started: bool| PodTimes {
+        name: name.into(),
+        namespace: "ml".into(),
+        uid: format!("uid-{name}"),
+        created: 100.0,
+        bound,
+        started,
+    };
+    let look = |at: f64, pods: Vec<PodTimes>| ClusterState {
+        at,
+        pod_times: pods,
+        ..ClusterState::default()
+    };
+    m.set_state(&look(
+        130.0,
+        vec![pod("a", None, false), pod("old", Some(101.0), true)],
+    ));
+    let l = lines(&m);
+    assert_eq!(
+        value(&l, "karpenter_pods_unbound_time_seconds", &[r#"name="a""#]),
+        30.0
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_pods_unstarted_time_seconds",
+            &[r#"name="a""#]
+        ),
+        30.0
+    );
+    assert!(
+        !l.iter().any(|x| x.contains(r#"name="old""#)),
+        "a running pod waits for nothing"
+    );
+    // a is bound at 140 and pulls its image.
+    m.set_state(&look(
+        150.0,
+        vec![pod("a", Some(140.0), false), pod("old", Some(101.0), true)],
+    ));
+    let l = lines(&m);
+    assert!(
+        !l.iter()
+            .any(|x| x.starts_with("karpenter_pods_unbound_time_seconds{"))
+    );
+    assert_eq!(
+        value(
+            &l,
+            "karpenter_pods_unstarted_time_seconds",
+            &[r#"name="a""#]
+        ),
+        50.0
+    );
+    // Only a's binding, seen happen, is timed: 40 s after its creation.
+    assert!(
+        l.contains(&"karpenter_pods_bound_duration_seconds_sum 40.0".to_string()),
+        "{l:#?}"
+    );
+    assert!(l.contains(&"karpenter_pods_bound_duration_seconds_count 1".to_string()));
 }

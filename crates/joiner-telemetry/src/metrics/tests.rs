@@ -1,6 +1,14 @@
 use joiner_controller::store::StoreError;
 use joiner_controller::{DisruptionEvent, Reconciler};
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use joiner_controller::ControllerError;
+use joiner_controller::StepReport;
+use joiner_controller::cloud::CloudError;
+use joiner_model::wellknown::{DisruptionAction, DisruptionReason};
+
 use super::*;
 
 fn event(
