@@ -44,4 +44,4 @@ pub use config::Config;
 pub use context::Ctx;
 pub use controller::Controller;
 pub use error::ControllerError;
-pub use report::{DisruptionEvent, NodeClaimEvent, NotDrained, Reconciler, StepReport};
+pub use report::{DisruptionEvent, NodeClaimEvent, NotDrained, PoolBudget, Reconciler, StepReport};

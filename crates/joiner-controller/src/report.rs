@@ -19,6 +19,8 @@ pub struct StepReport {
     pub initialized: Vec<String>,
     /// NodeClaims deleted (registration timeout, no capacity, instance gone).
     pub deleted: Vec<String>,
+    /// NodeClaims whose Node's drain finished (their `Drained` condition turned `True`).
+    pub drained: Vec<String>,
     /// Instances terminated, by id.
     pub terminated: Vec<String>,
     /// Instance id and NodeClaim name of instances garbage collection kept because their
@@ -53,9 +55,9 @@ pub struct StepReport {
     /// How many nodes each voluntary disruption could take, when the disruption step looked
     /// (empty, underutilized, drifted).
     pub eligible: Option<Vec<(joiner_model::wellknown::DisruptionReason, usize)>>,
-    /// How many more nodes each NodePool's budgets let each voluntary disruption take now,
-    /// when the disruption step looked.
-    pub allowed: Option<Vec<(String, joiner_model::wellknown::DisruptionReason, usize)>>,
+    /// What each NodePool's budgets allow each voluntary disruption now, when the disruption
+    /// step looked.
+    pub budgets: Option<Vec<PoolBudget>>,
     /// Pods on a draining node that the drain does not wait for, and why (each step while it
     /// goes on): the runtime says so on each pod.
     pub not_drained: Vec<(String, NotDrained)>,
@@ -165,6 +167,17 @@ impl NotDrained {
             }
         }
     }
+}
+
+/// One NodePool's disruption budget for one reason, as the disruption step found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolBudget {
+    pub nodepool: String,
+    pub reason: joiner_model::wellknown::DisruptionReason,
+    /// How many more nodes may be disrupted for the reason now.
+    pub allowed: usize,
+    /// How many of the pool's nodes are being disrupted (for any reason), counting against it.
+    pub disrupting: usize,
 }
 
 /// One event on a NodeClaim.

@@ -167,6 +167,9 @@ fn empty_nodes_go_after_consolidate_after() {
     assert_eq!(deleted.len(), 2, "{deleted:?}");
     assert!(deleted.iter().all(|e| e.reason == "Empty"));
     assert!(world.live_claims().is_empty());
+    // Each drain finished once (Drained=True; karpenter_nodes_drained_total).
+    let drained: Vec<_> = later.iter().flat_map(|r| &r.drained).collect();
+    assert_eq!(drained.len(), 2, "{drained:?}");
     let running = world
         .cloud
         .all_instances()
@@ -875,9 +878,9 @@ fn a_budget_schedule_holds_disruption_back_while_it_is_active() {
     assert_eq!(world.live_claims().len(), 2);
     // What karpenter_nodepools_allowed_disruptions says meanwhile: nothing, for any reason.
     let allowed =
-        |r: &StepReport| -> Vec<usize> { r.allowed.iter().flatten().map(|(_, _, n)| *n).collect() };
+        |r: &StepReport| -> Vec<usize> { r.budgets.iter().flatten().map(|b| b.allowed).collect() };
     let last = inside.last().expect("a report");
-    assert_eq!(allowed(last), [0, 0, 0], "{:?}", last.allowed);
+    assert_eq!(allowed(last), [0, 0, 0], "{:?}", last.budgets);
     // Past 00:10 the default 10% budget alone applies: one node at a time.
     let after = world.run(&mut c, 120);
     assert_eq!(events(&after, DisruptionAction::Deleted).count(), 2);
@@ -895,7 +898,7 @@ fn a_budget_schedule_holds_disruption_back_while_it_is_active() {
     assert!(
         after.iter().any(|r| allowed(r).contains(&1)),
         "{:?}",
-        after.last().map(|r| &r.allowed)
+        after.last().map(|r| &r.budgets)
     );
 }
 

@@ -201,7 +201,7 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
     let drifted = mark_drift(ctx, &view)?;
     record_pod_events(ctx, &view, state);
     ctx.report.eligible = Some(eligible_counts(ctx.now, &view, state, &drifted));
-    ctx.report.allowed = Some(budgets_left(ctx.now, &view));
+    ctx.report.budgets = Some(budgets_left(ctx.now, &view));
 
     // 1. Interruptions, whatever else is going on.
     let interrupted: Vec<NodeClaim> = view
@@ -410,9 +410,10 @@ fn drift_candidates<'a>(
     candidates
 }
 
-/// How many more nodes each pool's budgets let each voluntary disruption take now (Karpenter's
-/// `karpenter_nodepools_allowed_disruptions`).
-fn budgets_left(now: Timestamp, view: &View) -> Vec<(String, DisruptionReason, usize)> {
+/// What each pool's budgets allow each voluntary disruption now, and how many of its nodes are
+/// being disrupted (Karpenter's `karpenter_nodepools_allowed_disruptions` and
+/// `karpenter_nodepools_nodes_consuming_budgets`).
+fn budgets_left(now: Timestamp, view: &View) -> Vec<crate::report::PoolBudget> {
     let reasons = [
         DisruptionReason::Empty,
         DisruptionReason::Underutilized,
@@ -421,9 +422,15 @@ fn budgets_left(now: Timestamp, view: &View) -> Vec<(String, DisruptionReason, u
     view.pools
         .keys()
         .flat_map(|pool| {
+            let disrupting = view.pool_counts(pool).1;
             reasons
                 .into_iter()
-                .map(move |r| (pool.clone(), r, view.budget_left(pool, r, now)))
+                .map(move |reason| crate::report::PoolBudget {
+                    nodepool: pool.clone(),
+                    reason,
+                    allowed: view.budget_left(pool, reason, now),
+                    disrupting,
+                })
         })
         .collect()
 }

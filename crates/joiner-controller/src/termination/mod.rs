@@ -94,7 +94,7 @@ pub fn has_finalizer(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Obje
 /// docs. `nodes` and `pods` are the cached listings of this step.
 pub fn finalize<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
-    claim: NodeClaim,
+    mut claim: NodeClaim,
     nodes: &[Node],
     pods: &[Pod],
 ) -> Result<(), ControllerError> {
@@ -127,7 +127,23 @@ pub fn finalize<S: ClusterStore, C: CloudProvider>(
         if let Drain::Waiting(blocked) = drain::drain(ctx, &terms, pods)? {
             return say_blocked(ctx, &claim, &blocked, deadline);
         }
-        if !volumes_detached(ctx, &claim, terms.node, deadline)? {
+        let node_name = terms.node.to_string();
+        // Drained, as Karpenter's `Drained` condition says; termination goes on with the
+        // NodeClaim as written.
+        if !claim.is_true(conditions::DRAINED) {
+            let mut c = claim.clone();
+            c.set_condition(conditions::DRAINED, true, "Drained", "", k8s_time(ctx.now));
+            match ctx.store.update(&c) {
+                Ok(written) => {
+                    ctx.report.drained.push(claim.name().to_string());
+                    claim = written;
+                }
+                // Written since it was read: the next step says it.
+                Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !volumes_detached(ctx, &claim, &node_name, deadline)? {
             return Ok(());
         }
     }

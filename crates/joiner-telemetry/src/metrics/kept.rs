@@ -59,6 +59,7 @@ fn busy() -> Metrics {
         created: vec!["r".into()],
         registered: vec!["a".into()],
         deleted: vec!["b".into()],
+        drained: vec!["b".into()],
         unschedulable: vec![("ml/p".into(), "too big".into())],
         scheduling_duration: Some(Duration::from_millis(5)),
         eviction_refused: vec!["ml/q".into()],
@@ -79,7 +80,12 @@ fn busy() -> Metrics {
                 &["i-1"],
             ),
         ],
-        allowed: Some(vec![("gpu".into(), DisruptionReason::Underutilized, 1)]),
+        budgets: Some(vec![joiner_controller::PoolBudget {
+            nodepool: "gpu".into(),
+            reason: DisruptionReason::Underutilized,
+            allowed: 1,
+            disrupting: 1,
+        }]),
         eligible: Some(vec![
             (DisruptionReason::Empty, 1),
             (DisruptionReason::Underutilized, 2),

@@ -85,6 +85,7 @@ pub struct Metrics {
     nodeclaims_disrupted: Counters,
     nodes_created: Counters,
     nodes_terminated: Counters,
+    nodes_drained: Counters,
     disruption_decisions: Counters,
     disruption_decisions_by_pool: Counters,
     pods_drained: Counters,
@@ -105,6 +106,7 @@ pub struct Metrics {
     mispredicted: Counters,
     eligible: Family<Labels, Gauge>,
     allowed: Family<Labels, Gauge>,
+    consuming: Family<Labels, Gauge>,
     state: StateGauges,
     conditions: conditions::ConditionMetrics,
     lifetimes: lifetimes::Lifetimes,
@@ -145,6 +147,10 @@ impl Metrics {
         let nodes_terminated = counters(
             "karpenter_nodes_terminated",
             "Nodes of Joiner's NodeClaims deleted, by NodePool and zone",
+        );
+        let nodes_drained = counters(
+            "karpenter_nodes_drained",
+            "Nodes whose drain finished, by NodePool",
         );
         let disruption_decisions = counters(
             "karpenter_voluntary_disruption_decisions",
@@ -206,6 +212,12 @@ impl Metrics {
             "Nodes the NodePool's budgets let each voluntary disruption take now, by NodePool and reason",
             allowed.clone(),
         );
+        let consuming = Family::<Labels, Gauge>::default();
+        registry.register(
+            "karpenter_nodepools_nodes_consuming_budgets",
+            "Nodes of the NodePool being disrupted, which count against its budgets, by NodePool and reason",
+            consuming.clone(),
+        );
         let scheduling_duration = Family::<Labels, Histogram>::new_with_constructor(
             duration_buckets as fn() -> Histogram,
         );
@@ -256,6 +268,7 @@ impl Metrics {
             nodeclaims_disrupted,
             nodes_created,
             nodes_terminated,
+            nodes_drained,
             disruption_decisions,
             disruption_decisions_by_pool,
             pods_drained,
@@ -276,6 +289,7 @@ impl Metrics {
             mispredicted,
             eligible,
             allowed,
+            consuming,
             state,
             conditions,
             lifetimes,

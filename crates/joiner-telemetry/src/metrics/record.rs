@@ -80,15 +80,16 @@ pub fn record_outcomes(report: &StepReport, claims: &Claims, metrics: &Metrics) 
     }
     metrics.pods_nominated.inc_by(report.nominated.len() as u64);
     record_errors(report, metrics);
-    if let Some(allowed) = &report.allowed {
+    if let Some(budgets) = &report.budgets {
         // Set wholesale: a deleted NodePool's series go with it.
         metrics.allowed.clear();
-        for (pool, reason, n) in allowed {
-            // Karpenter labels this one with the reason as written (`Underutilized`).
-            metrics
-                .allowed
-                .get_or_create(&labels(&[("nodepool", pool), ("reason", reason.as_str())]))
-                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        metrics.consuming.clear();
+        for b in budgets {
+            // Karpenter labels these with the reason as written (`Underutilized`).
+            let l = labels(&[("nodepool", &b.nodepool), ("reason", b.reason.as_str())]);
+            let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            metrics.allowed.get_or_create(&l).set(count(b.allowed));
+            metrics.consuming.get_or_create(&l).set(count(b.disrupting));
         }
     }
     for (reason, n) in report.eligible.iter().flatten() {
@@ -169,6 +170,13 @@ fn record_lifecycle(report: &StepReport, claims: &Claims, metrics: &Metrics) {
                 ("nodepool", &c.nodepool),
                 ("capacity_type", &c.capacity_type),
             ]))
+            .inc();
+    }
+    for name in &report.drained {
+        let c = claim(claims, name);
+        metrics
+            .nodes_drained
+            .get_or_create(&labels(&[("nodepool", &c.nodepool)]))
             .inc();
     }
     for name in &report.registered {

@@ -71,6 +71,7 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
         registered: s(&["gpu-old"]),
         initialized: s(&["gpu-old"]),
         deleted: s(&["cpu-x"]),
+        drained: s(&["cpu-x"]),
         terminated: s(&["i-9", "i-8"]),
         kept: Vec::new(),
         eviction_refused: Vec::new(),
@@ -82,7 +83,12 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
         insufficient_capacity: Vec::new(),
         mispredicted: Vec::new(),
         eligible: None,
-        allowed: Some(vec![("gpu".into(), DisruptionReason::Underutilized, 2)]),
+        budgets: Some(vec![joiner_controller::PoolBudget {
+            nodepool: "gpu".into(),
+            reason: DisruptionReason::Underutilized,
+            allowed: 2,
+            disrupting: 1,
+        }]),
         unschedulable: vec![("lab/big".into(), "too big".into())],
         nominated: vec![("lab/p1".into(), "gpu-a".into())],
         scheduling_duration: Some(Duration::from_millis(30)),
@@ -184,10 +190,15 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
         r#"joiner_nodeclaims_initialized_total{nodepool="gpu"} 1"#,
     );
     has(&lines, "joiner_instances_terminated_total 2");
+    has(&lines, r#"karpenter_nodes_drained_total{nodepool="cpu"} 1"#);
     // As Karpenter labels this one: the reason as written.
     has(
         &lines,
         r#"karpenter_nodepools_allowed_disruptions{nodepool="gpu",reason="Underutilized"} 2"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_nodepools_nodes_consuming_budgets{nodepool="gpu",reason="Underutilized"} 1"#,
     );
     has(
         &lines,
