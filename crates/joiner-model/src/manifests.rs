@@ -130,6 +130,11 @@ fn str_at<'a>(doc: &'a Value, pointer: &str) -> Option<&'a str> {
 }
 
 impl Manifests {
+    /// How many objects were read (of any kind Joiner reads).
+    pub fn object_count(&self) -> usize {
+        self.seen.len()
+    }
+
     /// Adds one document read by [`parse_yaml`](crate::parse_yaml), warning once for each key
     /// it sets twice: the last value is used, as the API server uses it.
     pub fn add_yaml(&mut self, doc: Document) -> Result<(), InputError> {

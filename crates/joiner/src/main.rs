@@ -21,6 +21,7 @@ mod controller;
 mod load;
 mod migrate;
 mod output;
+mod version;
 
 #[derive(Parser)]
 #[command(
@@ -93,6 +94,14 @@ enum Command {
         #[arg(long)]
         events: Option<PathBuf>,
     },
+    /// Print the version, the commit it was built from, the features compiled in and the
+    /// Karpenter API level it follows.
+    Version {
+        #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
+        output: VersionFormat,
+    },
+    /// Print a shell completion script: `source <(joiner completion bash)`.
+    Completion { shell: clap_complete::Shell },
     /// Run the live controller in a cluster: watch pending pods, launch and retire nodes (the
     /// Helm chart runs this). Needs a build with the `controller` feature.
     Controller(Box<controller::Args>),
@@ -178,7 +187,19 @@ struct SettingsArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // A command line that does not parse is bad input: exit 1, as for any other (2 is kept for
+    // a cluster that cannot be read). Help and version requests print and exit 0.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     // The live controller sets up its own logs (JSON by default).
     let cli = match cli.command {
         Command::Controller(args) => return controller::run(*args),
@@ -231,6 +252,12 @@ fn main() -> ExitCode {
             output,
         ),
         Command::Crds { dir } => crds_cmd(dir.as_deref()),
+        Command::Version { output } => version_cmd(output),
+        Command::Completion { shell } => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(shell, &mut Cli::command(), "joiner", &mut std::io::stdout());
+            Ok(())
+        }
         Command::Migrate { input, run_for } => migrate::run(&input, &run_for),
         Command::Bench {
             pods,
@@ -292,6 +319,17 @@ fn manifests_and_settings(
     skip: &dyn Fn(&str) -> bool,
 ) -> anyhow::Result<(joiner_model::Manifests, joiner_model::settings::Settings)> {
     let manifests = load::load_manifests(&input.files)?;
+    if !input.files.is_empty() && manifests.object_count() == 0 {
+        let named: Vec<String> = input
+            .files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect();
+        eprintln!(
+            "warning: no Kubernetes objects were read from {}: there is nothing to plan for",
+            named.join(", ")
+        );
+    }
     let values = load::load_values(&input.settings.values, &input.settings.set)?;
     let (settings, setting_warnings) = joiner_model::settings::Settings::from_values(&values)?;
     for w in manifests
@@ -336,6 +374,22 @@ fn read_input(
         eprintln!("warning: {w}");
     }
     Ok((manifests, settings, snapshot))
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum VersionFormat {
+    Text,
+    Json,
+}
+
+fn version_cmd(output: VersionFormat) -> anyhow::Result<()> {
+    let v = version::Version::of_this_build();
+    let text = match output {
+        VersionFormat::Text => v.text(),
+        VersionFormat::Json => format!("{}\n", serde_json::to_string_pretty(&v)?),
+    };
+    std::io::stdout().write_all(text.as_bytes())?;
+    Ok(())
 }
 
 /// The files `joiner simulate` writes beside its timeline.

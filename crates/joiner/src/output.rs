@@ -13,6 +13,8 @@ pub enum Format {
     Wide,
     Json,
     Yaml,
+    /// `nodeclaim/<name>` per NodeClaim the plan would create, as `kubectl get -o name` prints.
+    Name,
 }
 
 pub fn render(plan: &Plan, format: Format) -> anyhow::Result<String> {
@@ -21,6 +23,11 @@ pub fn render(plan: &Plan, format: Format) -> anyhow::Result<String> {
         Format::Yaml => serde_saphyr::to_string(plan)?,
         Format::Table => table(plan, false),
         Format::Wide => table(plan, true),
+        Format::Name => plan
+            .node_claims
+            .iter()
+            .map(|c| format!("nodeclaim/{}\n", c.name))
+            .collect(),
     })
 }
 
