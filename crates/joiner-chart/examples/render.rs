@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use joiner_chart::{Chart, Release};
+use joiner_chart::{Chart, Release, karpenter};
 
 fn main() -> ExitCode {
     match run() {
@@ -38,13 +38,23 @@ fn run() -> Result<(), String> {
                 let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
                 let v: serde_json::Value =
                     serde_saphyr::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
-                files.push(v);
+                files.push((path, v));
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../charts/joiner");
     let chart = Chart::load(&dir).map_err(|e| e.to_string())?;
+    // A values file written for Karpenter's chart: Joiner's image stays, and what the chart
+    // does not use is said.
+    let mut adopted = Vec::new();
+    for (path, mut file) in files {
+        for u in karpenter::adopt(&mut file, &chart.default_values) {
+            eprintln!("warning: {path}: {}: not used: {}", u.path, u.why);
+        }
+        adopted.push(file);
+    }
+    let files = adopted;
     let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
     let values = chart.values(&files, &sets).map_err(|e| e.to_string())?;
     for file in chart.render(&values, &release).map_err(|e| e.to_string())? {

@@ -5,6 +5,8 @@
 //!   `gtmpl` crate for Go's `text/template`, plus the Helm and Sprig functions the chart uses),
 //!   with Helm's values merging and `--set` syntax (shared with the controller through
 //!   `joiner_model::settings`).
+//! - [`karpenter`]: values files written for Karpenter's chart, adopted (Joiner's image kept)
+//!   with every key the chart does not use listed with why.
 //! - [`schema`]: a structural OpenAPI v3 validator for CRD schemas as the API server applies
 //!   them (types, enums, patterns, bounds, `x-kubernetes-int-or-string`,
 //!   `x-kubernetes-preserve-unknown-fields`, and `x-kubernetes-validations` CEL rules evaluated
@@ -13,6 +15,7 @@
 //! Helm's own renderer is a Go program that cannot be installed here; the chart keeps to the
 //! functions [`render::FUNCTIONS`] lists so this renderer and Helm agree.
 
+pub mod karpenter;
 pub mod render;
 pub mod schema;
 

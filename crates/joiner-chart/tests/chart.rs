@@ -1134,3 +1134,56 @@ fn optional_values_reach_the_pod_spec() {
     .to_string();
     assert!(e.contains("serviceAccount.name is required"), "{e}");
 }
+
+/// Karpenter v1.14.1's own default values file (kept in `tests/data` with its source), installed
+/// as Joiner: it renders, Joiner's image stays, what the chart does not use is listed with why,
+/// and the controller reads the settings without a warning.
+#[test]
+fn a_values_file_written_for_karpenter_installs_joiner() {
+    let text = std::fs::read_to_string(
+        joiner_test_support::repo_root()
+            .join("crates/joiner-chart/tests/data/karpenter-v1.14.1-values.yaml"),
+    )
+    .expect("Karpenter's values");
+    let mut file: Value = serde_saphyr::from_str(&text).expect("YAML");
+    let chart = chart();
+    let unused = joiner_chart::karpenter::adopt(&mut file, &chart.default_values);
+    let listed: BTreeMap<&str, &str> = unused.iter().map(|u| (u.path.as_str(), u.why)).collect();
+    for key in [
+        "controller.image.repository",
+        "controller.image.digest",
+        "schedulerName",
+        "settings.enableZonalShift",
+        "settings.amiRefreshInterval",
+        "logOutputPaths",
+    ] {
+        assert!(listed.contains_key(key), "{key} not listed: {listed:#?}");
+    }
+    assert!(listed.values().all(|why| !why.is_empty()));
+    // Keys the chart shares with Karpenter's are used, not listed.
+    for key in [
+        "replicas",
+        "settings.batchMaxDuration",
+        "nodeSelector",
+        "podSecurityContext",
+    ] {
+        assert!(!listed.keys().any(|k| k.starts_with(key)), "{key} listed");
+    }
+    // Empty Karpenter defaults (`additionalClusterRoleRules: []`) change nothing: not listed.
+    assert!(!listed.contains_key("additionalClusterRoleRules"));
+
+    let docs =
+        render_with(&[file], &["settings.clusterName=demo-cluster"], "joiner").expect("renders");
+    let image = container(&docs)["image"].as_str().expect("an image");
+    assert!(image.starts_with("ghcr.io/joiner-dev/joiner"), "{image}");
+    let pod = &one(&docs, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["fsGroup"], 65532);
+    let values = one(&docs, "ConfigMap")["data"]["values.yaml"]
+        .as_str()
+        .expect("values");
+    let values: Value = serde_saphyr::from_str(values).expect("YAML");
+    let (settings, warnings) = Settings::from_values(&values).expect("accepted");
+    assert_eq!(settings.cluster_name.as_deref(), Some("demo-cluster"));
+    assert!(warnings.is_empty(), "{warnings:?}");
+}
