@@ -34,6 +34,14 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
     let started = std::time::Instant::now();
     let view = ctx.view()?;
     let plan = view.plan();
+    // NodePools whose requirements leave nothing to launch (Karpenter's
+    // NoCompatibleInstanceTypes).
+    let no_instance_types: Vec<String> = view
+        .pools()
+        .iter()
+        .filter(|p| p.options.iter().all(|o| o.offerings.is_empty()))
+        .map(|p| p.name.clone())
+        .collect();
     // A pod the plan puts on an in-flight machine waits for that NodeClaim.
     let in_flight: BTreeMap<String, String> = view
         .machines()
@@ -43,6 +51,7 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
         .collect();
     ctx.report.planned = true;
     ctx.report.scheduling_duration = Some(started.elapsed());
+    ctx.report.no_instance_types = no_instance_types;
     for b in &plan.bindings {
         if let Some(claim) = in_flight.get(&b.node) {
             ctx.report.nominated.push((b.pod.clone(), claim.clone()));

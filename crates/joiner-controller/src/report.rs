@@ -45,6 +45,9 @@ pub struct StepReport {
     pub insufficient_capacity: Vec<(String, String)>,
     /// Pods the plan could not place, with the reason.
     pub unschedulable: Vec<(String, String)>,
+    /// NodePools whose requirements leave no instance type with an available offering, when a
+    /// batch was planned: a `NoCompatibleInstanceTypes` event on each.
+    pub no_instance_types: Vec<String>,
     /// Pod (`namespace/name`) and NodeClaim of every pod the plan put on a NodeClaim created in
     /// this step or still in flight: the live controller tells each pod which node it waits for.
     pub nominated: Vec<(String, String)>,

@@ -237,6 +237,24 @@ fn node_claims_record_pod_events_and_say_when_they_are_consolidatable() {
     }
 }
 
+/// A NodePool whose requirements name no instance type that exists launches nothing, and the
+/// planning step says so (Karpenter's `NoCompatibleInstanceTypes` on the NodePool).
+#[test]
+fn a_pool_whose_requirements_leave_no_instance_type_is_reported() {
+    let world = World::new(2, |p| allow_types(p, &["x9.nonexistent"]));
+    let mut c = world.controller();
+    let reports = world.run(&mut c, 30);
+    assert!(world.live_claims().is_empty());
+    let named: Vec<&String> = reports.iter().flat_map(|r| &r.no_instance_types).collect();
+    assert!(!named.is_empty(), "never reported");
+    assert!(named.iter().all(|p| *p == "g4-nodepool"), "{named:?}");
+    // A pool that can launch is not.
+    let lab = World::new(2, |_| {});
+    let mut c = lab.controller();
+    let reports = lab.run(&mut c, 30);
+    assert!(reports.iter().all(|r| r.no_instance_types.is_empty()));
+}
+
 /// The node of the claim whose pods are `keys`' first, and that claim.
 fn claim_with_pods(world: &World) -> (NodeClaim, Vec<String>) {
     let claim = world.live_claims()[0].clone();

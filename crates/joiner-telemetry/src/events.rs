@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use joiner_controller::store::ClusterStore;
 use joiner_controller::{NotDrained, StepReport};
-use joiner_model::api::NodeClaim;
+use joiner_model::api::{NodeClaim, NodePool};
 use joiner_model::wellknown::{
     DisruptionAction, DisruptionReason, InterruptionKind, TerminationEvent,
 };
@@ -44,6 +44,8 @@ pub enum EventKind {
     DisruptionLaunching(DisruptionReason),
     /// The cloud's notice about the NodeClaim's instance.
     Interruption(InterruptionKind),
+    /// The NodePool's requirements leave no instance type with an available offering.
+    NoCompatibleInstanceTypes,
     /// The NodeClaim's Node offers less than the plan predicted (Karpenter's consistency
     /// check's reason).
     FailedConsistencyCheck,
@@ -73,6 +75,7 @@ impl EventKind {
             EventKind::Interruption(kind) => interruption_reason(kind),
             EventKind::InsufficientCapacityError => "InsufficientCapacityError",
             EventKind::FailedConsistencyCheck => "FailedConsistencyCheck",
+            EventKind::NoCompatibleInstanceTypes => "NoCompatibleInstanceTypes",
             EventKind::Transitioned(type_) => type_,
             EventKind::Rival(true) => "AnotherControllerRunning",
             EventKind::Rival(false) => "NoOtherController",
@@ -93,6 +96,7 @@ impl EventKind {
             EventKind::FailedScheduling
             | EventKind::InsufficientCapacityError
             | EventKind::FailedConsistencyCheck
+            | EventKind::NoCompatibleInstanceTypes
             | EventKind::Interruption(_) => true,
             EventKind::Termination(t) => t.is_warning(),
             EventKind::Rival(running) => running,
@@ -109,6 +113,7 @@ impl EventKind {
             EventKind::DisruptionTerminating(_) | EventKind::Interruption(_) => "Disrupt",
             EventKind::DisruptionLaunching(_) | EventKind::InsufficientCapacityError => "Launch",
             EventKind::FailedConsistencyCheck => "Check",
+            EventKind::NoCompatibleInstanceTypes => "Schedule",
             EventKind::Transitioned(_) => "Transition",
             EventKind::Rival(true) => "StandDown",
             EventKind::Rival(false) => "Resume",
@@ -206,6 +211,13 @@ impl Subjects {
                 && let Some(uid) = pod.metadata.uid
             {
                 subjects.uids.insert(Involved::Pod(key.clone()), uid);
+            }
+        }
+        for name in &report.no_instance_types {
+            if let Ok(Some(pool)) = store.get::<NodePool>(None, name)
+                && let Some(uid) = pool.metadata.uid
+            {
+                subjects.uids.insert(Involved::NodePool(name.clone()), uid);
             }
         }
         for name in claims_named(report) {
@@ -326,6 +338,13 @@ pub fn events_of(report: &StepReport, subjects: &Subjects) -> Vec<ObjectEvent> {
         if let Some(node) = subjects.nodes.get(&e.node_claim) {
             out.push(subjects.event(Involved::Node(node.clone()), kind, e.message.clone()));
         }
+    }
+    for pool in &report.no_instance_types {
+        out.push(subjects.event(
+            Involved::NodePool(pool.clone()),
+            EventKind::NoCompatibleInstanceTypes,
+            "NodePool requirements filtered out all compatible available instance types".into(),
+        ));
     }
     for m in &report.mispredicted {
         let mut e = subjects.event(

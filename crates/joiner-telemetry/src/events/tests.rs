@@ -388,3 +388,33 @@ fn condition_transitions_are_told_on_their_object_as_karpenter_tells_them() {
     // The first look after a start tells nothing.
     assert!(transition_events(&[], &after).is_empty());
 }
+
+#[test]
+fn a_pool_that_can_launch_nothing_is_told_once_a_minute() {
+    let report = StepReport {
+        no_instance_types: vec!["gpu".into()],
+        ..StepReport::default()
+    };
+    let mut subjects = subjects();
+    subjects
+        .uids
+        .insert(Involved::NodePool("gpu".into()), "uid-pool".into());
+    let events = events_of(&report, &subjects);
+    assert_eq!(
+        said(&events),
+        [(
+            "NoCompatibleInstanceTypes",
+            true,
+            Involved::NodePool("gpu".into())
+        )]
+    );
+    assert_eq!(events[0].uid.as_deref(), Some("uid-pool"));
+    assert_eq!(
+        events[0].message,
+        "NodePool requirements filtered out all compatible available instance types"
+    );
+    let mut recorder = Recorder::default();
+    assert!(recorder.should_publish(&events[0], at(0)));
+    assert!(!recorder.should_publish(&events[0], at(59)));
+    assert!(recorder.should_publish(&events[0], at(60)));
+}

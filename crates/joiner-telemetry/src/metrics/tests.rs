@@ -83,6 +83,7 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
         insufficient_capacity: Vec::new(),
         mispredicted: Vec::new(),
         eligible: None,
+        no_instance_types: Vec::new(),
         budgets: Some(vec![joiner_controller::PoolBudget {
             nodepool: "gpu".into(),
             reason: DisruptionReason::Underutilized,
