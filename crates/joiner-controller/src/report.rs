@@ -181,6 +181,8 @@ pub struct PoolBudget {
     pub allowed: usize,
     /// How many of the pool's nodes are being disrupted (for any reason), counting against it.
     pub disrupting: usize,
+    /// How many live nodes the pool has.
+    pub nodes: usize,
 }
 
 /// One event on a NodeClaim.

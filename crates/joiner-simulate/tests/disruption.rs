@@ -899,6 +899,11 @@ fn a_budget_schedule_holds_disruption_back_while_it_is_active() {
         |r: &StepReport| -> Vec<usize> { r.budgets.iter().flatten().map(|b| b.allowed).collect() };
     let last = inside.last().expect("a report");
     assert_eq!(allowed(last), [0, 0, 0], "{:?}", last.budgets);
+    assert!(
+        last.budgets.iter().flatten().all(|b| b.nodes == 2),
+        "{:?}",
+        last.budgets
+    );
     // Past 00:10 the default 10% budget alone applies: one node at a time.
     let after = world.run(&mut c, 120);
     assert_eq!(events(&after, DisruptionAction::Deleted).count(), 2);

@@ -46,6 +46,8 @@ pub enum EventKind {
     Interruption(InterruptionKind),
     /// The NodePool's requirements leave no instance type with an available offering.
     NoCompatibleInstanceTypes,
+    /// The NodePool's budgets allow no disruption of this reason now.
+    DisruptionBlocked(DisruptionReason),
     /// The NodeClaim's Node offers less than the plan predicted (Karpenter's consistency
     /// check's reason).
     FailedConsistencyCheck,
@@ -76,6 +78,7 @@ impl EventKind {
             EventKind::InsufficientCapacityError => "InsufficientCapacityError",
             EventKind::FailedConsistencyCheck => "FailedConsistencyCheck",
             EventKind::NoCompatibleInstanceTypes => "NoCompatibleInstanceTypes",
+            EventKind::DisruptionBlocked(_) => "DisruptionBlocked",
             EventKind::Transitioned(type_) => type_,
             EventKind::Rival(true) => "AnotherControllerRunning",
             EventKind::Rival(false) => "NoOtherController",
@@ -92,6 +95,7 @@ impl EventKind {
             | EventKind::DisruptionTerminating(_)
             | EventKind::DisruptionLaunching(_)
             | EventKind::Transitioned(_)
+            | EventKind::DisruptionBlocked(_)
             | EventKind::Interruption(InterruptionKind::RebalanceRecommendation) => false,
             EventKind::FailedScheduling
             | EventKind::InsufficientCapacityError
@@ -114,6 +118,7 @@ impl EventKind {
             EventKind::DisruptionLaunching(_) | EventKind::InsufficientCapacityError => "Launch",
             EventKind::FailedConsistencyCheck => "Check",
             EventKind::NoCompatibleInstanceTypes => "Schedule",
+            EventKind::DisruptionBlocked(_) => "Disrupt",
             EventKind::Transitioned(_) => "Transition",
             EventKind::Rival(true) => "StandDown",
             EventKind::Rival(false) => "Resume",
@@ -213,7 +218,13 @@ impl Subjects {
                 subjects.uids.insert(Involved::Pod(key.clone()), uid);
             }
         }
-        for name in &report.no_instance_types {
+        let blocked = report
+            .budgets
+            .iter()
+            .flatten()
+            .filter(|b| b.allowed == 0)
+            .map(|b| &b.nodepool);
+        for name in report.no_instance_types.iter().chain(blocked) {
             if let Ok(Some(pool)) = store.get::<NodePool>(None, name)
                 && let Some(uid) = pool.metadata.uid
             {
@@ -344,6 +355,22 @@ pub fn events_of(report: &StepReport, subjects: &Subjects) -> Vec<ObjectEvent> {
             Involved::NodePool(pool.clone()),
             EventKind::NoCompatibleInstanceTypes,
             "NodePool requirements filtered out all compatible available instance types".into(),
+        ));
+    }
+    // A pool with nodes whose budgets allow no disruption of a reason now, as Karpenter tells it.
+    for b in report
+        .budgets
+        .iter()
+        .flatten()
+        .filter(|b| b.allowed == 0 && b.nodes > 0)
+    {
+        out.push(subjects.event(
+            Involved::NodePool(b.nodepool.clone()),
+            EventKind::DisruptionBlocked(b.reason),
+            format!(
+                "No allowed disruptions for disruption reason {} due to blocking budget",
+                b.reason.as_str()
+            ),
         ));
     }
     for m in &report.mispredicted {

@@ -478,7 +478,8 @@ fn the_metrics_and_events_of_a_run_are_written_to_files() {
     ] {
         assert!(has(reason, kind), "no {reason} on a {kind}: {published:#?}");
     }
-    // Karpenter's recorder: the same reason on the same object at most once per 2 minutes.
+    // Karpenter's recorder: the same reason on the same object at most once per 2 minutes (per
+    // minute and per disruption reason for a NodePool's DisruptionBlocked).
     let seconds = |t: &str| -> u64 {
         t.split(':').fold(0, |acc, part| {
             acc * 60 + part.parse::<u64>().expect("HH:MM:SS")
@@ -486,10 +487,22 @@ fn the_metrics_and_events_of_a_run_are_written_to_files() {
     };
     let mut last = std::collections::BTreeMap::new();
     for e in &published {
-        let key = (e["reason"].to_string(), e["object"].to_string());
+        let per_minute = ["DisruptionBlocked", "NoCompatibleInstanceTypes"]
+            .contains(&e["reason"].as_str().unwrap_or_default());
+        let about = if per_minute {
+            e["message"].to_string()
+        } else {
+            String::new()
+        };
+        let key = (e["reason"].to_string(), e["object"].to_string(), about);
+        let window = if per_minute { 60 } else { 120 };
         let at = seconds(e["time"].as_str().expect("a time"));
         if let Some(before) = last.insert(key.clone(), at) {
-            assert!(at >= before + 120, "{key:?} again after {} s", at - before);
+            assert!(
+                at >= before + window,
+                "{key:?} again after {} s",
+                at - before
+            );
         }
     }
 }

@@ -422,7 +422,7 @@ fn budgets_left(now: Timestamp, view: &View) -> Vec<crate::report::PoolBudget> {
     view.pools
         .keys()
         .flat_map(|pool| {
-            let disrupting = view.pool_counts(pool).1;
+            let (nodes, disrupting) = view.pool_counts(pool);
             reasons
                 .into_iter()
                 .map(move |reason| crate::report::PoolBudget {
@@ -430,6 +430,7 @@ fn budgets_left(now: Timestamp, view: &View) -> Vec<crate::report::PoolBudget> {
                     reason,
                     allowed: view.budget_left(pool, reason, now),
                     disrupting,
+                    nodes,
                 })
         })
         .collect()

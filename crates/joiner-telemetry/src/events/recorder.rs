@@ -5,7 +5,7 @@
 //!   few reasons add what they are about to the key (the disruption reason, the notice).
 //! - Once published, the same key is dropped for a fixed window from that first publication
 //!   (not from the last repeat): 5 minutes for `FailedScheduling`, 1 for
-//!   `NoCompatibleInstanceTypes`, 2 for everything else. The message is not part of the key, so a pod nominated to another
+//!   `NoCompatibleInstanceTypes` and a NodePool's `DisruptionBlocked`, 2 for everything else. The message is not part of the key, so a pod nominated to another
 //!   NodeClaim within the window is not told again, as in Karpenter.
 //! - `Nominated`, the one event every pending pod gets, is also rate-limited across all pods:
 //!   a token bucket of 5 a second with a burst of 10. A pod whose event the bucket refused is
@@ -23,7 +23,9 @@ use super::{EventKind, Involved, ObjectEvent};
 pub fn window(kind: EventKind) -> Duration {
     match kind {
         EventKind::FailedScheduling => Duration::from_secs(5 * 60),
-        EventKind::NoCompatibleInstanceTypes => Duration::from_secs(60),
+        EventKind::NoCompatibleInstanceTypes | EventKind::DisruptionBlocked(_) => {
+            Duration::from_secs(60)
+        }
         _ => Duration::from_secs(2 * 60),
     }
 }

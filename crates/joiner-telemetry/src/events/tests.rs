@@ -418,3 +418,36 @@ fn a_pool_that_can_launch_nothing_is_told_once_a_minute() {
     assert!(!recorder.should_publish(&events[0], at(59)));
     assert!(recorder.should_publish(&events[0], at(60)));
 }
+
+#[test]
+fn a_pool_whose_budget_blocks_a_reason_is_told_so_when_it_has_nodes() {
+    let budget = |pool: &str, reason, allowed, nodes| joiner_controller::PoolBudget {
+        nodepool: pool.into(),
+        reason,
+        allowed,
+        disrupting: 0,
+        nodes,
+    };
+    let report = StepReport {
+        budgets: Some(vec![
+            budget("gpu", DisruptionReason::Underutilized, 0, 4),
+            budget("gpu", DisruptionReason::Drifted, 1, 4),
+            // No nodes: nothing is blocked.
+            budget("empty", DisruptionReason::Underutilized, 0, 0),
+        ]),
+        ..StepReport::default()
+    };
+    let events = events_of(&report, &subjects());
+    assert_eq!(
+        said(&events),
+        [("DisruptionBlocked", false, Involved::NodePool("gpu".into()))]
+    );
+    assert_eq!(
+        events[0].message,
+        "No allowed disruptions for disruption reason Underutilized due to blocking budget"
+    );
+    let mut recorder = Recorder::default();
+    assert!(recorder.should_publish(&events[0], at(0)));
+    assert!(!recorder.should_publish(&events[0], at(59)));
+    assert!(recorder.should_publish(&events[0], at(60)));
+}

@@ -85,6 +85,7 @@ fn busy() -> Metrics {
             reason: DisruptionReason::Underutilized,
             allowed: 1,
             disrupting: 1,
+            nodes: 3,
         }]),
         eligible: Some(vec![
             (DisruptionReason::Empty, 1),

@@ -89,6 +89,7 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
             reason: DisruptionReason::Underutilized,
             allowed: 2,
             disrupting: 1,
+            nodes: 3,
         }]),
         unschedulable: vec![("lab/big".into(), "too big".into())],
         nominated: vec![("lab/p1".into(), "gpu-a".into())],
