@@ -48,6 +48,9 @@ struct Key {
 #[derive(Debug)]
 pub struct Recorder {
     published: BTreeMap<Key, Duration>,
+    /// When expired keys were last dropped: once per instant, not once per event, so a step
+    /// that nominates thousands of pods does not rescan the memory for each.
+    pruned_at: Option<Duration>,
     /// `Nominated` tokens left, and when they were last counted.
     tokens: f64,
     counted_at: Duration,
@@ -57,6 +60,7 @@ impl Default for Recorder {
     fn default() -> Self {
         Recorder {
             published: BTreeMap::new(),
+            pruned_at: None,
             tokens: NOMINATED_BURST,
             counted_at: Duration::ZERO,
         }
@@ -67,8 +71,11 @@ impl Recorder {
     /// Whether `event` should be published at `now`; if so (or if only the rate limit held it
     /// back), it is remembered for its window.
     pub fn should_publish(&mut self, event: &ObjectEvent, now: Duration) -> bool {
-        self.published
-            .retain(|key, at| now.saturating_sub(*at) < window(key.kind));
+        if self.pruned_at != Some(now) {
+            self.published
+                .retain(|key, at| now.saturating_sub(*at) < window(key.kind));
+            self.pruned_at = Some(now);
+        }
         let key = Key {
             kind: event.kind,
             object: event.about.clone(),

@@ -14,12 +14,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 
-use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::Labels;
+use super::conditions::Buckets;
 
 /// A NodeClaim as one look at the cluster saw it.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,16 +112,6 @@ impl Summary {
             l.push(("quantile", text.to_string()));
             self.quantiles.get_or_create(&l).set(values[i]);
         }
-    }
-}
-
-/// Makes each series' histogram with these buckets.
-#[derive(Debug, Clone)]
-struct Buckets(Vec<f64>);
-
-impl MetricConstructor<Histogram> for Buckets {
-    fn new_metric(&self) -> Histogram {
-        Histogram::new(self.0.iter().copied())
     }
 }
 
