@@ -1187,3 +1187,57 @@ fn a_values_file_written_for_karpenter_installs_joiner() {
     assert_eq!(settings.cluster_name.as_deref(), Some("demo-cluster"));
     assert!(warnings.is_empty(), "{warnings:?}");
 }
+
+/// The plan-viewer ClusterRole grants `list` on exactly what `joiner plan --kubeconfig` lists
+/// (the device plugin's ConfigMap by name), and nothing else; off by default.
+#[test]
+fn the_plan_viewer_role_grants_list_on_exactly_what_plan_kubeconfig_reads() {
+    let off = render(SEED);
+    assert!(
+        !off.iter()
+            .any(|d| d["metadata"]["name"] == "joiner-plan-viewer"),
+        "created although planViewer.create is false"
+    );
+    let sets = seed_plus(&[
+        "planViewer.create=true",
+        "settings.nvidiaDevicePlugin.configMap=gpu-operator/time-slicing",
+    ]);
+    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let subjects = json!({"planViewer": {"subjects": [
+        {"kind": "Group", "name": "platform-team", "apiGroup": "rbac.authorization.k8s.io"}]}});
+    let docs = render_with(&[subjects], &sets, "joiner").expect("the chart renders");
+    let role = named(&docs, "ClusterRole", "joiner-plan-viewer");
+    let mut granted = BTreeSet::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        assert_eq!(rule["verbs"], json!(["list"]), "{rule}");
+        let names: Vec<Option<String>> = match rule["resourceNames"].as_array() {
+            Some(names) => names
+                .iter()
+                .map(|n| n.as_str().map(str::to_string))
+                .collect(),
+            None => vec![None],
+        };
+        for group in rule["apiGroups"].as_array().expect("apiGroups") {
+            for resource in rule["resources"].as_array().expect("resources") {
+                for name in &names {
+                    granted.insert(joiner_kube::Listed {
+                        group: group.as_str().expect("a group").to_string(),
+                        plural: resource.as_str().expect("a resource").to_string(),
+                        name: name.clone(),
+                    });
+                }
+            }
+        }
+    }
+    let (settings, _) = Settings::from_values(&json!({"settings": {
+        "nvidiaDevicePlugin": {"configMap": "gpu-operator/time-slicing"}}}))
+    .expect("settings");
+    let listed: BTreeSet<_> =
+        joiner_kube::listed(&joiner_kube::StoreOptions::from_settings(&settings))
+            .into_iter()
+            .collect();
+    assert_eq!(granted, listed);
+    let binding = named(&docs, "ClusterRoleBinding", "joiner-plan-viewer");
+    assert_eq!(binding["roleRef"]["name"], "joiner-plan-viewer");
+    assert_eq!(binding["subjects"][0]["name"], "platform-team");
+}

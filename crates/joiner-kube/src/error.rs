@@ -21,6 +21,18 @@ pub enum KubeError {
     /// The options cannot describe a watch (an empty ConfigMap name, say).
     #[error("invalid store options: {0}")]
     Options(String),
+    /// No client could be made: the kubeconfig is missing, unreadable, or names no such
+    /// context.
+    #[error("kubeconfig: {0}")]
+    Config(String),
+    /// A kind could not be listed for a reason other than RBAC or the kind not being served:
+    /// the server is unreachable, the credentials expired, the server failed.
+    #[error("listing {kind}: {source}")]
+    List {
+        kind: &'static str,
+        #[source]
+        source: Box<kube::Error>,
+    },
 }
 
 struct Pending<'a>(&'a [KindHealth]);

@@ -27,6 +27,7 @@ mod cache;
 mod error;
 mod health;
 mod kinds;
+mod listing;
 mod options;
 mod registry;
 mod store;
@@ -40,5 +41,6 @@ mod tests;
 
 pub use error::KubeError;
 pub use health::KindHealth;
+pub use listing::{Listed, Listing, Unread, UnreadWhy, client_for, list_cluster, listed};
 pub use options::StoreOptions;
 pub use store::KubeStore;

@@ -135,6 +135,12 @@ impl Manifests {
         self.seen.len()
     }
 
+    /// Whether an object of this kind, namespace and name was read already (a namespaced
+    /// object's namespace defaults to `default`, as it is read).
+    pub fn defines(&self, object: &ObjectRef) -> bool {
+        self.seen.contains_key(object)
+    }
+
     /// Adds one document read by [`parse_yaml`](crate::parse_yaml), warning once for each key
     /// it sets twice: the last value is used, as the API server uses it.
     pub fn add_yaml(&mut self, doc: Document) -> Result<(), InputError> {

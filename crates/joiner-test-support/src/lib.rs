@@ -5,6 +5,8 @@
 //! A dev-dependency only (`publish = false`): it panics with a message on anything unexpected,
 //! which is what a test wants and a library must not do.
 
+pub mod api_server;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -17,6 +17,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod catalog;
+mod cluster;
 mod controller;
 mod load;
 mod migrate;
@@ -56,6 +57,8 @@ enum Command {
         /// Manifest files or directories (recursive: *.yaml, *.yml, *.json); `-` reads stdin.
         #[arg(short = 'f', long = "filename")]
         files: Vec<PathBuf>,
+        #[command(flatten)]
+        cluster: cluster::ClusterArgs,
         /// The region whose zones, offerings and prices to show (`settings.region`).
         #[arg(long)]
         region: Option<String>,
@@ -166,8 +169,10 @@ enum SimulateFormat {
 #[derive(clap::Args)]
 struct InputArgs {
     /// Manifest files or directories (recursive: *.yaml, *.yml, *.json); `-` reads stdin.
-    #[arg(short = 'f', long = "filename", required = true)]
+    #[arg(short = 'f', long = "filename", required_unless_present = "kubeconfig")]
     files: Vec<PathBuf>,
+    #[command(flatten)]
+    cluster: cluster::ClusterArgs,
     #[command(flatten)]
     settings: SettingsArgs,
 }
@@ -209,7 +214,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("JOINER_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                // kube-rs logs each failed request as an error; the command's own error says
+                // what failed, once.
+                .unwrap_or_else(|_| "warn,kube_client=off".into()),
         )
         .without_time()
         .init();
@@ -221,6 +228,7 @@ fn main() -> ExitCode {
         } => plan(&input, output, launch),
         Command::Catalog {
             files,
+            cluster,
             region,
             mut settings,
             output,
@@ -229,7 +237,14 @@ fn main() -> ExitCode {
             if let Some(region) = region {
                 settings.set.insert(0, format!("settings.region={region}"));
             }
-            catalog_cmd(&InputArgs { files, settings }, output)
+            catalog_cmd(
+                &InputArgs {
+                    files,
+                    cluster,
+                    settings,
+                },
+                output,
+            )
         }
         Command::Explain {
             what: Explain::Pod { pod, input },
@@ -286,7 +301,12 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            // 2: the cluster could not be read; 1: anything else (bad input, mostly).
+            if e.downcast_ref::<cluster::Unreadable>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -310,15 +330,54 @@ fn crds_cmd(dir: Option<&std::path::Path>) -> anyhow::Result<()> {
 
 /// Reads the input and builds the snapshot, printing warnings on stderr.
 fn snapshot(input: &InputArgs) -> anyhow::Result<joiner_engine::snapshot::ClusterSnapshot> {
-    Ok(read_input(input)?.2)
+    Ok(read_input(input)?.snapshot)
 }
 
 /// The manifests and the settings, their warnings printed on stderr (but those `skip` says).
+/// Files only: the commands that replay or take over a fleet refuse `--kubeconfig`.
 fn manifests_and_settings(
     input: &InputArgs,
     skip: &dyn Fn(&str) -> bool,
 ) -> anyhow::Result<(joiner_model::Manifests, joiner_model::settings::Settings)> {
-    let manifests = load::load_manifests(&input.files)?;
+    if input.cluster.kubeconfig.is_some() {
+        anyhow::bail!(
+            "--kubeconfig is read by plan, explain and catalog; for this command dump the \
+             cluster (kubectl get nodepools,ec2nodeclasses,nodeclaims,nodes,pods -A -o yaml) \
+             and give the file with -f"
+        );
+    }
+    let (manifests, settings, _) = load_input(input, skip)?;
+    Ok((manifests, settings))
+}
+
+/// The files' objects, with the cluster's under them when `--kubeconfig` is given, the
+/// settings, and the kinds the cluster would not list; warnings printed on stderr (but those
+/// `skip` says).
+fn load_input(
+    input: &InputArgs,
+    skip: &dyn Fn(&str) -> bool,
+) -> anyhow::Result<(
+    joiner_model::Manifests,
+    joiner_model::settings::Settings,
+    Vec<cluster::NotRead>,
+)> {
+    let values = load::load_values(&input.settings.values, &input.settings.set)?;
+    let (settings, setting_warnings) = joiner_model::settings::Settings::from_values(&values)?;
+    let mut manifests = load::load_manifests(&input.files)?;
+    let mut not_read = Vec::new();
+    let mut cluster_warnings = Vec::new();
+    if input.cluster.kubeconfig.is_some() {
+        let read = cluster::read(&input.cluster, &settings)?;
+        for n in &read.not_read {
+            cluster_warnings.push(format!(
+                "cluster: {} not read ({}: {}); the plan cannot account for them",
+                n.kind, n.reason, n.message
+            ));
+        }
+        not_read = read.not_read;
+        cluster_warnings.extend(cluster::add_to(&mut manifests, read.objects));
+        manifests.finish();
+    }
     if !input.files.is_empty() && manifests.object_count() == 0 {
         let named: Vec<String> = input
             .files
@@ -330,29 +389,30 @@ fn manifests_and_settings(
             named.join(", ")
         );
     }
-    let values = load::load_values(&input.settings.values, &input.settings.set)?;
-    let (settings, setting_warnings) = joiner_model::settings::Settings::from_values(&values)?;
     for w in manifests
         .warnings
         .iter()
         .map(ToString::to_string)
         .chain(setting_warnings)
+        .chain(cluster_warnings)
         .filter(|w| !skip(w))
     {
         eprintln!("warning: {w}");
     }
-    Ok((manifests, settings))
+    Ok((manifests, settings, not_read))
+}
+
+/// What `plan`, `explain` and `catalog` read.
+struct Input {
+    manifests: joiner_model::Manifests,
+    settings: joiner_model::settings::Settings,
+    snapshot: joiner_engine::snapshot::ClusterSnapshot,
+    not_read: Vec<cluster::NotRead>,
 }
 
 /// The manifests, the settings and the cluster view built from them.
-fn read_input(
-    input: &InputArgs,
-) -> anyhow::Result<(
-    joiner_model::Manifests,
-    joiner_model::settings::Settings,
-    joiner_engine::snapshot::ClusterSnapshot,
-)> {
-    let (manifests, settings) = manifests_and_settings(input, &|_| false)?;
+fn read_input(input: &InputArgs) -> anyhow::Result<Input> {
+    let (manifests, settings, not_read) = load_input(input, &|_| false)?;
     let options = joiner_engine::snapshot::Options {
         builtin_catalog: !input.settings.no_builtin_catalog,
     };
@@ -373,7 +433,12 @@ fn read_input(
     for w in snapshot.warnings() {
         eprintln!("warning: {w}");
     }
-    Ok((manifests, settings, snapshot))
+    Ok(Input {
+        manifests,
+        settings,
+        snapshot,
+        not_read,
+    })
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -435,14 +500,12 @@ fn plan(input: &InputArgs, format: output::Format, launch: bool) -> anyhow::Resu
             "--launch prints launch templates and user data: use it with -o yaml or -o json"
         );
     }
-    let (manifests, settings, view) = read_input(input)?;
-    let plan = view.plan();
-    let text = if launch {
-        let launches = joiner_launch::preview::for_plan(&manifests, &settings, &view, &plan);
-        output::render_with_launches(&plan, &launches, format)?
-    } else {
-        output::render(&plan, format)?
-    };
+    let input = read_input(input)?;
+    let plan = input.snapshot.plan();
+    let launches = launch.then(|| {
+        joiner_launch::preview::for_plan(&input.manifests, &input.settings, &input.snapshot, &plan)
+    });
+    let text = output::render(&plan, launches.as_deref(), &input.not_read, format)?;
     std::io::stdout().write_all(text.as_bytes())?;
     Ok(())
 }

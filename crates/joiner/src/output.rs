@@ -5,6 +5,8 @@ use std::fmt::Write as _;
 use joiner_engine::plan::Plan;
 use joiner_launch::preview::LaunchPreview;
 
+use crate::cluster::{NotRead, not_read_lines};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// A table of new nodes, placements and unschedulable pods.
@@ -17,12 +19,31 @@ pub enum Format {
     Name,
 }
 
-pub fn render(plan: &Plan, format: Format) -> anyhow::Result<String> {
+/// The plan in `format`. With `launches`, each NodeClaim of a JSON or YAML plan carries its
+/// `launch`: what the controller would send EC2 for it, or `launchError` saying why it cannot
+/// be put together. Kinds a cluster would not list are named at the end of a table and under
+/// `notRead` in JSON and YAML.
+pub fn render(
+    plan: &Plan,
+    launches: Option<&[Result<LaunchPreview, String>]>,
+    not_read: &[NotRead],
+    format: Format,
+) -> anyhow::Result<String> {
     Ok(match format {
-        Format::Json => serde_json::to_string_pretty(plan)? + "\n",
-        Format::Yaml => serde_saphyr::to_string(plan)?,
-        Format::Table => table(plan, false),
-        Format::Wide => table(plan, true),
+        // The plan alone is written as it serializes (YAML keeps its own number formatting).
+        Format::Json if launches.is_none() && not_read.is_empty() => {
+            serde_json::to_string_pretty(plan)? + "\n"
+        }
+        Format::Yaml if launches.is_none() && not_read.is_empty() => serde_saphyr::to_string(plan)?,
+        Format::Json | Format::Yaml => {
+            let doc = document(plan, launches, not_read)?;
+            match format {
+                Format::Yaml => serde_saphyr::to_string(&doc)?,
+                _ => serde_json::to_string_pretty(&doc)? + "\n",
+            }
+        }
+        Format::Table => table(plan, false) + &not_read_lines(not_read),
+        Format::Wide => table(plan, true) + &not_read_lines(not_read),
         Format::Name => plan
             .node_claims
             .iter()
@@ -31,15 +52,15 @@ pub fn render(plan: &Plan, format: Format) -> anyhow::Result<String> {
     })
 }
 
-/// The plan as JSON or YAML with each NodeClaim's `launch`: what the controller would send EC2
-/// for it, or `launchError` saying why it cannot be put together.
-pub fn render_with_launches(
+fn document(
     plan: &Plan,
-    launches: &[Result<LaunchPreview, String>],
-    format: Format,
-) -> anyhow::Result<String> {
+    launches: Option<&[Result<LaunchPreview, String>]>,
+    not_read: &[NotRead],
+) -> anyhow::Result<serde_json::Value> {
     let mut doc = serde_json::to_value(plan)?;
-    if let Some(claims) = doc.get_mut("nodeClaims").and_then(|c| c.as_array_mut()) {
+    if let Some(launches) = launches
+        && let Some(claims) = doc.get_mut("nodeClaims").and_then(|c| c.as_array_mut())
+    {
         for (claim, launch) in claims.iter_mut().zip(launches) {
             let Some(claim) = claim.as_object_mut() else {
                 continue;
@@ -50,10 +71,12 @@ pub fn render_with_launches(
             };
         }
     }
-    Ok(match format {
-        Format::Yaml => serde_saphyr::to_string(&doc)?,
-        _ => serde_json::to_string_pretty(&doc)? + "\n",
-    })
+    if !not_read.is_empty()
+        && let Some(map) = doc.as_object_mut()
+    {
+        map.insert("notRead".into(), serde_json::to_value(not_read)?);
+    }
+    Ok(doc)
 }
 
 /// Left-aligned columns separated by two spaces, as kubectl prints them.

@@ -14,7 +14,8 @@ pub struct Version {
     pub version: &'static str,
     /// The git commit it was built from (`unknown` outside a git checkout).
     pub commit: &'static str,
-    /// Cargo features compiled in (`controller`: `joiner controller` is available).
+    /// Cargo features compiled in (`cluster`: `--kubeconfig` reads a cluster; `controller`:
+    /// `joiner controller` is available).
     pub features: Vec<&'static str>,
     pub karpenter_api: KarpenterApi,
     /// The Kubernetes API version the object types follow.
@@ -31,6 +32,9 @@ pub struct KarpenterApi {
 impl Version {
     pub fn of_this_build() -> Version {
         let mut features = Vec::new();
+        if cfg!(feature = "cluster") {
+            features.push("cluster");
+        }
         if cfg!(feature = "controller") {
             features.push("controller");
         }
@@ -49,7 +53,7 @@ impl Version {
     /// The text form: one fact per line.
     pub fn text(&self) -> String {
         let features = if self.features.is_empty() {
-            "none (build with --features controller for `joiner controller`)".to_string()
+            "none (build with --features cluster for `--kubeconfig`, controller for `joiner controller`)".to_string()
         } else {
             self.features.join(", ")
         };
