@@ -355,6 +355,23 @@ impl<'a> SnapshotBuilder<'a> {
                 ));
                 continue;
             }
+            // The scheduler is preempting lower-priority pods for it on the node it names: the
+            // room is being made there, so no node is launched for it (Karpenter's
+            // IsPreempting).
+            if let Some(nominated) = status
+                .and_then(|s| s.nominated_node_name.as_deref())
+                .filter(|n| !n.is_empty())
+                && bound_to.is_none()
+            {
+                warnings.push(format!(
+                    "{}: Pod/{}/{}: status.nominatedNodeName: the scheduler is preempting pods on \
+                     {nominated} for it; not planned",
+                    p.origin,
+                    p.object.metadata.namespace.as_deref().unwrap_or("default"),
+                    p.object.metadata.name.as_deref().unwrap_or_default()
+                ));
+                continue;
+            }
             let info = match PodInfo::compile(&p.object, &p.origin) {
                 Ok(mut info) => {
                     info.do_not_disrupt =

@@ -416,8 +416,10 @@ fn cordoned_nodes_finished_pods_and_gated_pods() {
     let web = "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: 100m}}}]\n";
     let done = "apiVersion: v1\nkind: Pod\nmetadata: {name: done, namespace: default}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: 100m}}}]\nstatus: {phase: Succeeded}\n";
     let gated = "apiVersion: v1\nkind: Pod\nmetadata: {name: gated, namespace: default}\nspec:\n  schedulingGates: [{name: example.com/wait}]\n  containers: [{name: c}]\n";
-    let plan = plan_with(&[POOL, node, web, done, gated], false);
-    // The cordoned node takes nothing; the finished and the gated pod are not planned.
+    let preempting = "apiVersion: v1\nkind: Pod\nmetadata: {name: preempting, namespace: default}\nspec:\n  containers: [{name: c, resources: {requests: {cpu: \"64\"}}}]\nstatus: {phase: Pending, nominatedNodeName: n2}\n";
+    let plan = plan_with(&[POOL, node, web, done, gated, preempting], false);
+    // The cordoned node takes nothing; the finished, the gated and the preempting pod (the
+    // scheduler makes room for it on the node it nominated) are not planned.
     assert_ne!(node_of(&plan, "default/web"), "n1");
     assert_eq!(plan.bindings.len(), 1);
     assert!(plan.unschedulable.is_empty());
