@@ -4,12 +4,12 @@
 use joiner_model::api::{EC2NodeClass, NodeClaim, NodePool};
 use joiner_model::kinds::{KINDS, Kind, Live};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
-use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use kube::runtime::watcher;
 
 use crate::registry::{Registry, Scope};
@@ -39,6 +39,9 @@ pub(crate) fn watch_all(b: &mut Registry) {
             Kind::EC2NodeClass => b.watch::<EC2NodeClass>(Scope::All, required),
             Kind::PodDisruptionBudget => b.watch::<PodDisruptionBudget>(Scope::All, required),
             Kind::VolumeAttachment => b.watch::<VolumeAttachment>(Scope::All, required),
+            Kind::PersistentVolumeClaim => b.watch::<PersistentVolumeClaim>(Scope::All, required),
+            Kind::PersistentVolume => b.watch::<PersistentVolume>(Scope::All, required),
+            Kind::StorageClass => b.watch::<StorageClass>(Scope::All, required),
             Kind::DeviceClass => b.watch::<DeviceClass>(Scope::All, required),
             Kind::ResourceClaim => b.watch::<ResourceClaim>(Scope::All, required),
             Kind::ResourceClaimTemplate => b.watch::<ResourceClaimTemplate>(Scope::All, required),

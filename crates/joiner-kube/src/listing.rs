@@ -14,12 +14,12 @@ use std::time::Duration;
 use joiner_model::api::{EC2NodeClass, NodeClaim, NodePool};
 use joiner_model::kinds::{KINDS, Kind, Live};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
-use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -200,6 +200,9 @@ fn resources_of(kind: Kind) -> Option<Vec<ApiResource>> {
         Kind::EC2NodeClass => vec![erase::<EC2NodeClass>()],
         Kind::PodDisruptionBudget => vec![erase::<PodDisruptionBudget>()],
         Kind::VolumeAttachment => vec![erase::<VolumeAttachment>()],
+        Kind::PersistentVolumeClaim => vec![erase::<PersistentVolumeClaim>()],
+        Kind::PersistentVolume => vec![erase::<PersistentVolume>()],
+        Kind::StorageClass => vec![erase::<StorageClass>()],
         Kind::DeviceClass => dra(erase::<DeviceClass>()),
         Kind::ResourceClaim => dra(erase::<ResourceClaim>()),
         Kind::ResourceClaimTemplate => dra(erase::<ResourceClaimTemplate>()),

@@ -27,6 +27,9 @@ pub enum Kind {
     ResourceSlice,
     PodDisruptionBudget,
     VolumeAttachment,
+    PersistentVolumeClaim,
+    PersistentVolume,
+    StorageClass,
 }
 
 /// How the live controller reads a kind.
@@ -164,6 +167,28 @@ pub const KINDS: &[KindInfo] = &[
         false,
         Live::Required,
     ),
+    // A pod's persistent volumes pin it to their zones (volume topology).
+    info(
+        Kind::PersistentVolumeClaim,
+        "PersistentVolumeClaim",
+        &["v1"],
+        true,
+        Live::Required,
+    ),
+    info(
+        Kind::PersistentVolume,
+        "PersistentVolume",
+        &["v1"],
+        false,
+        Live::Required,
+    ),
+    info(
+        Kind::StorageClass,
+        "StorageClass",
+        &["storage.k8s.io/v1"],
+        false,
+        Live::Required,
+    ),
 ];
 
 const fn info(
@@ -220,7 +245,7 @@ mod tests {
                 row.name
             );
         }
-        assert_eq!(KINDS.len(), 18);
+        assert_eq!(KINDS.len(), 21);
         assert_eq!(Kind::parse("Service"), None);
     }
 }

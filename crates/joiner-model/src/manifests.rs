@@ -15,12 +15,12 @@ use std::fmt;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
-use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -81,6 +81,11 @@ pub struct Manifests {
     pub pod_disruption_budgets: Vec<Sourced<PodDisruptionBudget>>,
     /// Read so a cluster dump replays whole in `joiner simulate`; plans do not use them.
     pub volume_attachments: Vec<Sourced<VolumeAttachment>>,
+    /// A pod's claims, their volumes and the classes that provision them: where its volumes
+    /// live pins the zones its node may be in.
+    pub persistent_volume_claims: Vec<Sourced<PersistentVolumeClaim>>,
+    pub persistent_volumes: Vec<Sourced<PersistentVolume>>,
+    pub storage_classes: Vec<Sourced<StorageClass>>,
     pub warnings: Vec<Warning>,
     /// Where each object was first defined, to reject a second definition.
     seen: HashMap<ObjectRef, Source>,
@@ -420,6 +425,18 @@ impl Manifests {
             Kind::VolumeAttachment => {
                 let v = decode(o, object, doc)?;
                 self.volume_attachments.push(sourced(o, v));
+            }
+            Kind::PersistentVolumeClaim => {
+                let v = decode(o, object, doc)?;
+                self.persistent_volume_claims.push(sourced(o, v));
+            }
+            Kind::PersistentVolume => {
+                let v = decode(o, object, doc)?;
+                self.persistent_volumes.push(sourced(o, v));
+            }
+            Kind::StorageClass => {
+                let v = decode(o, object, doc)?;
+                self.storage_classes.push(sourced(o, v));
             }
             Kind::NodePool => {
                 strip_status(&mut doc);

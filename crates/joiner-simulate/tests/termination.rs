@@ -652,6 +652,22 @@ fn termination_waits_for_the_nodes_volumes_to_detach() {
         }]);
     });
     world.attacher.borrow_mut().detach_delay = std::time::Duration::from_secs(60);
+    // The claim, provisioned where its first pod lands (EBS's gp3 class, as EKS installs it).
+    let claim: k8s_openapi::api::core::v1::PersistentVolumeClaim =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "data", "namespace": "default"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
+                     "resources": {"requests": {"storage": "10Gi"}}}
+        }))
+        .expect("a claim");
+    let class: k8s_openapi::api::storage::v1::StorageClass =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gp3"}, "provisioner": "ebs.csi.aws.com",
+            "volumeBindingMode": "WaitForFirstConsumer"
+        }))
+        .expect("a class");
+    world.store.create(&claim).expect("create the claim");
+    world.store.create(&class).expect("create the class");
     let mut c = world.controller();
     settle(&world, &mut c);
     let (claim, node) = world.busiest();

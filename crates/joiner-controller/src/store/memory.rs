@@ -138,6 +138,9 @@ impl InMemoryCluster {
                 Kind::ResourceSlice => put(self, &m.resource_slices)?,
                 Kind::PodDisruptionBudget => put(self, &m.pod_disruption_budgets)?,
                 Kind::VolumeAttachment => put(self, &m.volume_attachments)?,
+                Kind::PersistentVolumeClaim => put(self, &m.persistent_volume_claims)?,
+                Kind::PersistentVolume => put(self, &m.persistent_volumes)?,
+                Kind::StorageClass => put(self, &m.storage_classes)?,
                 // Expanded into pods above; the catalog is not a cluster object.
                 Kind::Deployment
                 | Kind::ReplicaSet
@@ -290,6 +293,9 @@ pub fn manifests_of<S: ClusterStore + ?Sized>(store: &S) -> Result<Manifests, St
             Kind::ResourceSlice => m.resource_slices = all(store)?,
             Kind::PodDisruptionBudget => m.pod_disruption_budgets = all(store)?,
             Kind::VolumeAttachment => m.volume_attachments = all(store)?,
+            Kind::PersistentVolumeClaim => m.persistent_volume_claims = all(store)?,
+            Kind::PersistentVolume => m.persistent_volumes = all(store)?,
+            Kind::StorageClass => m.storage_classes = all(store)?,
             // Not stored in a cluster Joiner reads (see the table's `live` column).
             Kind::Deployment
             | Kind::ReplicaSet

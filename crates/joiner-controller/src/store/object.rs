@@ -5,12 +5,12 @@ use std::fmt;
 use joiner_model::api::{EC2NodeClass, NodePool};
 use joiner_model::kinds::Kind;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
-use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -96,6 +96,9 @@ k8s_resource!(
     ResourceSlice => Kind::ResourceSlice,
     PodDisruptionBudget => Kind::PodDisruptionBudget,
     VolumeAttachment => Kind::VolumeAttachment,
+    PersistentVolumeClaim => Kind::PersistentVolumeClaim,
+    PersistentVolume => Kind::PersistentVolume,
+    StorageClass => Kind::StorageClass,
 );
 
 /// Custom resources Joiner defines the types of.

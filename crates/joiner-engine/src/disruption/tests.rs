@@ -393,3 +393,61 @@ fn balanced_consolidation_weighs_the_saving_against_the_disruption() {
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!(d[0].nodes, ["big"]);
 }
+
+/// A pod whose persistent volume lives in one zone only moves to nodes in that zone: the node
+/// consolidated away is always the one whose pods can leave it.
+#[test]
+fn pods_with_zonal_volumes_only_move_within_their_zone() {
+    let volume = |pod: &str, zone: &str| {
+        format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {pod}, namespace: default}}\nspec: {{volumeName: pv-{pod}, storageClassName: gp3}}\nstatus: {{phase: Bound}}\n---\napiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: pv-{pod}}}\nspec:\n  csi: {{driver: ebs.csi.aws.com, volumeHandle: vol-{pod}}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions:\n        - {{key: topology.ebs.csi.aws.com/zone, operator: In, values: [{zone}]}}\n"
+        )
+    };
+    let with_volume = |name: &str, node: &str| {
+        pod(name, node, "2").replace(
+            "  containers:",
+            &format!("  volumes: [{{name: data, persistentVolumeClaim: {{claimName: {name}}}}}]\n  containers:"),
+        )
+    };
+    let a = node("a", "m5.2xlarge", "7", "");
+    let b = node("b", "m5.2xlarge", "7", "").replace("us-east-1a", "us-east-1b");
+    // (pinned pod, its node, the volume's zone, the other node)
+    for (pinned, at, zone, other) in [
+        ("two", "b", "us-east-1b", "a"),
+        ("one", "a", "us-east-1a", "b"),
+    ] {
+        let one = if pinned == "one" {
+            with_volume("one", "a")
+        } else {
+            pod("one", "a", "2")
+        };
+        let two = if pinned == "two" {
+            with_volume("two", "b")
+        } else {
+            pod("two", "b", "2")
+        };
+        let d = decide(&[POOL, &a, &b, &one, &two, &volume(pinned, zone)], false);
+        // Two half-empty nodes: consolidation happens, and the pinned pod stays in its zone:
+        // on its node, on a replacement there, or on the other node only were that there.
+        assert_eq!(d.len(), 1, "{d:?}");
+        let key = format!("default/{pinned}");
+        let moved = d[0].nodes.iter().any(|n| n == at);
+        let to_replacement = d[0].replacements.iter().find(|r| r.pods.contains(&key));
+        match to_replacement {
+            Some(r) => assert_eq!(r.zone, zone, "{d:?}"),
+            None => assert!(
+                !moved,
+                "{pinned} moved to node {other}, in another zone: {d:?}"
+            ),
+        }
+    }
+    // The other way round is what happens without a volume: node a's pod goes to b.
+    let d = decide(
+        &[POOL, &a, &b, &pod("one", "a", "2"), &pod("two", "b", "2")],
+        false,
+    );
+    assert!(
+        d[0].replacements.is_empty() && d[0].nodes.len() == 1,
+        "{d:?}"
+    );
+}

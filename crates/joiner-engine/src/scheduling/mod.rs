@@ -28,6 +28,7 @@ use crate::catalog::devices::{DeviceTemplates, TemplateOptions};
 use crate::requirements::{Labels, Requirements};
 pub use planner::{Baseline, PodAccount, explain_pod, schedule};
 pub use pod::PodInfo;
+pub(crate) use pod::compile_term;
 
 /// A node that exists already.
 #[derive(Debug, Clone)]

@@ -388,7 +388,10 @@ fn compile_expressions(
     Ok(())
 }
 
-fn compile_term(term: &NodeSelectorTerm, path: &str) -> Result<Requirements, (String, String)> {
+pub(crate) fn compile_term(
+    term: &NodeSelectorTerm,
+    path: &str,
+) -> Result<Requirements, (String, String)> {
     let mut r = Requirements::new();
     compile_expressions(
         term.match_expressions.as_deref().unwrap_or_default(),

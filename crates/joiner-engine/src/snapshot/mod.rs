@@ -19,6 +19,7 @@ mod dra;
 pub mod machines;
 mod pools;
 mod reservations;
+mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -331,6 +332,7 @@ impl<'a> SnapshotBuilder<'a> {
         let mut decided = Vec::new();
         let expanded = expand_workloads(m);
         let mut with_claims = Vec::new();
+        let volumes = volumes::Volumes::of(m);
         for p in &expanded {
             // Finished pods hold nothing; gated pods are not for scheduling yet.
             let status = p.object.status.as_ref();
@@ -372,7 +374,7 @@ impl<'a> SnapshotBuilder<'a> {
                 ));
                 continue;
             }
-            let info = match PodInfo::compile(&p.object, &p.origin) {
+            let mut info = match PodInfo::compile(&p.object, &p.origin) {
                 Ok(mut info) => {
                     info.do_not_disrupt =
                         joiner_model::do_not_disrupt::pod_protected(&p.object, now);
@@ -384,6 +386,27 @@ impl<'a> SnapshotBuilder<'a> {
                     continue;
                 }
             };
+            if let Err(why) = constrain_by_volumes(&volumes, &p.object, &mut info) {
+                match bound_to {
+                    None => {
+                        decided.push(Unschedulable {
+                            pod: info.key(),
+                            reason: why,
+                        });
+                        continue;
+                    }
+                    // Where it could move is unknown: its node stays as it is.
+                    Some(node) => {
+                        warnings.push(format!(
+                            "Pod/{}: {why}; node {node} is not consolidated while it runs there",
+                            info.key()
+                        ));
+                        if let Some(n) = nodes.iter_mut().find(|n| &n.name == node) {
+                            n.consolidation_candidate = false;
+                        }
+                    }
+                }
+            }
             let pending_dra = info.has_resource_claims && info.node_name.is_none();
             if pending_dra && !dra_on {
                 decided.push(Unschedulable {
@@ -476,6 +499,29 @@ impl<'a> SnapshotBuilder<'a> {
 
 /// A pod that cannot be read: pending, it is unschedulable with the reason; bound, what it
 /// uses on its node is unknown, so the node takes no more pods and is not consolidated.
+/// Narrows the pod's node requirements to where its persistent volumes can be reached
+/// ([`volumes`]), or says why it cannot be scheduled (a bound pod's requirements say where it
+/// could move to).
+fn constrain_by_volumes(
+    volumes: &volumes::Volumes<'_>,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    info: &mut PodInfo,
+) -> Result<(), String> {
+    let Some(allowed) = volumes.requirements(pod)? else {
+        return Ok(());
+    };
+    let both = volumes::cross(&info.node_requirements, &allowed);
+    if both.is_empty() {
+        return Err(format!(
+            "its volumes can only be used from nodes with {}, which its node selector and \
+             affinity rule out",
+            volumes::describe(&allowed)
+        ));
+    }
+    info.node_requirements = both;
+    Ok(())
+}
+
 fn unreadable_pod(
     e: &InputError,
     bound_to: Option<&String>,
@@ -770,3 +816,5 @@ mod isolation_tests;
 mod reservation_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod volume_tests;

@@ -72,7 +72,7 @@ pub(super) fn from_template(name: &str) -> String {
     )
 }
 
-fn plan_with(docs: &[&str], dra: bool) -> Plan {
+pub(super) fn plan_with(docs: &[&str], dra: bool) -> Plan {
     let mut m = Manifests::default();
     for (i, text) in docs.iter().enumerate() {
         for (origin, doc) in parse_documents(&format!("doc{i}.yaml"), text).unwrap() {
