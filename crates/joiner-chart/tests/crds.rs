@@ -32,6 +32,9 @@ fn nodeclaims() -> Value {
 fn ec2nodeclasses() -> Value {
     crd("karpenter.k8s.aws_ec2nodeclasses.yaml")
 }
+fn nodeoverlays() -> Value {
+    crd("karpenter.sh_nodeoverlays.yaml")
+}
 
 fn schema_of(crd: &Value) -> &Value {
     &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
@@ -599,7 +602,7 @@ fn broken_nodeclaims_are_rejected_naming_the_field() {
 const UPSTREAM_PATHS: &str = include_str!("data/karpenter-v1.14.1-crd-paths.json");
 
 /// Kinds of Karpenter v1.14 the chart has no CRD for yet.
-const NO_CRD_YET: &[&str] = &["NodeOverlay"];
+const NO_CRD_YET: &[&str] = &[];
 
 /// Every path a schema keeps: its properties (array items as `[]`), and the prefixes under
 /// which it keeps whatever is stored (`x-kubernetes-preserve-unknown-fields`).
@@ -624,6 +627,7 @@ fn the_crds_prune_nothing_karpenter_v1_14_stores() {
         ("NodePool", nodepools()),
         ("NodeClaim", nodeclaims()),
         ("EC2NodeClass", ec2nodeclasses()),
+        ("NodeOverlay", nodeoverlays()),
     ];
     let mut missing = Vec::new();
     for (kind, wanted) in upstream["paths"].as_object().expect("paths by kind") {
@@ -715,6 +719,7 @@ fn every_karpenter_v1_14_rule_has_its_counterpart() {
         ("NodePool", nodepools()),
         ("NodeClaim", nodeclaims()),
         ("EC2NodeClass", ec2nodeclasses()),
+        ("NodeOverlay", nodeoverlays()),
     ];
     let mut missing = Vec::new();
     for (kind, wanted) in upstream["rules"].as_object().expect("rules by kind") {
@@ -843,7 +848,7 @@ fn the_readme_field_table_covers_every_karpenter_field() {
                 return None;
             };
             let field = field.strip_prefix('`')?.strip_suffix('`')?;
-            ["NodePool", "NodeClaim", "EC2NodeClass"]
+            ["NodePool", "NodeClaim", "EC2NodeClass", "NodeOverlay"]
                 .contains(kind)
                 .then(|| (kind.to_string(), format!(".{field}"), verdict.to_string()))
         })
@@ -856,7 +861,7 @@ fn the_readme_field_table_covers_every_karpenter_field() {
         );
     }
     let upstream: Value = serde_json::from_str(UPSTREAM_PATHS).expect("paths JSON");
-    for kind in ["NodePool", "NodeClaim", "EC2NodeClass"] {
+    for kind in ["NodePool", "NodeClaim", "EC2NodeClass", "NodeOverlay"] {
         let paths: Vec<&str> = upstream["paths"][kind]
             .as_array()
             .expect("paths")

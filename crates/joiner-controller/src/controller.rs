@@ -145,6 +145,9 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         if let Err(e) = crate::nodepool_status::reconcile(&mut ctx) {
             ctx.error(Reconciler::NodePool, "NodePool status", e);
         }
+        if let Err(e) = crate::nodeoverlay_status::reconcile(&mut ctx) {
+            ctx.error(Reconciler::NodeOverlay, "NodeOverlay status", e);
+        }
         let gc_due = self
             .last_gc
             .is_none_or(|t| crate::clock::elapsed(now, t) >= self.config.gc_period);

@@ -31,6 +31,7 @@ pub mod interruption;
 pub mod lifecycle;
 pub mod nodeclaim;
 pub mod nodeclass;
+pub mod nodeoverlay_status;
 pub mod nodepool_status;
 pub mod pods;
 pub mod provisioning;

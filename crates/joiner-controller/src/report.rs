@@ -114,10 +114,12 @@ pub enum Reconciler {
     NodeClass,
     /// NodePool status.
     NodePool,
+    /// NodeOverlay status.
+    NodeOverlay,
 }
 
 impl Reconciler {
-    pub const ALL: [Reconciler; 10] = [
+    pub const ALL: [Reconciler; 11] = [
         Reconciler::ClusterState,
         Reconciler::Provisioning,
         Reconciler::Launching,
@@ -128,6 +130,7 @@ impl Reconciler {
         Reconciler::Interruption,
         Reconciler::NodeClass,
         Reconciler::NodePool,
+        Reconciler::NodeOverlay,
     ];
 
     /// The metric label value.
@@ -143,6 +146,7 @@ impl Reconciler {
             Reconciler::Interruption => "interruption",
             Reconciler::NodeClass => "nodeclass",
             Reconciler::NodePool => "nodepool",
+            Reconciler::NodeOverlay => "nodeoverlay",
         }
     }
 }

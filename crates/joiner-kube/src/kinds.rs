@@ -1,7 +1,7 @@
 //! Where each kind of Joiner's table ([`joiner_model::kinds::KINDS`]) is watched: its `live`
 //! column says whether the controller needs it, may do without it, or reads one object by name.
 
-use joiner_model::api::{EC2NodeClass, NodeClaim, NodePool};
+use joiner_model::api::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use joiner_model::kinds::{KINDS, Kind, Live};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -42,6 +42,7 @@ pub(crate) fn watch_all(b: &mut Registry) {
             Kind::PersistentVolumeClaim => b.watch::<PersistentVolumeClaim>(Scope::All, required),
             Kind::PersistentVolume => b.watch::<PersistentVolume>(Scope::All, required),
             Kind::StorageClass => b.watch::<StorageClass>(Scope::All, required),
+            Kind::NodeOverlay => b.watch::<NodeOverlay>(Scope::All, required),
             Kind::DeviceClass => b.watch::<DeviceClass>(Scope::All, required),
             Kind::ResourceClaim => b.watch::<ResourceClaim>(Scope::All, required),
             Kind::ResourceClaimTemplate => b.watch::<ResourceClaimTemplate>(Scope::All, required),

@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use joiner_model::api::{EC2NodeClass, NodeClaim, NodePool};
+use joiner_model::api::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use joiner_model::kinds::{KINDS, Kind, Live};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -203,6 +203,7 @@ fn resources_of(kind: Kind) -> Option<Vec<ApiResource>> {
         Kind::PersistentVolumeClaim => vec![erase::<PersistentVolumeClaim>()],
         Kind::PersistentVolume => vec![erase::<PersistentVolume>()],
         Kind::StorageClass => vec![erase::<StorageClass>()],
+        Kind::NodeOverlay => vec![erase::<NodeOverlay>()],
         Kind::DeviceClass => dra(erase::<DeviceClass>()),
         Kind::ResourceClaim => dra(erase::<ResourceClaim>()),
         Kind::ResourceClaimTemplate => dra(erase::<ResourceClaimTemplate>()),

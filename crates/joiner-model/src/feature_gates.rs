@@ -57,12 +57,10 @@ impl FeatureGate {
     /// Why turning the gate on changes nothing in Joiner; `None` for the gates Joiner acts on.
     pub fn not_acted_on(self) -> Option<&'static str> {
         match self {
-            FeatureGate::SpotToSpotConsolidation | FeatureGate::ReservedCapacity => None,
+            FeatureGate::SpotToSpotConsolidation
+            | FeatureGate::ReservedCapacity
+            | FeatureGate::NodeOverlay => None,
             FeatureGate::NodeRepair => Some("Joiner does not repair unhealthy nodes yet"),
-            FeatureGate::NodeOverlay => Some(
-                "Joiner reads no NodeOverlays yet: instance types keep their own prices and \
-                 capacity",
-            ),
             FeatureGate::StaticCapacity => Some(
                 "Joiner refuses static NodePools (spec.replicas) whatever this gate says, and \
                  leaves their nodes alone",
@@ -143,7 +141,7 @@ mod tests {
             ("spotToSpotConsolidation", true),
             ("reservedCapacity", false),
             ("nodeOverlay", true),
-            ("nodeRepair", false),
+            ("nodeRepair", true),
             ("SpotToSpotConsolidation", true),
         ]);
         assert!(gates.enabled(FeatureGate::SpotToSpotConsolidation));
@@ -155,8 +153,9 @@ mod tests {
         );
         assert!(
             warnings[1]
-                .starts_with("settings.featureGates.nodeOverlay: accepted, not acted on by Joiner"),
+                .starts_with("settings.featureGates.nodeRepair: accepted, not acted on by Joiner"),
             "{warnings:?}"
         );
+        assert!(gates.enabled(FeatureGate::NodeOverlay));
     }
 }

@@ -30,6 +30,7 @@ pub enum Kind {
     PersistentVolumeClaim,
     PersistentVolume,
     StorageClass,
+    NodeOverlay,
 }
 
 /// How the live controller reads a kind.
@@ -189,6 +190,14 @@ pub const KINDS: &[KindInfo] = &[
         false,
         Live::Required,
     ),
+    // Read when the API server serves it (Karpenter's chart installs the CRD; Joiner's too).
+    info(
+        Kind::NodeOverlay,
+        "NodeOverlay",
+        &["karpenter.sh/v1alpha1"],
+        false,
+        Live::Optional,
+    ),
 ];
 
 const fn info(
@@ -245,7 +254,7 @@ mod tests {
                 row.name
             );
         }
-        assert_eq!(KINDS.len(), 21);
+        assert_eq!(KINDS.len(), 22);
         assert_eq!(Kind::parse("Service"), None);
     }
 }

@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::api::nodepool::NodePoolV1Beta1;
-use crate::api::{EC2NodeClass, FieldError, InstanceType, NodeClaim, NodePool};
+use crate::api::{EC2NodeClass, FieldError, InstanceType, NodeClaim, NodeOverlay, NodePool};
 use crate::dra;
 use crate::kinds::Kind;
 use crate::yaml::Document;
@@ -86,6 +86,8 @@ pub struct Manifests {
     pub persistent_volume_claims: Vec<Sourced<PersistentVolumeClaim>>,
     pub persistent_volumes: Vec<Sourced<PersistentVolume>>,
     pub storage_classes: Vec<Sourced<StorageClass>>,
+    /// Adjustments to the instance types the planner sees (behind the `NodeOverlay` gate).
+    pub node_overlays: Vec<Sourced<NodeOverlay>>,
     pub warnings: Vec<Warning>,
     /// Where each object was first defined, to reject a second definition.
     seen: HashMap<ObjectRef, Source>,
@@ -467,6 +469,13 @@ impl Manifests {
                 let it: InstanceType = self.decode_crd(o, object, doc)?;
                 it.validate().map_err(|e| e.into_input_error(o, object))?;
                 self.instance_types.push(sourced(o, it));
+            }
+            Kind::NodeOverlay => {
+                let overlay: NodeOverlay = self.decode_crd(o, object, doc)?;
+                overlay
+                    .validate()
+                    .map_err(|e| e.into_input_error(o, object))?;
+                self.node_overlays.push(sourced(o, overlay));
             }
             Kind::NodeClaim => {
                 // Status is the point: which NodeClaims are still in flight, their Nodes and

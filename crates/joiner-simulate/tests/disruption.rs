@@ -1425,3 +1425,45 @@ fn the_nodepool_status_counts_its_nodes_and_says_it_is_ready() {
     let after: NodePool = world.store.get(None, &name).expect("get").expect("pool");
     assert_eq!(after.metadata.resource_version, version);
 }
+
+/// With the NodeOverlay gate on, each overlay's status says whether it applies: of two with
+/// the same weight pricing the same offerings, the one later in the alphabet applies and the
+/// other reports the conflict (`ValidationSucceeded=False`, reason `Conflict`), as Karpenter's
+/// overlay controller writes it.
+#[test]
+fn node_overlays_say_whether_they_apply() {
+    use joiner_model::api::NodeOverlay;
+    use joiner_model::feature_gates::FeatureGates;
+
+    let mut world = World::new(2, |_| {});
+    let gates = BTreeMap::from([("nodeOverlay".to_string(), true)]);
+    world.lab.config.settings.feature_gates =
+        FeatureGates::from_values("settings.featureGates", &gates, &mut Vec::new());
+    for (name, price) in [("a-discount", "0.5"), ("b-discount", "0.6")] {
+        let overlay: NodeOverlay = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay",
+            "metadata": {"name": name},
+            "spec": {"requirements": [], "price": price, "weight": 10}
+        }))
+        .expect("an overlay");
+        world.store.create(&overlay).expect("create the overlay");
+    }
+    let mut c = world.controller();
+    world.run(&mut c, 30);
+    let condition = |name: &str| {
+        let o: NodeOverlay = world.store.get(None, name).expect("get").expect("overlay");
+        o.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "ValidationSucceeded")
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    assert_eq!(
+        condition("b-discount"),
+        Some(("True".into(), "ValidationSucceeded".into()))
+    );
+    assert_eq!(
+        condition("a-discount"),
+        Some(("False".into(), "Conflict".into()))
+    );
+}

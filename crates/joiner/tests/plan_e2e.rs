@@ -542,3 +542,33 @@ fn spot_is_chosen_where_the_pool_allows_it_as_karpenter_chooses() {
         std::fs::remove_dir_all(&dir).ok();
     }
 }
+
+/// Karpenter's GPU-slices NodeOverlay blueprint: with the gate on the four one-slice pods share
+/// one node whose GPU the overlay advertises four times; with it off (Karpenter's default) the
+/// overlays are named as not applied and each pod needs a GPU of its own.
+#[test]
+fn the_gpu_slices_overlay_blueprint_plans_onto_one_node() {
+    let dir = example_dir("node-overlay-gpu-slices");
+    let dir = dir.to_str().expect("a UTF-8 path");
+    let values = format!("{dir}/values.yaml");
+    let plan = plan_json(&["-f", dir, "--values", &values]);
+    let claims = plan["nodeClaims"].as_array().expect("nodeClaims");
+    assert_eq!(claims.len(), 1, "{plan:#}");
+    assert_eq!(claims[0]["instanceType"], "g5g.xlarge");
+    assert_eq!(claims[0]["pods"].as_array().map(Vec::len), Some(4));
+    assert_eq!(plan["unschedulable"].as_array().map(Vec::len), Some(0));
+
+    let out = joiner(&["plan", "-f", dir, "-o", "json"]);
+    assert!(out.status.success());
+    let off: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        off["nodeClaims"].as_array().map(Vec::len),
+        Some(4),
+        "{off:#}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("4 NodeOverlay(s) not applied: the NodeOverlay feature gate is off"),
+        "{stderr}"
+    );
+}

@@ -141,6 +141,7 @@ impl InMemoryCluster {
                 Kind::PersistentVolumeClaim => put(self, &m.persistent_volume_claims)?,
                 Kind::PersistentVolume => put(self, &m.persistent_volumes)?,
                 Kind::StorageClass => put(self, &m.storage_classes)?,
+                Kind::NodeOverlay => put(self, &m.node_overlays)?,
                 // Expanded into pods above; the catalog is not a cluster object.
                 Kind::Deployment
                 | Kind::ReplicaSet
@@ -296,6 +297,7 @@ pub fn manifests_of<S: ClusterStore + ?Sized>(store: &S) -> Result<Manifests, St
             Kind::PersistentVolumeClaim => m.persistent_volume_claims = all(store)?,
             Kind::PersistentVolume => m.persistent_volumes = all(store)?,
             Kind::StorageClass => m.storage_classes = all(store)?,
+            Kind::NodeOverlay => m.node_overlays = all(store)?,
             // Not stored in a cluster Joiner reads (see the table's `live` column).
             Kind::Deployment
             | Kind::ReplicaSet

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use joiner_model::api::{EC2NodeClass, NodePool};
+use joiner_model::api::{EC2NodeClass, NodeOverlay, NodePool};
 use joiner_model::kinds::Kind;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -124,6 +124,7 @@ macro_rules! custom_resource {
 custom_resource!(NodeClaim, Kind::NodeClaim, "nodeclaims");
 custom_resource!(NodePool, Kind::NodePool, "nodepools");
 custom_resource!(EC2NodeClass, Kind::EC2NodeClass, "ec2nodeclasses");
+custom_resource!(NodeOverlay, Kind::NodeOverlay, "nodeoverlays");
 
 #[cfg(test)]
 mod tests {

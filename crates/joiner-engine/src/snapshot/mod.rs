@@ -17,6 +17,7 @@
 pub mod corrections;
 mod dra;
 pub mod machines;
+mod overlays;
 mod pools;
 mod reservations;
 mod volumes;
@@ -77,6 +78,8 @@ pub struct ClusterSnapshot {
     region: String,
     /// Karpenter's feature gates, for the decisions they switch (spot-to-spot consolidation).
     feature_gates: FeatureGates,
+    /// What the NodeOverlays did: the types each changed (for `explain`), and which conflict.
+    overlaid: overlays::Outcome,
 }
 
 /// Gathers what shapes a [`ClusterSnapshot`]; see [`ClusterSnapshot::builder`].
@@ -278,10 +281,7 @@ impl<'a> SnapshotBuilder<'a> {
                 unavailable,
                 &reserved_free,
             ) {
-                Ok(mut pool) => {
-                    if let Some(found) = corrections {
-                        pool.options.iter_mut().for_each(|o| found.apply(o));
-                    }
+                Ok(pool) => {
                     if let Some(opts) = devices {
                         template_options.insert(name, opts);
                     }
@@ -311,6 +311,14 @@ impl<'a> SnapshotBuilder<'a> {
                         ),
                     ));
                 }
+            }
+        }
+
+        let overlaid = apply_overlays(m, settings, &mut pools, &mut warnings);
+        // What running nodes were found to offer outranks any prediction or overlay.
+        if let Some(found) = corrections {
+            for pool in &mut pools {
+                pool.options.iter_mut().for_each(|o| found.apply(o));
             }
         }
 
@@ -493,12 +501,35 @@ impl<'a> SnapshotBuilder<'a> {
             catalog: Arc::new(catalog),
             region: settings.region.clone(),
             feature_gates: settings.feature_gates.clone(),
+            overlaid,
         })
     }
 }
 
 /// A pod that cannot be read: pending, it is unschedulable with the reason; bound, what it
 /// uses on its node is unknown, so the node takes no more pods and is not consolidated.
+/// The NodeOverlays applied to the pools when the `NodeOverlay` gate is on (Karpenter's
+/// default is off), with a warning when overlays are given and the gate is off.
+fn apply_overlays(
+    m: &Manifests,
+    settings: &Settings,
+    pools: &mut [crate::scheduling::PoolInput],
+    warnings: &mut Vec<String>,
+) -> overlays::Outcome {
+    if m.node_overlays.is_empty() {
+        return overlays::Outcome::default();
+    }
+    if !settings.feature_gates.enabled(FeatureGate::NodeOverlay) {
+        warnings.push(format!(
+            "{} NodeOverlay(s) not applied: the NodeOverlay feature gate is off, as it is by \
+             default in Karpenter (settings.featureGates.nodeOverlay=true turns it on)",
+            m.node_overlays.len()
+        ));
+        return overlays::Outcome::default();
+    }
+    overlays::apply(pools, &m.node_overlays, warnings)
+}
+
 /// Narrows the pod's node requirements to where its persistent volumes can be reached
 /// ([`volumes`]), or says why it cannot be scheduled (a bound pod's requirements say where it
 /// could move to).
@@ -634,6 +665,12 @@ impl ClusterSnapshot {
         crate::listing::list(&self.region, &self.catalog, &self.input.pools)
     }
 
+    /// The NodeOverlays applied nowhere because they conflict with another of equal weight, by
+    /// name, with the conflict in words.
+    pub fn overlay_conflicts(&self) -> &BTreeMap<String, String> {
+        &self.overlaid.conflicts
+    }
+
     /// How `pool` would launch `instance_type`, if it may.
     pub fn launch_option(&self, pool: &str, instance_type: &str) -> Option<&LaunchOption> {
         self.input
@@ -684,6 +721,25 @@ impl ClusterSnapshot {
                     .map(|u| format!("NodePool {}: launches nothing: {}", u.name, u.why)),
             );
         }
+        let shown: Vec<String> = self
+            .overlaid
+            .applied
+            .iter()
+            .filter(|((pool, it), _)| {
+                let prefix = format!("NodePool {pool} / {it} ");
+                account
+                    .instance_types
+                    .iter()
+                    .any(|l| l.starts_with(&prefix))
+            })
+            .map(|((pool, it), names)| {
+                format!(
+                    "NodePool {pool} / {it}: as NodeOverlay {} changed it",
+                    names.join(", ")
+                )
+            })
+            .collect();
+        account.instance_types.extend(shown);
         Some(account)
     }
 
@@ -812,6 +868,8 @@ fn device_plugin_configs(m: &Manifests, settings: &Settings) -> Option<DevicePlu
 
 #[cfg(test)]
 mod isolation_tests;
+#[cfg(test)]
+mod overlay_tests;
 #[cfg(test)]
 mod reservation_tests;
 #[cfg(test)]

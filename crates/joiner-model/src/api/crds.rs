@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use super::ec2nodeclass::EC2NodeClassResource;
 use super::nodeclaim::NodeClaimResource;
+use super::nodeoverlay::NodeOverlayResource;
 use super::nodepool::NodePoolResource;
 
 /// A generated CRD and the file name the chart keeps it under.
@@ -94,6 +95,7 @@ pub fn crds() -> Vec<GeneratedCrd> {
         GeneratedCrd::of::<NodePoolResource>(),
         GeneratedCrd::of::<NodeClaimResource>(),
         GeneratedCrd::of::<EC2NodeClassResource>(),
+        GeneratedCrd::of::<NodeOverlayResource>(),
     ]
 }
 

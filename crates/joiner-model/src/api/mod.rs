@@ -12,6 +12,7 @@ pub mod instancetype;
 pub mod kubelet;
 pub mod nodeclaim;
 pub mod nodeclass_status;
+pub mod nodeoverlay;
 pub mod nodepool;
 pub mod schema;
 
@@ -19,6 +20,7 @@ pub use ec2nodeclass::EC2NodeClass;
 pub use instancetype::InstanceType;
 pub use kubelet::KubeletConfiguration;
 pub use nodeclaim::NodeClaim;
+pub use nodeoverlay::NodeOverlay;
 pub use nodepool::NodePool;
 
 use std::fmt;

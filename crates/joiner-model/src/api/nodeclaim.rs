@@ -270,7 +270,7 @@ impl NodeClaim {
         message: &str,
         now: Time,
     ) {
-        set(
+        set_bool(
             &mut self.status.conditions,
             type_,
             status,
@@ -294,7 +294,7 @@ impl NodeClaim {
                 "the node is not yet launched, registered and initialized",
             )
         };
-        set(
+        set_bool(
             &mut self.status.conditions,
             conditions::READY,
             ready,
@@ -316,7 +316,9 @@ impl NodeClaim {
     }
 }
 
-fn set(
+/// Sets a condition `True` or `False` in `list`, keeping its transition time while its status
+/// stays the same.
+pub fn set_bool(
     list: &mut Vec<Condition>,
     type_: &str,
     status: bool,

@@ -92,6 +92,32 @@ pub fn requirement_key_rules() -> serde_json::Value {
     ])
 }
 
+/// The rules on a NodeOverlay requirement's key: as [`requirement_key_rules`], with the AWS
+/// labels Karpenter's NodeOverlay CRD (v1.14) lists, which predate tenancy, capacity
+/// reservations and placement groups.
+pub fn overlay_requirement_key_rules() -> serde_json::Value {
+    let labels: Vec<&str> = AWS_WELL_KNOWN_LABELS
+        .iter()
+        .copied()
+        .filter(|l| {
+            !["tenancy", "capacity-reservation", "placement-group"]
+                .iter()
+                .any(|newer| l.contains(newer))
+        })
+        .collect();
+    let mut rules = requirement_key_rules();
+    if let Some(aws) = rules.get_mut(2) {
+        *aws = rule(
+            &format!(
+                r#"self in {} || !self.find("^([^/]+)").endsWith("karpenter.k8s.aws")"#,
+                cel_list(&labels)
+            ),
+            r#"label domain "karpenter.k8s.aws" is restricted"#,
+        );
+    }
+    rules
+}
+
 /// The rules on a requirements list, as NodePool templates and NodeClaims share them.
 pub fn requirements_rules() -> serde_json::Value {
     json!([
