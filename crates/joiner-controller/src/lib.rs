@@ -45,4 +45,7 @@ pub use config::Config;
 pub use context::Ctx;
 pub use controller::Controller;
 pub use error::ControllerError;
-pub use report::{DisruptionEvent, NodeClaimEvent, NotDrained, PoolBudget, Reconciler, StepReport};
+pub use report::{
+    DisruptionEvent, NodeClaimEvent, NotDrained, OfferedAt, OfferedType, PoolBudget, Reconciler,
+    StepReport,
+};

@@ -42,6 +42,7 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
         .filter(|p| p.options.iter().all(|o| o.offerings.is_empty()))
         .map(|p| p.name.clone())
         .collect();
+    let catalog = offered_types(view);
     // A pod the plan puts on an in-flight machine waits for that NodeClaim.
     let in_flight: BTreeMap<String, String> = view
         .machines()
@@ -52,6 +53,7 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
     ctx.report.planned = true;
     ctx.report.scheduling_duration = Some(started.elapsed());
     ctx.report.no_instance_types = no_instance_types;
+    ctx.report.catalog = Some(catalog);
     for b in &plan.bindings {
         if let Some(claim) = in_flight.get(&b.node) {
             ctx.report.nominated.push((b.pod.clone(), claim.clone()));
@@ -102,6 +104,34 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
         }
     }
     Ok(())
+}
+
+/// The instance types the NodePools may launch, each once (the first NodePool's figures), with
+/// the offerings the plan would launch them from.
+fn offered_types(view: &joiner_engine::snapshot::ClusterSnapshot) -> Vec<crate::OfferedType> {
+    let units = |q: Option<&joiner_model::Quantity>| q.map_or(0.0, |q| q.nanos() as f64 / 1e9);
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for option in view.pools().iter().flat_map(|p| p.options.iter()) {
+        if !seen.insert(option.instance_type.clone()) {
+            continue;
+        }
+        out.push(crate::OfferedType {
+            instance_type: option.instance_type.clone(),
+            cpu_cores: units(option.capacity.get("cpu")),
+            memory_bytes: units(option.capacity.get("memory")),
+            offerings: option
+                .offerings
+                .iter()
+                .map(|o| crate::OfferedAt {
+                    zone: o.zone.clone(),
+                    capacity_type: o.capacity_type.clone(),
+                    price_usd: o.price.as_usd(),
+                })
+                .collect(),
+        });
+    }
+    out
 }
 
 /// How many suffixed names to try when the need's name is held by a settled NodeClaim.

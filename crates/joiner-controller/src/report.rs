@@ -48,6 +48,10 @@ pub struct StepReport {
     /// NodePools whose requirements leave no instance type with an available offering, when a
     /// batch was planned: a `NoCompatibleInstanceTypes` event on each.
     pub no_instance_types: Vec<String>,
+    /// The instance types the NodePools may launch and their offerings as the plan priced
+    /// them, when a batch was planned (Karpenter's `karpenter_cloudprovider_instance_type_*`
+    /// gauges), each type once.
+    pub catalog: Option<Vec<OfferedType>>,
     /// Pod (`namespace/name`) and NodeClaim of every pod the plan put on a NodeClaim created in
     /// this step or still in flight: the live controller tells each pod which node it waits for.
     pub nominated: Vec<(String, String)>,
@@ -149,6 +153,23 @@ impl Reconciler {
             Reconciler::NodeOverlay => "nodeoverlay",
         }
     }
+}
+
+/// An instance type a NodePool may launch, and where and at what price.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OfferedType {
+    pub instance_type: String,
+    pub cpu_cores: f64,
+    pub memory_bytes: f64,
+    pub offerings: Vec<OfferedAt>,
+}
+
+/// One offering of an [`OfferedType`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct OfferedAt {
+    pub zone: String,
+    pub capacity_type: String,
+    pub price_usd: f64,
 }
 
 /// Why a drain does not wait for a pod on its node (as Karpenter's terminator leaves them).

@@ -19,7 +19,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::Labels;
+use super::{Labels, labels};
 
 /// The kinds whose conditions are exported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -154,10 +154,6 @@ pub struct ConditionMetrics {
     by_kind: BTreeMap<ConditionKind, Families>,
     global: Families,
     seen: Mutex<Option<Seen>>,
-}
-
-fn labels(pairs: &[(&'static str, &str)]) -> Labels {
-    pairs.iter().map(|(k, v)| (*k, (*v).to_string())).collect()
 }
 
 impl ConditionMetrics {

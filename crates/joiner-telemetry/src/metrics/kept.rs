@@ -80,6 +80,16 @@ fn busy() -> Metrics {
                 &["i-1"],
             ),
         ],
+        catalog: Some(vec![joiner_controller::OfferedType {
+            instance_type: "g6.xlarge".into(),
+            cpu_cores: 4.0,
+            memory_bytes: 16.0 * 1024.0 * 1024.0 * 1024.0,
+            offerings: vec![joiner_controller::OfferedAt {
+                zone: "us-east-1a".into(),
+                capacity_type: "on-demand".into(),
+                price_usd: 0.8048,
+            }],
+        }]),
         budgets: Some(vec![joiner_controller::PoolBudget {
             nodepool: "gpu".into(),
             reason: DisruptionReason::Underutilized,

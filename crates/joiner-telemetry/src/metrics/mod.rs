@@ -11,6 +11,7 @@
 //! exist: a gauge's series go with their object, and counters are labelled by NodePool, never
 //! by NodeClaim, pod or instance.
 
+mod catalog;
 pub mod conditions;
 mod gauges;
 pub mod lifetimes;
@@ -37,6 +38,11 @@ use self::state::ClusterState;
 pub use self::record::{record, record_outcomes};
 
 type Labels = Vec<(&'static str, String)>;
+
+/// Label pairs as a family's key.
+fn labels(pairs: &[(&'static str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (*k, (*v).to_string())).collect()
+}
 type Counters = Family<Labels, Counter>;
 type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
 
@@ -111,6 +117,7 @@ pub struct Metrics {
     conditions: conditions::ConditionMetrics,
     lifetimes: lifetimes::Lifetimes,
     termination: termination::TerminationMetrics,
+    catalog: catalog::CatalogGauges,
 }
 
 /// Buckets from 5 ms to about 80 s: a step or a plan of a few pods takes milliseconds, a
@@ -260,6 +267,7 @@ impl Metrics {
         let conditions = conditions::ConditionMetrics::register(&mut registry);
         let lifetimes = lifetimes::Lifetimes::register(&mut registry);
         let termination = termination::TerminationMetrics::register(&mut registry);
+        let catalog = catalog::CatalogGauges::register(&mut registry);
         Metrics {
             registry,
             provider,
@@ -294,6 +302,7 @@ impl Metrics {
             conditions,
             lifetimes,
             termination,
+            catalog,
         }
     }
 

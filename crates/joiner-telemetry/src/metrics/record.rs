@@ -8,11 +8,7 @@ use joiner_controller::cloud::CloudError;
 use joiner_controller::{ControllerError, StepReport};
 use joiner_model::wellknown::{DisruptionAction, DisruptionReason, InterruptionKind};
 
-use super::{ClaimLabels, Claims, Counters, Labels, Metrics};
-
-fn labels(pairs: &[(&'static str, &str)]) -> Labels {
-    pairs.iter().map(|(k, v)| (*k, (*v).to_string())).collect()
-}
+use super::{ClaimLabels, Claims, Counters, Metrics, labels};
 
 /// The labels of a NodeClaim, or `unknown` ones when it is gone from the cluster and was never
 /// seen.
@@ -80,6 +76,9 @@ pub fn record_outcomes(report: &StepReport, claims: &Claims, metrics: &Metrics) 
     }
     metrics.pods_nominated.inc_by(report.nominated.len() as u64);
     record_errors(report, metrics);
+    if let Some(types) = &report.catalog {
+        metrics.catalog.set(types);
+    }
     if let Some(budgets) = &report.budgets {
         // Set wholesale: a deleted NodePool's series go with it.
         metrics.allowed.clear();

@@ -84,6 +84,7 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
         mispredicted: Vec::new(),
         eligible: None,
         no_instance_types: Vec::new(),
+        catalog: None,
         budgets: Some(vec![joiner_controller::PoolBudget {
             nodepool: "gpu".into(),
             reason: DisruptionReason::Underutilized,
@@ -327,5 +328,84 @@ fn forceful_disruptions_are_not_voluntary_decisions() {
             .iter()
             .any(|l| l.starts_with("karpenter_voluntary_disruption_decisions")),
         "{lines:#?}"
+    );
+}
+
+/// The instance-type gauges follow the types the NodePools may launch, as the last plan priced
+/// them: a type no NodePool allows any more loses its series.
+#[test]
+fn instance_type_gauges_follow_the_last_plan() {
+    use joiner_controller::{OfferedAt, OfferedType};
+    let m = Metrics::new("aws");
+    let offered = |it: &str, price: f64| OfferedType {
+        instance_type: it.into(),
+        cpu_cores: 4.0,
+        memory_bytes: 17_179_869_184.0,
+        offerings: vec![
+            OfferedAt {
+                zone: "us-east-1a".into(),
+                capacity_type: "on-demand".into(),
+                price_usd: price,
+            },
+            OfferedAt {
+                zone: "us-east-1b".into(),
+                capacity_type: "spot".into(),
+                price_usd: price / 3.0,
+            },
+        ],
+    };
+    let report = |types: Vec<OfferedType>| StepReport {
+        planned: true,
+        catalog: Some(types),
+        ..StepReport::default()
+    };
+    record(
+        &report(vec![
+            offered("g6.xlarge", 0.8048),
+            offered("g5.xlarge", 1.006),
+        ]),
+        &Claims::default(),
+        Duration::ZERO,
+        &m,
+    );
+    let lines = samples(&m);
+    has(
+        &lines,
+        "karpenter_cloudprovider_instance_type_offering_price_estimate{instance_type=\"g6.xlarge\",capacity_type=\"on-demand\",zone=\"us-east-1a\"} 0.8048",
+    );
+    has(
+        &lines,
+        "karpenter_cloudprovider_instance_type_offering_available{instance_type=\"g5.xlarge\",capacity_type=\"spot\",zone=\"us-east-1b\"} 1",
+    );
+    has(
+        &lines,
+        "karpenter_cloudprovider_instance_type_cpu_cores{instance_type=\"g6.xlarge\"} 4.0",
+    );
+    has(
+        &lines,
+        "karpenter_cloudprovider_instance_type_memory_bytes{instance_type=\"g6.xlarge\"} 17179869184.0",
+    );
+    record(
+        &report(vec![offered("g6.xlarge", 0.5)]),
+        &Claims::default(),
+        Duration::ZERO,
+        &m,
+    );
+    let lines = samples(&m);
+    has(
+        &lines,
+        "karpenter_cloudprovider_instance_type_offering_price_estimate{instance_type=\"g6.xlarge\",capacity_type=\"on-demand\",zone=\"us-east-1a\"} 0.5",
+    );
+    assert!(!lines.iter().any(|l| l.contains("g5.xlarge")), "{lines:?}");
+    // A step that planned nothing leaves the gauges as the last plan set them.
+    record(
+        &StepReport::default(),
+        &Claims::default(),
+        Duration::ZERO,
+        &m,
+    );
+    has(
+        &samples(&m),
+        "karpenter_cloudprovider_instance_type_cpu_cores{instance_type=\"g6.xlarge\"} 4.0",
     );
 }
