@@ -205,6 +205,16 @@ pub(super) fn build_pool(
         .flat_map(|s| s.subnets.iter())
         .filter_map(|s| Some((s.zone.as_str(), s.zone_id.as_deref()?)))
         .collect();
+    // Nodes launch into the class's subnets: once its status names them, only their zones are
+    // offered (Karpenter's offerings are the subnets' zones). A class not resolved yet (written
+    // in a file) offers every zone.
+    let subnet_zones: BTreeSet<&str> = class
+        .object
+        .status
+        .iter()
+        .flat_map(|s| s.subnets.iter())
+        .map(|s| s.zone.as_str())
+        .collect();
     let nitro_only = class.object.spec.connection_tracking.is_some();
     let mut options = Vec::new();
     let mut node_labels = BTreeMap::new();
@@ -235,7 +245,7 @@ pub(super) fn build_pool(
             reserved,
             zone_ids: &zone_ids,
         };
-        options.push(
+        let mut option =
             launch_option(it, &shape, &labels, plugin, devices, sold).map_err(|e| match e {
                 OptionError::Catalog(e) => PoolError::Invalid(InputError::new(
                     &class.origin,
@@ -244,8 +254,13 @@ pub(super) fn build_pool(
                     e,
                 )),
                 OptionError::DevicePlugin(e) => PoolError::DevicePlugin(e),
-            })?,
-        );
+            })?;
+        if !subnet_zones.is_empty() {
+            option
+                .offerings
+                .retain(|o| subnet_zones.contains(o.zone.as_str()));
+        }
+        options.push(option);
     }
     Ok(PoolInput {
         name,

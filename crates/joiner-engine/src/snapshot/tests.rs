@@ -477,6 +477,36 @@ spec:
     assert_eq!(unknown.unschedulable.len(), 1);
 }
 
+/// Nodes launch into the class's subnets: once its status names them, only their zones are
+/// offered; a class not resolved yet offers every zone.
+#[test]
+fn offerings_stay_in_the_zones_of_the_class_subnets() {
+    let class = |status: &str| {
+        format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: web}}\nspec:\n  template:\n    spec:\n      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: web}}\n      requirements: [{{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}}]\n---\napiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: web}}\nspec:\n  role: R\n  amiSelectorTerms: [{{alias: al2023@latest}}]\n{status}"
+        )
+    };
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: w, namespace: default}\nspec:\n  containers:\n  - name: c\n    resources: {requests: {cpu: 100m}}\n";
+    let anywhere = plan_with(&[&class(""), pod], false);
+    let zones: Vec<&str> = anywhere.node_claims[0]
+        .offerings
+        .iter()
+        .map(|o| o.zone.as_str())
+        .collect();
+    assert!(zones.len() > 2, "{zones:?}");
+    let only_c = "status:\n  subnets:\n  - {id: subnet-c, zone: us-east-1c, zoneID: use1-az6}\n";
+    let plan = plan_with(&[&class(only_c), pod], false);
+    assert_eq!(plan.node_claims[0].zone, "us-east-1c");
+    assert!(
+        plan.node_claims[0]
+            .offerings
+            .iter()
+            .all(|o| o.zone == "us-east-1c"),
+        "{:?}",
+        plan.node_claims[0].offerings
+    );
+}
+
 /// A type the built-in data lacks, described by the cloud and sold by it, is planned like any
 /// other; described but not sold, it is not.
 #[test]
