@@ -37,6 +37,10 @@ pub use node::{NodeGpuResources, NodeGpus, node_resources};
 /// `named` fallback strategy).
 pub const NAMED_FALLBACK: &str = "default";
 
+/// The label GPU feature discovery gives a node's sharing strategy: a [`SharingStrategy`], or
+/// `none`.
+pub const SHARING_STRATEGY_LABEL: &str = "nvidia.com/gpu.sharing-strategy";
+
 /// How replicas of a GPU share it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SharingStrategy {

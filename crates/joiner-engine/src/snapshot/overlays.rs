@@ -132,14 +132,11 @@ pub(super) fn apply(
         }
     }
     for ((overlay, resource), types) in overridden {
-        let listed: Vec<&String> = types.iter().take(3).collect();
-        let more = types.len().saturating_sub(3);
-        let more = if more > 0 {
-            format!(" and {more} more")
-        } else {
-            String::new()
+        let listed: Vec<&str> = types.iter().take(3).map(String::as_str).collect();
+        let more = match types.len().saturating_sub(3) {
+            0 => String::new(),
+            n => format!(" and {n} more"),
         };
-        let listed: Vec<String> = listed.iter().map(|t| t.to_string()).collect();
         warnings.push(format!(
             "NodeOverlay/{overlay}: sets {resource} where the device plugin's sharing config \
              gives another figure: {}{more}; the overlay's figure is used, as in Karpenter",
@@ -154,7 +151,7 @@ pub(super) fn apply(
 fn shares_gpus(option: &LaunchOption) -> bool {
     option
         .labels
-        .get("nvidia.com/gpu.sharing-strategy")
+        .get(crate::deviceplugin::SHARING_STRATEGY_LABEL)
         .is_some_and(|s| s != "none")
 }
 
@@ -203,21 +200,20 @@ fn selected_offerings(pool: &PoolInput, option: &LaunchOption, req: &Requirement
     let mut node: Labels = option.labels.clone();
     node.extend(pool.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
     node.insert(labels::NODEPOOL.to_string(), pool.name.clone());
-    option
-        .offerings
-        .iter()
-        .enumerate()
-        .filter(|(_, offering)| {
-            let mut at = node.clone();
-            for key in labels::OFFERING_DEFINED {
-                if let Some(v) = offering.label(key) {
-                    at.insert(key.to_string(), v.to_string());
-                }
-            }
-            req.matches(&at)
-        })
-        .map(|(i, _)| i)
-        .collect()
+    let mut selected = Vec::new();
+    for (i, offering) in option.offerings.iter().enumerate() {
+        // The offering's own labels, set in place: the node's stay as they are.
+        for key in labels::OFFERING_DEFINED {
+            match offering.label(key) {
+                Some(v) => node.insert(key.to_string(), v.to_string()),
+                None => node.remove(key),
+            };
+        }
+        if req.matches(&node) {
+            selected.push(i);
+        }
+    }
+    selected
 }
 
 /// The overlay an earlier one of equal weight conflicts with, if any.

@@ -9,6 +9,7 @@
 //! unbound claim of an immediate class) keeps the pod waiting with the scheduler's reason,
 //! rather than launching a node it cannot use.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use joiner_model::Manifests;
@@ -43,7 +44,7 @@ pub(crate) struct Volumes<'a> {
 
 /// What a pod volume stands on: a claim, or the template of an ephemeral claim not created yet.
 enum Claimed<'a> {
-    Claim(&'a str, &'a PersistentVolumeClaim),
+    Claim(Cow<'a, str>, &'a PersistentVolumeClaim),
     Template(&'a str, Option<&'a str>),
 }
 
@@ -97,7 +98,7 @@ impl<'a> Volumes<'a> {
                 continue;
             };
             let of_volume = match claimed {
-                Claimed::Claim(name, claim) => self.of_claim(name, claim)?,
+                Claimed::Claim(name, claim) => self.of_claim(&name, claim)?,
                 Claimed::Template(name, class) => self.of_class(name, class)?,
             };
             if of_volume.is_empty() {
@@ -130,7 +131,7 @@ impl<'a> Volumes<'a> {
         if let Some(source) = &volume.persistent_volume_claim {
             let name = source.claim_name.as_str();
             return match self.claims.get(&(ns, name)) {
-                Some(claim) => Ok(Some(Claimed::Claim(name, claim))),
+                Some(claim) => Ok(Some(Claimed::Claim(Cow::Borrowed(name), claim))),
                 None => Err(format!("persistentvolumeclaim \"{name}\" not found")),
             };
         }
@@ -141,7 +142,7 @@ impl<'a> Volumes<'a> {
         // (a pod from a file), the template says what it will be.
         let generated = format!("{pod}-{}", volume.name);
         if let Some(claim) = self.claims.get(&(ns, generated.as_str())) {
-            return Ok(Some(Claimed::Claim(volume.name.as_str(), claim)));
+            return Ok(Some(Claimed::Claim(Cow::Owned(generated.clone()), claim)));
         }
         let class = ephemeral
             .volume_claim_template

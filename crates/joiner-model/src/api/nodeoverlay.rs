@@ -233,15 +233,10 @@ impl PriceChange {
                 "spec",
                 "cannot set both 'price' and 'priceAdjustment'".into(),
             )),
-            (Some(p), None) => p
-                .parse::<f64>()
-                .ok()
-                .filter(|v| v.is_finite() && *v >= 0.0 && !p.starts_with(['+', '-']))
-                .map(|v| Some(PriceChange::Set(v)))
-                .ok_or((
-                    "spec.price",
-                    format!("{p:?} is not a price (digits, e.g. 0.42)"),
-                )),
+            (Some(p), None) => decimal(p).map(|v| Some(PriceChange::Set(v))).ok_or((
+                "spec.price",
+                format!("{p:?} is not a price (digits, e.g. 0.42)"),
+            )),
             (None, Some(a)) => Self::adjustment(a).map(Some).ok_or((
                 "spec.priceAdjustment",
                 format!("{a:?} is not a price adjustment (+0.5, -0.1, +10%, -15%; at most -100%)"),
@@ -261,10 +256,7 @@ impl PriceChange {
             Some(n) => (n, true),
             None => (body, false),
         };
-        if number.is_empty() || !number.chars().all(|c| c.is_ascii_digit() || c == '.') {
-            return None;
-        }
-        let value = number.parse::<f64>().ok().filter(|v| v.is_finite())? * sign;
+        let value = decimal(number)? * sign;
         if percent {
             // A decrease is at most 100%.
             (value >= -100.0).then_some(PriceChange::Percent(value))
@@ -282,6 +274,15 @@ impl PriceChange {
         };
         changed.max(0.0)
     }
+}
+
+/// An unsigned decimal as the CRD's patterns write it (digits, at most one point): no sign, no
+/// exponent, nothing `f64` parsing would also take (`inf`, `1e3`).
+fn decimal(text: &str) -> Option<f64> {
+    let digits = !text.is_empty()
+        && text.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && text.matches('.').count() <= 1;
+    digits.then(|| text.parse::<f64>().ok()).flatten()
 }
 
 impl fmt::Display for PriceChange {

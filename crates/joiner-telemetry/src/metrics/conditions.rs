@@ -11,15 +11,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::{Labels, labels};
+use super::{Gauges, Histograms, Labels, labels};
 
 /// The kinds whose conditions are exported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -92,9 +90,6 @@ pub struct ConditionState {
     /// The kind's own labels (`karpenter_sh_nodepool`, ...), in Karpenter's order.
     pub extra: Labels,
 }
-
-type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
-type Histograms = Family<Labels, Histogram, Buckets>;
 
 /// Makes each series' histogram with these buckets.
 #[derive(Debug, Clone)]

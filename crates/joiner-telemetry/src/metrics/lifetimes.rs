@@ -12,15 +12,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
 
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 
-use super::Labels;
 use super::conditions::Buckets;
+use super::{Gauges, Histograms, Labels};
 
 /// A NodeClaim as one look at the cluster saw it.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,8 +42,6 @@ pub struct PodTimes {
     /// Whether it runs (or ran to its end).
     pub started: bool,
 }
-
-type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
 
 /// The quantiles Karpenter's summaries report.
 const QUANTILES: [(f64, &str); 5] = [
@@ -114,8 +109,6 @@ impl Summary {
         }
     }
 }
-
-type Histograms = Family<Labels, Histogram, Buckets>;
 
 /// What the last look saw: NodeClaims by name, and the pods already seen started and bound.
 #[derive(Default)]

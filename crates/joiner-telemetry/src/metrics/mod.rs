@@ -37,7 +37,7 @@ use self::state::ClusterState;
 
 pub use self::record::{record, record_outcomes};
 
-type Labels = Vec<(&'static str, String)>;
+use self::state::Labels;
 
 /// Label pairs as a family's key.
 fn labels(pairs: &[(&'static str, &str)]) -> Labels {
@@ -45,6 +45,8 @@ fn labels(pairs: &[(&'static str, &str)]) -> Labels {
 }
 type Counters = Family<Labels, Counter>;
 type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
+/// Histograms of a family whose buckets are chosen when it is registered.
+type Histograms = Family<Labels, Histogram, conditions::Buckets>;
 
 /// What the counters need to know of a NodeClaim a step touched: the labels Karpenter gives
 /// its NodeClaim and Node counters.

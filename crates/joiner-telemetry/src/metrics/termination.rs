@@ -6,15 +6,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
 
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use super::Labels;
 use super::conditions::{Buckets, ConditionKind, DEFAULT_BUCKETS};
+use super::{Gauges, Histograms, Labels};
 
 /// An object whose deletion was asked for, as one look at the cluster saw it.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,9 +22,6 @@ pub struct Terminating {
     /// The kind's own labels, as on its status-condition metrics.
     pub extra: Labels,
 }
-
-type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
-type Histograms = Family<Labels, Histogram, Buckets>;
 
 struct Families {
     current: Gauges,
