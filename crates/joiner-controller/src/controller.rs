@@ -158,6 +158,11 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
                 Err(e) => ctx.error(Reconciler::GarbageCollection, "garbage collection", e),
             }
         }
+        // Static pools keep their count whether or not pods are pending; their new
+        // NodeClaims are machines in flight by the time pending pods are planned.
+        if let Err(e) = crate::statics::reconcile(&mut ctx) {
+            ctx.error(Reconciler::StaticCapacity, "static NodePools", e);
+        }
         let observed = self
             .store
             .list::<Pod>()

@@ -36,6 +36,7 @@ pub mod nodepool_status;
 pub mod pods;
 pub mod provisioning;
 mod report;
+pub mod statics;
 pub mod store;
 pub mod termination;
 pub mod throttle;

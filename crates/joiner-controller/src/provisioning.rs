@@ -64,19 +64,16 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
             .unschedulable
             .push((u.pod.clone(), u.reason.clone()));
     }
-    let pools: BTreeMap<String, NodePool> = ctx
-        .store
-        .list::<NodePool>()?
-        .into_iter()
-        .filter_map(|p| p.metadata.name.clone().map(|n| (n, p)))
-        .collect();
+    let pools = node_pools_by_name(ctx.store)?;
     let pods: BTreeMap<String, Pod> = ctx
         .store
         .list::<Pod>()?
         .into_iter()
         .map(|p| (pod_key(&p), p))
         .collect();
-    for planned in &plan.node_claims {
+    // A static pool's NodeClaims are created by its own reconciler ([`crate::statics`]),
+    // whether or not pods are pending.
+    for planned in plan.node_claims.iter().filter(|c| !c.is_static) {
         let Some(pool) = pools.get(&planned.node_pool) else {
             continue;
         };
@@ -104,6 +101,17 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
         }
     }
     Ok(())
+}
+
+/// The NodePools as the cache has them, by name.
+pub(crate) fn node_pools_by_name<S: ClusterStore>(
+    store: &S,
+) -> Result<BTreeMap<String, NodePool>, StoreError> {
+    Ok(store
+        .list::<NodePool>()?
+        .into_iter()
+        .filter_map(|p| p.metadata.name.clone().map(|n| (n, p)))
+        .collect())
 }
 
 /// The instance types the NodePools may launch, each once (the first NodePool's figures), with
@@ -147,6 +155,9 @@ enum Taken {
     /// A settled node (initialized) for the same pods that did not take them, or another
     /// need: the next name is tried.
     Next,
+    /// The same static slot, launched and settled: the slot is filled, nothing is created
+    /// (the cache that counted it missing is behind).
+    Filled,
 }
 
 fn taken(existing: NodeClaim, wanted: &NodeClaim) -> Taken {
@@ -160,6 +171,8 @@ fn taken(existing: NodeClaim, wanted: &NodeClaim) -> Taken {
         Taken::Next
     } else if existing.is_deleting() {
         Taken::Wait
+    } else if crate::nodeclaim::is_static(wanted) && existing.status.provider_id.is_some() {
+        Taken::Filled
     } else if existing.is_true(conditions::INITIALIZED) {
         Taken::Next
     } else {
@@ -176,7 +189,7 @@ fn taken(existing: NodeClaim, wanted: &NodeClaim) -> Taken {
 /// create whose name the server does not have is retried on a later step under the same name,
 /// so one need never gets two NodeClaims. Only a name held by a settled node that did not take
 /// the pods moves on to `<name>-<k>`.
-fn create_claim<S: ClusterStore, C: CloudProvider>(
+pub(crate) fn create_claim<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     claim: NodeClaim,
 ) -> Result<Option<(NodeClaim, bool)>, ControllerError> {
@@ -204,7 +217,7 @@ fn create_claim<S: ClusterStore, C: CloudProvider>(
                     let unlaunched = existing.status.provider_id.is_none();
                     return Ok(unlaunched.then_some((*existing, true)));
                 }
-                Taken::Wait => return Ok(None),
+                Taken::Wait | Taken::Filled => return Ok(None),
                 Taken::Next => continue,
             },
             Ok(None) => {

@@ -120,10 +120,13 @@ pub enum Reconciler {
     NodePool,
     /// NodeOverlay status.
     NodeOverlay,
+    /// Static NodePools' replicas: launching what they lack, removing what they have too many
+    /// of.
+    StaticCapacity,
 }
 
 impl Reconciler {
-    pub const ALL: [Reconciler; 11] = [
+    pub const ALL: [Reconciler; 12] = [
         Reconciler::ClusterState,
         Reconciler::Provisioning,
         Reconciler::Launching,
@@ -135,6 +138,7 @@ impl Reconciler {
         Reconciler::NodeClass,
         Reconciler::NodePool,
         Reconciler::NodeOverlay,
+        Reconciler::StaticCapacity,
     ];
 
     /// The metric label value.
@@ -151,6 +155,7 @@ impl Reconciler {
             Reconciler::NodeClass => "nodeclass",
             Reconciler::NodePool => "nodepool",
             Reconciler::NodeOverlay => "nodeoverlay",
+            Reconciler::StaticCapacity => "static_capacity",
         }
     }
 }

@@ -78,6 +78,10 @@ pub struct PlannedNodeClaim {
     pub instance_type_options: Vec<String>,
     /// The chosen type's offerings this NodeClaim may use, cheapest first.
     pub offerings: Vec<PlannedOffering>,
+    /// One of a static NodePool's replicas (`spec.replicas`): launched for the count, not for
+    /// pods; `pods` are pending pods that will fit on it once it runs.
+    #[serde(rename = "static", skip_serializing_if = "std::ops::Not::not")]
+    pub is_static: bool,
 }
 
 /// A zone and capacity type an instance type can be launched in, at its hourly price.

@@ -59,12 +59,9 @@ impl FeatureGate {
         match self {
             FeatureGate::SpotToSpotConsolidation
             | FeatureGate::ReservedCapacity
-            | FeatureGate::NodeOverlay => None,
+            | FeatureGate::NodeOverlay
+            | FeatureGate::StaticCapacity => None,
             FeatureGate::NodeRepair => Some("Joiner does not repair unhealthy nodes yet"),
-            FeatureGate::StaticCapacity => Some(
-                "Joiner refuses static NodePools (spec.replicas) whatever this gate says, and \
-                 leaves their nodes alone",
-            ),
             FeatureGate::CapacityBuffer => Some("Joiner keeps no spare capacity for buffers"),
         }
     }

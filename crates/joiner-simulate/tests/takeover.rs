@@ -151,9 +151,9 @@ fn the_takeover_example_simulates_without_a_launch_or_a_disruption() {
 /// What a test does to the world, and what it says it did.
 type Edit = (&'static str, fn(&World));
 
-/// A fleet whose NodePool or EC2NodeClass Joiner refuses (a static pool, a class with a
-/// placement group) is left exactly as it is: the refusal stops launches for the pool, never
-/// the nodes it already has.
+/// A fleet whose NodePool Joiner leaves alone (a static pool while the StaticCapacity gate is
+/// off, as it is by default) or whose EC2NodeClass it refuses (a class with a placement group)
+/// is left exactly as it is: launches stop for the pool, never the nodes it already has.
 #[test]
 fn a_fleet_of_a_pool_or_class_joiner_refuses_is_left_as_it_is() {
     let edits: [Edit; 2] = [

@@ -175,6 +175,19 @@ fn table(plan: &Plan, wide: bool) -> String {
         for note in notes {
             let _ = writeln!(out, "Price note: {note}");
         }
+        let statics: Vec<&str> = plan
+            .node_claims
+            .iter()
+            .filter(|c| c.is_static)
+            .map(|c| c.name.as_str())
+            .collect();
+        if !statics.is_empty() {
+            let _ = writeln!(
+                out,
+                "Static: {} (a static NodePool's replicas, launched for spec.replicas whatever pods are pending)",
+                statics.join(", ")
+            );
+        }
     }
     if !plan.bindings.is_empty() {
         out.push('\n');

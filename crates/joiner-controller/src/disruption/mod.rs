@@ -54,6 +54,7 @@
 pub mod budgets;
 pub mod consolidatable;
 pub mod drift;
+mod statics;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -114,6 +115,9 @@ struct View {
     nodes: Vec<Node>,
     pods: Vec<Pod>,
     pdbs: Vec<PodDisruptionBudget>,
+    /// Karpenter's `StaticCapacity` gate: off, static pools' nodes are left alone
+    /// ([`statics`]).
+    static_capacity: bool,
 }
 
 impl View {
@@ -194,6 +198,11 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
         nodes: ctx.store.list::<Node>()?,
         pods: ctx.store.list::<Pod>()?,
         pdbs: ctx.store.list::<PodDisruptionBudget>()?,
+        static_capacity: ctx
+            .config
+            .settings
+            .feature_gates
+            .enabled(joiner_model::feature_gates::FeatureGate::StaticCapacity),
     };
     track_pods(ctx.now, &view, state);
 
@@ -391,6 +400,7 @@ fn drift_candidates<'a>(
         .iter()
         .filter(|c| drifted.contains(c.name()))
         .filter(|c| !c.is_deleting() && c.is_true(conditions::INITIALIZED))
+        .filter(|c| statics::may_disrupt(view, c) && statics::drift_ready(view, c))
         .filter(|c| c.annotation(annotations::DISRUPTION_REASON).is_none())
         // A termination grace period bounds the drain, so neither holds a drift back then (as
         // in Karpenter).
@@ -511,6 +521,7 @@ fn expired(now: Timestamp, view: &View) -> Option<&NodeClaim> {
         .iter()
         .filter(|c| !c.is_deleting() && c.is_true(conditions::INITIALIZED))
         .filter(|c| c.annotation(annotations::DISRUPTION_REASON).is_none())
+        .filter(|c| statics::may_disrupt(view, c))
         .filter_map(|c| {
             let after = duration_setting(c.spec.expire_after.as_deref()?)?;
             let created = c.metadata.creation_timestamp.as_ref()?.0;
@@ -806,38 +817,53 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
     let replacements = match replacements {
         Some(r) => r,
         None => {
-            // A NodeClaim not registered yet stands in the snapshot under its own name.
-            let node_names: Vec<String> = old
-                .iter()
-                .map(|c| {
-                    c.status
-                        .node_name
-                        .clone()
-                        .unwrap_or_else(|| c.name().to_string())
-                })
-                .collect();
-            let r = replacements_for(ctx, &node_names)?;
-            if !r.complete() {
-                let pods: Vec<String> = r.unschedulable.iter().map(|u| u.pod.clone()).collect();
-                if !interrupted {
-                    // Its pods fit nowhere, not even on new nodes: leave it be for now.
-                    tracing::info!(nodeclaims = ?names, ?pods, "{reason}: no room for every pod; waiting");
-                    return Ok(());
-                }
-                tracing::warn!(nodeclaims = ?names, ?pods, "interrupted: no room for some pods");
+            // A static pool's node is replaced one for one ([`statics`]); the pods of the
+            // others are planned elsewhere.
+            let (fixed, dynamic): (Vec<&NodeClaim>, Vec<&NodeClaim>) =
+                old.iter().partition(|c| view.static_pool(c).is_some());
+            let mut planned = statics::replacements(ctx, view, &fixed)?;
+            if planned.len() < fixed.len() && statics::waits_without_replacement(reason) {
+                tracing::info!(nodeclaims = ?names, "{reason}: no replacement for a static NodePool's node yet; waiting");
+                return Ok(());
             }
-            for b in &r.bindings {
-                if let Some(c) = view.claims.iter().find(|c| {
-                    !c.is_deleting()
-                        && !c.is_true(conditions::INITIALIZED)
-                        && !names.contains(&c.name().to_string())
-                        && (c.name() == b.node || c.status.node_name.as_deref() == Some(&b.node))
-                }) && !wait_for.iter().any(|w| w == c.name())
-                {
-                    wait_for.push(c.name().to_string());
+            if dynamic.is_empty() {
+                planned
+            } else {
+                // A NodeClaim not registered yet stands in the snapshot under its own name.
+                let node_names: Vec<String> = dynamic
+                    .iter()
+                    .map(|c| {
+                        c.status
+                            .node_name
+                            .clone()
+                            .unwrap_or_else(|| c.name().to_string())
+                    })
+                    .collect();
+                let r = replacements_for(ctx, &node_names)?;
+                if !r.complete() {
+                    let pods: Vec<String> = r.unschedulable.iter().map(|u| u.pod.clone()).collect();
+                    if !interrupted {
+                        // Its pods fit nowhere, not even on new nodes: leave it be for now.
+                        tracing::info!(nodeclaims = ?names, ?pods, "{reason}: no room for every pod; waiting");
+                        return Ok(());
+                    }
+                    tracing::warn!(nodeclaims = ?names, ?pods, "interrupted: no room for some pods");
                 }
+                for b in &r.bindings {
+                    if let Some(c) = view.claims.iter().find(|c| {
+                        !c.is_deleting()
+                            && !c.is_true(conditions::INITIALIZED)
+                            && !names.contains(&c.name().to_string())
+                            && (c.name() == b.node
+                                || c.status.node_name.as_deref() == Some(&b.node))
+                    }) && !wait_for.iter().any(|w| w == c.name())
+                    {
+                        wait_for.push(c.name().to_string());
+                    }
+                }
+                planned.extend(r.node_claims);
+                planned
             }
-            r.node_claims
         }
     };
     ctx.report.disruption.push(DisruptionEvent {
@@ -856,16 +882,26 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
         let Some(pool) = view.pools.get(&planned.node_pool) else {
             continue;
         };
-        let mut claim = node_claim_for(planned, pool, &pods, vec![planned.zone.clone()]);
+        let zones = if planned.is_static {
+            crate::statics::zones(planned)
+        } else {
+            vec![planned.zone.clone()]
+        };
+        let mut claim = node_claim_for(planned, pool, &pods, zones);
         stamp(
             &mut claim,
             pool,
             view.classes
                 .get(&pool.spec.template.spec.node_class_ref.name),
         );
-        // `<pool>-<need hash>-r<suffix>`, cut to fit a label value whatever the pool's name.
-        let (_, hash) = crate::nodeclaim::need_name(&planned.node_pool, &planned.pods);
-        let name = joiner_model::names::fit(&planned.node_pool, &format!("{hash}-r{suffix}"));
+        // `<pool>-<need hash>-r<suffix>`, cut to fit a label value whatever the pool's name;
+        // a static pool's replacement keeps its slot's name.
+        let name = if planned.is_static {
+            planned.name.clone()
+        } else {
+            let (_, hash) = crate::nodeclaim::need_name(&planned.node_pool, &planned.pods);
+            joiner_model::names::fit(&planned.node_pool, &format!("{hash}-r{suffix}"))
+        };
         claim.metadata.name = Some(name.clone());
         let stored = match ctx.store.create(&claim) {
             Ok(c) => c,

@@ -44,6 +44,15 @@ pub fn need_name(node_pool: &str, pods: &[String]) -> (String, String) {
     (joiner_model::names::fit(node_pool, &hash), hash)
 }
 
+/// The need label of a static pool's NodeClaim: its name (its slot) is what makes it unique,
+/// not the pods that may land on it.
+pub const STATIC_NEED: &str = "static";
+
+/// Whether the NodeClaim is one of a static pool's replicas, created by Joiner.
+pub fn is_static(claim: &NodeClaim) -> bool {
+    claim.label(labels::NEED) == Some(STATIC_NEED)
+}
+
 /// Whether any of the pods constrains zones (selector, affinity, spread): then the NodeClaim
 /// keeps the planned zone; otherwise it may launch in any zone, which gives insufficient
 /// capacity somewhere to fall back to.
@@ -71,9 +80,19 @@ pub fn node_claim_for(
     pods: &BTreeMap<String, Pod>,
     zones: Vec<String>,
 ) -> NodeClaim {
-    let (name, hash) = need_name(&planned.node_pool, &planned.pods);
+    let (name, hash) = if planned.is_static {
+        (planned.name.clone(), STATIC_NEED.to_string())
+    } else {
+        need_name(&planned.node_pool, &planned.pods)
+    };
     let template = &pool.spec.template;
-    let its_pods: Vec<&Pod> = planned.pods.iter().filter_map(|p| pods.get(p)).collect();
+    // The pods a static NodeClaim is planned with are the scheduler's to place, not its need.
+    let planned_pods = if planned.is_static {
+        &[][..]
+    } else {
+        planned.pods.as_slice()
+    };
+    let its_pods: Vec<&Pod> = planned_pods.iter().filter_map(|p| pods.get(p)).collect();
     // A reservation is for one type in one zone: a NodeClaim planned into one launches
     // there or not at all, so no other NodeClaim's place in it is taken.
     let reserved = planned.capacity_reservation_id.as_ref();
@@ -129,7 +148,7 @@ pub fn node_claim_for(
     claim_labels.insert(labels::NEED.into(), hash);
     let mut annotations = planned.annotations.clone();
     annotations.extend(template.metadata.annotations.clone());
-    annotations.insert(annotations::PLANNED_PODS.into(), planned.pods.join(","));
+    annotations.insert(annotations::PLANNED_PODS.into(), planned_pods.join(","));
     NodeClaim::new(
         ObjectMeta {
             name: Some(name),

@@ -4,7 +4,8 @@
 //! - Reads come from a cache that trails the server by up to
 //!   [`InMemoryCluster::set_cache_lag`]: objects other processes wrote since (the kubelet's
 //!   Node, the scheduler's bindings, another leader's NodeClaim) appear only when the cache
-//!   catches up. The client's own successful writes show at once, as the kube edge's cache
+//!   catches up. Each kind is cached on its own, as each has its own watch, and may trail by
+//!   its own amount ([`InMemoryCluster::set_kind_lag`]). The client's own successful writes show at once, as the kube edge's cache
 //!   records the answers to its writes.
 //! - A create may commit on the server and then answer a timeout
 //!   ([`InMemoryCluster::time_out_next_creates`]); the cache does not learn of it.
@@ -25,7 +26,8 @@ use super::{
 };
 use crate::clock::elapsed;
 
-/// What the cache holds: every object as of `taken`, with this client's writes since.
+/// What the cache of one kind holds: its objects as of `taken`, with this client's writes
+/// since.
 struct Cache {
     taken: Timestamp,
     objects: BTreeMap<ObjectKey, Stored>,
@@ -35,34 +37,46 @@ struct Cache {
 /// configured it reads the server directly.
 pub struct CachedClient<'a> {
     server: &'a InMemoryCluster,
-    cache: Mutex<Option<Cache>>,
+    /// By kind.
+    cache: Mutex<BTreeMap<&'static str, Cache>>,
 }
 
 impl<'a> CachedClient<'a> {
     pub fn new(server: &'a InMemoryCluster) -> CachedClient<'a> {
         CachedClient {
             server,
-            cache: Mutex::new(None),
+            cache: Mutex::new(BTreeMap::new()),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<Cache>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<&'static str, Cache>> {
         self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Reads through the cache, re-listing first once it is older than the lag.
-    fn read<T>(&self, f: impl FnOnce(&BTreeMap<ObjectKey, Stored>) -> T) -> T {
+    /// Reads `kind` through its cache, re-listing it first once it is older than its lag.
+    fn read<T>(&self, kind: &'static str, f: impl FnOnce(&BTreeMap<ObjectKey, Stored>) -> T) -> T {
         let now = self.server.now();
-        let lag = self.server.cache_lag();
-        let mut cache = self.lock();
-        let stale = cache.as_ref().is_none_or(|c| elapsed(now, c.taken) >= lag);
+        let lag = self.server.cache_lag_of(kind);
+        let mut caches = self.lock();
+        let stale = caches
+            .get(kind)
+            .is_none_or(|c| elapsed(now, c.taken) >= lag);
         if stale {
-            *cache = Some(Cache {
-                taken: now,
-                objects: self.server.snapshot(),
-            });
+            let objects = self
+                .server
+                .snapshot()
+                .into_iter()
+                .filter(|(k, _)| k.kind == kind)
+                .collect();
+            caches.insert(
+                kind,
+                Cache {
+                    taken: now,
+                    objects,
+                },
+            );
         }
-        match cache.as_ref() {
+        match caches.get(kind) {
             Some(c) => f(&c.objects),
             None => f(&BTreeMap::new()),
         }
@@ -71,12 +85,17 @@ impl<'a> CachedClient<'a> {
     /// Records this client's own write in its cache: the object as the server has it now.
     fn learn(&self, key: ObjectKey) {
         let stored = self.server.stored(&key);
-        if let Some(c) = self.lock().as_mut() {
+        if let Some(c) = self.lock().get_mut(key.kind) {
             match stored {
                 Some(o) => c.objects.insert(key, o),
                 None => c.objects.remove(&key),
             };
         }
+    }
+
+    /// Whether reads of `kind` go to the server (no lag configured for it).
+    fn direct(&self, kind: &str) -> bool {
+        self.server.cache_lag_of(kind).is_zero()
     }
 }
 
@@ -89,10 +108,10 @@ impl ClusterStore for CachedClient<'_> {
                 .filter_map(|(_, v)| v.downcast_ref::<K>().cloned())
                 .collect());
         }
-        if self.server.cache_lag().is_zero() {
+        if self.direct(K::KIND) {
             return self.server.list();
         }
-        Ok(self.read(|objects| {
+        Ok(self.read(K::KIND, |objects| {
             objects
                 .iter()
                 .filter(|(k, _)| k.kind == K::KIND)
@@ -112,10 +131,10 @@ impl ClusterStore for CachedClient<'_> {
                 .get(&key)
                 .and_then(|v| v.downcast_ref::<K>().cloned()));
         }
-        if self.server.cache_lag().is_zero() {
+        if self.direct(K::KIND) {
             return self.server.get(namespace, name);
         }
-        Ok(self.read(|objects| {
+        Ok(self.read(K::KIND, |objects| {
             objects
                 .get(&key)
                 .and_then(|v| v.downcast_ref::<K>().cloned())

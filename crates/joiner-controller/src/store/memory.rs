@@ -30,6 +30,8 @@ struct Inner {
     revision: u64,
     /// How far the watch caches of [`super::CachedClient`]s trail this server.
     cache_lag: Duration,
+    /// Kinds whose watch trails by another amount than `cache_lag`.
+    kind_lag: BTreeMap<&'static str, Duration>,
     /// How many more creates through a client commit and then answer a timeout.
     create_timeouts: u32,
     /// Creates committed, by kind: what happened, whatever the callers were answered.
@@ -77,6 +79,7 @@ impl InMemoryCluster {
                 objects: BTreeMap::new(),
                 revision: 0,
                 cache_lag: Duration::ZERO,
+                kind_lag: BTreeMap::new(),
                 create_timeouts: 0,
                 created: BTreeMap::new(),
                 evicted: BTreeMap::new(),
@@ -205,8 +208,18 @@ impl InMemoryCluster {
         self.clock.now()
     }
 
-    pub(super) fn cache_lag(&self) -> Duration {
-        self.lock().cache_lag
+    /// The watch cache of `kind` trails this server by `lag`, whatever
+    /// [`Self::set_cache_lag`] says: each kind has a watch of its own, and one may be further
+    /// behind than another (a client may see a NodePool's new spec before it sees a NodeClaim
+    /// deleted earlier).
+    pub fn set_kind_lag(&self, kind: &'static str, lag: Duration) {
+        self.lock().kind_lag.insert(kind, lag);
+    }
+
+    /// How far the watch cache of `kind` trails.
+    pub(super) fn cache_lag_of(&self, kind: &str) -> Duration {
+        let inner = self.lock();
+        inner.kind_lag.get(kind).copied().unwrap_or(inner.cache_lag)
     }
 
     /// The next `n` creates through a client commit and then answer a timeout, as a create

@@ -474,7 +474,11 @@ fn release_node<S: ClusterStore, C>(
 ) -> Result<(), ControllerError> {
     let name = node.metadata.name.clone().unwrap_or_default();
     if has_finalizer(&node.metadata) {
-        let mut n = node;
+        // The Node was read before this step tainted it: the finalizer comes off the Node as
+        // the API server has it now.
+        let Some(mut n) = ctx.store.get_uncached::<Node>(None, &name)? else {
+            return Ok(());
+        };
         if let Some(f) = n.metadata.finalizers.as_mut() {
             f.retain(|x| x != finalizers::TERMINATION);
         }

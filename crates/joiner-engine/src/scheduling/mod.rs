@@ -26,7 +26,7 @@ use crate::catalog::PriceBasis;
 use crate::catalog::devices::{DeviceTemplates, TemplateOptions};
 
 use crate::requirements::{Labels, Requirements};
-pub use planner::{Baseline, PodAccount, explain_pod, schedule};
+pub use planner::{Baseline, PodAccount, explain_pod, schedule, static_claims};
 pub use pod::PodInfo;
 pub(crate) use pod::compile_term;
 

@@ -42,10 +42,12 @@ mod finish;
 mod pools;
 mod rejections;
 mod reservations;
+mod statics;
 
 use pools::{Pool, build_pool, cheapest_offering, copies_that_fit, option_price};
 use rejections::{NewRejections, Rejected, Rejection, clear_bits, set_bit};
 use reservations::Reservations;
+pub use statics::static_claims;
 
 /// How many of the most recent compatible NodeClaims are considered for growing to a larger
 /// instance type. Growing is rarely cheaper than a new node except for the newest, least full

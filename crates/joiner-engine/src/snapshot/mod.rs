@@ -20,6 +20,7 @@ pub mod machines;
 mod overlays;
 mod pools;
 mod reservations;
+pub mod statics;
 mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -80,6 +81,10 @@ pub struct ClusterSnapshot {
     feature_gates: FeatureGates,
     /// What the NodeOverlays did: the types each changed (for `explain`), and which conflict.
     overlaid: overlays::Outcome,
+    /// The static NodePools, kept out of `input.pools` ([`statics`]).
+    statics: Vec<statics::StaticPool>,
+    /// Every NodeClaim's name: static slots are chosen among the names no NodeClaim holds.
+    claim_names: BTreeSet<String>,
 }
 
 /// Gathers what shapes a [`ClusterSnapshot`]; see [`ClusterSnapshot::builder`].
@@ -335,6 +340,24 @@ impl<'a> SnapshotBuilder<'a> {
                 n.consolidation_candidate &= candidates.contains(&n.name);
             }
         }
+        let mut statics = statics::split(
+            &m.node_pools,
+            &m.node_claims,
+            &mut pools,
+            &settings.feature_gates,
+            &mut warnings,
+            &mut unready,
+        );
+        // Consolidation never removes a static pool's nodes (Karpenter's static pools are
+        // not consolidated); pods may still land on them.
+        for n in &mut nodes {
+            if n.node_pool
+                .as_ref()
+                .is_some_and(|p| statics.iter().any(|s| &s.name == p))
+            {
+                n.consolidation_candidate = false;
+            }
+        }
 
         let mut pods = Vec::new();
         let mut decided = Vec::new();
@@ -486,6 +509,8 @@ impl<'a> SnapshotBuilder<'a> {
             }
         }
 
+        statics::choose_removals(&mut statics, &m.node_claims, &nodes, &pods, &mut warnings);
+
         Ok(ClusterSnapshot {
             input: SchedulingInput {
                 nodes,
@@ -502,6 +527,12 @@ impl<'a> SnapshotBuilder<'a> {
             region: settings.region.clone(),
             feature_gates: settings.feature_gates.clone(),
             overlaid,
+            statics,
+            claim_names: m
+                .node_claims
+                .iter()
+                .map(|c| c.object.name().to_string())
+                .collect(),
         })
     }
 }
@@ -662,7 +693,10 @@ impl ClusterSnapshot {
         if self.input.pools.is_empty() {
             return crate::listing::list_catalog(&self.region, &self.catalog);
         }
-        crate::listing::list(&self.region, &self.catalog, &self.input.pools)
+        let mut pools = self.input.pools.clone();
+        pools.extend(self.statics.iter().filter_map(|s| s.input().cloned()));
+        pools.sort_by(|a, b| a.name.cmp(&b.name));
+        crate::listing::list(&self.region, &self.catalog, &pools)
     }
 
     /// The NodeOverlays applied nowhere because they conflict with another of equal weight, by
@@ -676,6 +710,7 @@ impl ClusterSnapshot {
         self.input
             .pools
             .iter()
+            .chain(self.statics.iter().filter_map(|s| s.input()))
             .find(|p| p.name == pool)?
             .options
             .iter()
@@ -743,9 +778,76 @@ impl ClusterSnapshot {
         Some(account)
     }
 
-    /// Plans this snapshot.
+    /// The static NodePools ([`statics`]): their counts, and what keeping them takes now.
+    pub fn static_pools(&self) -> &[statics::StaticPool] {
+        &self.statics
+    }
+
+    /// The NodeClaims the static NodePools launch now, planned without pods.
+    pub fn static_launches(&self) -> Vec<crate::plan::PlannedNodeClaim> {
+        self.statics
+            .iter()
+            .flat_map(|s| self.static_claims(&s.name, &s.launch))
+            .collect()
+    }
+
+    /// `count` new NodeClaims for static pool `pool` (one-for-one replacements), under slot
+    /// names no NodeClaim holds and `also_taken` does not name.
+    pub fn static_replacements(
+        &self,
+        pool: &str,
+        count: usize,
+        also_taken: &BTreeSet<String>,
+    ) -> Vec<crate::plan::PlannedNodeClaim> {
+        let mut taken = self.claim_names.clone();
+        taken.extend(also_taken.iter().cloned());
+        self.static_claims(pool, &statics::free_slots(pool, &taken, count))
+    }
+
+    /// A static NodeClaim planned now as the machine in flight it will be once created.
+    fn as_machine(&self, claim: &crate::plan::PlannedNodeClaim) -> Option<ExistingNode> {
+        let pool = self
+            .statics
+            .iter()
+            .find(|s| s.name == claim.node_pool)?
+            .input()?;
+        let option = pool
+            .options
+            .iter()
+            .find(|o| o.instance_type == claim.instance_type)?;
+        Some(statics::machine(claim, pool, option))
+    }
+
+    fn static_claims(&self, pool: &str, names: &[String]) -> Vec<crate::plan::PlannedNodeClaim> {
+        let Some(input) = self
+            .statics
+            .iter()
+            .find(|s| s.name == pool)
+            .and_then(|s| s.input())
+        else {
+            return Vec::new();
+        };
+        let mut claims = crate::scheduling::static_claims(input, &self.input.daemon_sets, names);
+        claims.iter_mut().for_each(|c| c.is_static = true);
+        claims
+    }
+
+    /// Plans this snapshot: the static pools' launches first, as machines in flight that
+    /// pending pods may go to, then the pending pods.
     pub fn plan(&self) -> Plan {
-        let mut plan = schedule(&self.input);
+        let launches = self.static_launches();
+        let mut plan = if launches.is_empty() {
+            schedule(&self.input)
+        } else {
+            let mut input = self.input.clone();
+            input
+                .nodes
+                .extend(launches.iter().filter_map(|c| self.as_machine(c)));
+            input.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+            let mut plan = schedule(&input);
+            statics::attach(&mut plan, launches);
+            plan
+        };
         if !self.unready.is_empty() {
             for u in &mut plan.unschedulable {
                 if let Some(info) = self.input.pods.iter().find(|p| p.key() == u.pod) {
@@ -872,6 +974,8 @@ mod isolation_tests;
 mod overlay_tests;
 #[cfg(test)]
 mod reservation_tests;
+#[cfg(test)]
+mod static_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

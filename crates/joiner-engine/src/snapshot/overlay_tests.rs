@@ -39,7 +39,8 @@ fn on(it: &str) -> String {
     format!("[{{key: node.kubernetes.io/instance-type, operator: In, values: [{it}]}}]")
 }
 
-fn snapshot(docs: &[&str], gate: bool) -> ClusterSnapshot {
+/// The snapshot of `docs` (YAML documents) under chart values that set one feature gate.
+pub(super) fn with_gate(docs: &[&str], gate: &str, on: bool) -> ClusterSnapshot {
     let mut m = Manifests::default();
     for (i, text) in docs.iter().enumerate() {
         for (origin, doc) in parse_documents(&format!("doc{i}.yaml"), text).unwrap() {
@@ -47,9 +48,13 @@ fn snapshot(docs: &[&str], gate: bool) -> ClusterSnapshot {
         }
     }
     m.finish();
-    let values = serde_json::json!({"settings": {"featureGates": {"nodeOverlay": gate}}});
+    let values = serde_json::json!({"settings": {"featureGates": {gate: on}}});
     let (settings, _) = Settings::from_values(&values).unwrap();
     ClusterSnapshot::build(&m, &settings, &Options::default()).unwrap()
+}
+
+fn snapshot(docs: &[&str], gate: bool) -> ClusterSnapshot {
+    with_gate(docs, "nodeOverlay", gate)
 }
 
 fn chosen(plan: &Plan) -> (&str, f64) {

@@ -482,6 +482,30 @@ impl BudgetReason {
     }
 }
 
+/// What Karpenter's CRD rules require of a static NodePool (`spec.replicas` set): at least
+/// zero replicas, no `weight` (it never competes for pods), and no limit but `nodes`.
+fn validate_static(spec: &NodePoolSpec, replicas: i64) -> Result<(), FieldError> {
+    if replicas < 0 {
+        return Err(FieldError::new(
+            "spec.replicas",
+            format!("{replicas} is out of range: must be 0 or more"),
+        ));
+    }
+    if spec.weight.is_some() {
+        return Err(FieldError::new(
+            "spec.weight",
+            "'weight' is not supported on static NodePools",
+        ));
+    }
+    if let Some(other) = spec.limits.keys().find(|k| k.as_str() != "nodes") {
+        return Err(FieldError::new(
+            format!("spec.limits.{other}"),
+            "only 'limits.nodes' is supported on static NodePools",
+        ));
+    }
+    Ok(())
+}
+
 impl NodePool {
     /// Checks what Karpenter's CRD validation rejects and scheduling depends on.
     pub fn validate(&self) -> Result<(), FieldError> {
@@ -499,13 +523,7 @@ impl NodePool {
         }
         let spec = &self.spec;
         if let Some(replicas) = spec.replicas {
-            return Err(FieldError::new(
-                "spec.replicas",
-                format!(
-                    "a static NodePool ({replicas} replicas) is not supported by Joiner yet: it \
-                     launches nothing for this pool and leaves its nodes as they are"
-                ),
-            ));
+            validate_static(spec, replicas)?;
         }
         if let Some(w) = spec.weight
             && !(1..=100).contains(&w)
@@ -859,13 +877,21 @@ spec:
 "#;
 
     #[test]
-    fn a_static_nodepool_is_refused_rather_than_run_as_a_dynamic_one() {
+    fn a_static_nodepool_follows_karpenters_rules() {
         let mut pool = from_yaml::<NodePoolV1Beta1>(V1BETA1).into_v1();
-        assert_eq!(pool.validate(), Ok(()));
         pool.spec.replicas = Some(3);
-        let err = pool.validate().unwrap_err();
-        assert_eq!(err.field, "spec.replicas");
-        assert!(err.message.contains("static NodePool"), "{err}");
+        // The v1beta1 pool has a cpu limit, which a static pool may not have.
+        assert_eq!(pool.validate().unwrap_err().field, "spec.limits.cpu");
+        pool.spec.limits.clear();
+        pool.spec
+            .limits
+            .insert("nodes".into(), crate::Quantity::parse("5").unwrap());
+        assert_eq!(pool.validate(), Ok(()));
+        pool.spec.weight = Some(10);
+        assert_eq!(pool.validate().unwrap_err().field, "spec.weight");
+        pool.spec.weight = None;
+        pool.spec.replicas = Some(-1);
+        assert_eq!(pool.validate().unwrap_err().field, "spec.replicas");
     }
 
     #[test]

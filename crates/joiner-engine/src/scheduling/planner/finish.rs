@@ -126,6 +126,7 @@ impl Planner<'_> {
                     });
                     offs
                 },
+                is_static: false,
             });
         }
         plan.total_price_per_hour = plan.node_claims.iter().map(|c| c.price_per_hour).sum();
