@@ -106,6 +106,7 @@ pub(crate) fn facts_of(info: &InstanceTypeInfo) -> Option<Ec2Facts> {
                 .and_then(|n| n.efa_info())
                 .and_then(|e| e.maximum_efa_interfaces()),
         ),
+        cards: interfaces_per_card(cards),
         encryption_in_transit: network
             .and_then(|n| n.encryption_in_transit_supported())
             .unwrap_or(false),
@@ -120,6 +121,27 @@ pub(crate) fn facts_of(info: &InstanceTypeInfo) -> Option<Ec2Facts> {
         // The Price List API prices it, if anything does.
         on_demand_usd: None,
     })
+}
+
+/// Interfaces per network card, by card index, when there is more than one card (as the
+/// built-in catalog records them).
+fn interfaces_per_card(cards: &[aws_sdk_ec2::types::NetworkCardInfo]) -> Vec<u32> {
+    if cards.len() < 2 {
+        return Vec::new();
+    }
+    let mut by_index: Vec<(i32, u32)> = cards
+        .iter()
+        .map(|c| {
+            (
+                c.network_card_index().unwrap_or(0),
+                c.maximum_network_interfaces()
+                    .and_then(|m| u32::try_from(m).ok())
+                    .unwrap_or(0),
+            )
+        })
+        .collect();
+    by_index.sort_unstable();
+    by_index.into_iter().map(|(_, max)| max).collect()
 }
 
 #[cfg(test)]

@@ -469,6 +469,7 @@ mod tests {
             instance_profile: Some("lab_KarpenterNodeRole".into()),
             security_groups: vec!["sg-1".into()],
             efa_interfaces: 0,
+            interfaces: Vec::new(),
             ip_prefix_count: None,
             connection_tracking: None,
             nested_virtualization: None,
@@ -579,6 +580,37 @@ mod tests {
                 .network_interfaces()
                 .is_empty()
         );
+    }
+
+    /// A class's `networkInterfaces` (a p5's primary interface and EFA-only interfaces on the
+    /// other cards) are laid out as given; prefixes go only where there is IP.
+    #[test]
+    fn a_class_s_interfaces_replace_the_efa_layout() {
+        use joiner_model::api::ec2nodeclass::NetworkInterface as Nic;
+        let mut s = spec();
+        s.efa_interfaces = 32;
+        s.ip_prefix_count = Some(1);
+        s.interfaces = vec![
+            Nic {
+                network_card_index: 0,
+                device_index: 0,
+                interface_type: "interface".into(),
+            },
+            Nic {
+                network_card_index: 1,
+                device_index: 0,
+                interface_type: "efa-only".into(),
+            },
+        ];
+        let data = launch_template_data(&s);
+        let nics = data.network_interfaces();
+        assert_eq!(nics.len(), 2);
+        assert_eq!(nics[0].interface_type(), None);
+        assert_eq!(nics[0].ipv4_prefix_count(), Some(1));
+        assert_eq!(nics[1].interface_type(), Some("efa-only"));
+        assert_eq!(nics[1].network_card_index(), Some(1));
+        assert_eq!(nics[1].ipv4_prefix_count(), None);
+        assert!(template_name("c", &s) != template_name("c", &spec()));
     }
 
     #[test]

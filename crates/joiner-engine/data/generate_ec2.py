@@ -62,6 +62,11 @@ for name in sorted(doc["instanceTypes"]):
         "ipv4PerEni": t["ipv4AddressesPerInterface"],
         "bandwidthMbps": bandwidth_mbps(t),
         "efa": t["efaMaximumInterfaces"],
+        # Interfaces per network card, by card index, where there is more than one card: what
+        # an EC2NodeClass's `networkInterfaces` may use.
+        **({"cards": [c["maximumNetworkInterfaces"]
+                      for c in sorted(t["networkCards"], key=lambda c: c["index"])]}
+           if len(t["networkCards"]) > 1 else {}),
         "encryptionInTransit": t["encryptionInTransit"],
         "usage": t["usageClasses"],
     }

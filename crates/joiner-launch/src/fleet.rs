@@ -184,6 +184,7 @@ pub fn fleet(
                 .get(&key.instance_type)
                 .copied()
                 .unwrap_or(0),
+            interfaces: spec.network_interfaces.clone(),
             associate_public_ip: spec.associate_public_ip_address,
             ip_prefix_count: spec.ip_prefix_count,
             connection_tracking: spec.connection_tracking.clone(),

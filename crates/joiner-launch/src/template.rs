@@ -24,6 +24,10 @@ pub struct TemplateSpec {
     pub security_groups: Vec<String>,
     /// EFA interfaces to attach (0: a plain primary interface).
     pub efa_interfaces: u32,
+    /// The EC2NodeClass's `networkInterfaces`: when given, exactly these, in place of the EFA
+    /// layout. Left out of the name's hash when empty, so earlier templates keep their names.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<joiner_model::api::ec2nodeclass::NetworkInterface>,
     pub associate_public_ip: Option<bool>,
     /// IPv4 prefixes (prefix delegation) on each interface that carries addresses.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -100,7 +104,7 @@ pub fn metadata_with_defaults(given: Option<&MetadataOptions>) -> MetadataOption
 pub struct NetworkInterface {
     pub network_card_index: u32,
     pub device_index: u32,
-    /// `efa`, or none for a plain ENA interface.
+    /// `efa` or `efa-only`, or none for a plain ENA interface.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interface_type: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -118,6 +122,9 @@ pub struct NetworkInterface {
 /// asked for; each carries those, as Karpenter's interfaces do. Empty: EC2's default
 /// interface, with the security groups given at the top level.
 pub fn network_interfaces(spec: &TemplateSpec) -> Vec<NetworkInterface> {
+    if !spec.interfaces.is_empty() {
+        return class_interfaces(spec);
+    }
     if spec.efa_interfaces == 0
         && spec.associate_public_ip.is_none()
         && spec.ip_prefix_count.is_none()
@@ -139,6 +146,27 @@ pub fn network_interfaces(spec: &TemplateSpec) -> Vec<NetworkInterface> {
             ipv4_prefix_count: spec.ip_prefix_count,
             connection_tracking: spec.connection_tracking.clone(),
             delete_on_termination: true,
+        })
+        .collect()
+}
+
+/// The EC2NodeClass's own interfaces, as Karpenter lays them out: each at its card and device
+/// index; addresses, prefixes, a public address and connection tracking only on those that carry
+/// IP (EC2 refuses them on an EFA-only interface).
+fn class_interfaces(spec: &TemplateSpec) -> Vec<NetworkInterface> {
+    spec.interfaces
+        .iter()
+        .map(|i| {
+            let ip = !i.is_efa_only();
+            NetworkInterface {
+                network_card_index: u32::try_from(i.network_card_index).unwrap_or(0),
+                device_index: u32::try_from(i.device_index).unwrap_or(0),
+                interface_type: (!ip).then_some("efa-only"),
+                associate_public_ip_address: spec.associate_public_ip.filter(|_| ip),
+                ipv4_prefix_count: spec.ip_prefix_count.filter(|_| ip),
+                connection_tracking: spec.connection_tracking.clone().filter(|_| ip),
+                delete_on_termination: true,
+            }
         })
         .collect()
 }

@@ -231,6 +231,95 @@ spec:
     );
 }
 
+/// A p5 class with its own `networkInterfaces` (Karpenter's EFA-only layout: a primary
+/// interface, then an EFA-only interface on each of the 32 cards): the template has exactly
+/// those, the node offers 32 EFAs and fewer pods (an EFA-only interface on card 0 carries no
+/// addresses), and a pool on a one-card type offers nothing for the layout.
+#[test]
+fn a_class_s_network_interfaces_are_the_template_s_and_shape_the_node() {
+    let mut nics =
+        String::from("  - {networkCardIndex: 0, deviceIndex: 0, interfaceType: interface}\n");
+    for card in 0..32 {
+        let device = if card == 0 { 1 } else { 0 };
+        nics.push_str(&format!(
+            "  - {{networkCardIndex: {card}, deviceIndex: {device}, interfaceType: efa-only}}\n"
+        ));
+    }
+    let manifests = |types: &str| {
+        format!(
+            r#"apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: train}}
+spec:
+  template:
+    spec:
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: train}}
+      requirements:
+      - {{key: node.kubernetes.io/instance-type, operator: In, values: [{types}]}}
+      - {{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {{name: train}}
+spec:
+  role: KarpenterNodeRole-lab
+  amiSelectorTerms: [{{alias: al2023@latest}}]
+  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: lab}}}}]
+  securityGroupSelectorTerms: [{{id: sg-0123456789abcdef0}}]
+  networkInterfaces:
+{nics}---
+apiVersion: v1
+kind: Pod
+metadata: {{name: trainer, namespace: ml}}
+spec:
+  containers:
+  - name: t
+    image: trainer
+    resources:
+      requests: {{nvidia.com/gpu: "8", vpc.amazonaws.com/efa: "32", cpu: "8"}}
+      limits: {{nvidia.com/gpu: "8", vpc.amazonaws.com/efa: "32"}}
+"#
+        )
+    };
+    let s = joiner_test_support::Scratch::new("launch-e2e");
+    let file = s
+        .write("p5.yaml", &manifests("p5.48xlarge"))
+        .display()
+        .to_string();
+    let mut args = vec!["plan", "-f", &file, "-o", "json", "--launch"];
+    args.extend(CLUSTER_SETTINGS);
+    let plan = run_json(JOINER, &args);
+    let claim = &plan["nodeClaims"][0];
+    assert_eq!(claim["instanceType"], "p5.48xlarge");
+    assert_eq!(
+        claim["resources"]["allocatable"]["vpc.amazonaws.com/efa"],
+        "32"
+    );
+    // Card 0's two interfaces: one is EFA-only, so 1 x (50 - 1) + 2 pods.
+    assert_eq!(claim["resources"]["allocatable"]["pods"], "51");
+    let t = &launch_of(&plan, 0)["launchTemplates"][0];
+    let got = t["networkInterfaces"].as_array().expect("interfaces");
+    assert_eq!(got.len(), 33, "{t:#}");
+    assert!(
+        got[0].get("interfaceType").is_none(),
+        "the primary is a plain interface"
+    );
+    assert!(got[1..].iter().all(|n| n["interfaceType"] == "efa-only"));
+    assert_eq!(got[32]["networkCardIndex"], 31);
+    // A g6.xlarge has one card: the layout rules it out, and the pod waits.
+    let file = s
+        .write("g6.yaml", &manifests("g6.xlarge"))
+        .display()
+        .to_string();
+    let plan = run_json(JOINER, &["plan", "-f", &file, "-o", "json"]);
+    assert_eq!(
+        plan["nodeClaims"].as_array().map(Vec::len),
+        Some(0),
+        "{plan:#}"
+    );
+    assert_eq!(plan["unschedulable"][0]["pod"], "ml/trainer");
+}
+
 /// A training NodePool whose class's status (as the controller writes it) holds an on-demand
 /// capacity reservation with one free instance and a Capacity Block: two pods take both, the
 /// third goes on-demand, and each launch targets its reservation.

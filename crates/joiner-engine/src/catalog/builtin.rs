@@ -109,6 +109,15 @@ fn instance_type(
         overhead_override: None,
         devices: super::devices::builtin_templates(&t.name),
         instance_store_gb: t.storage.as_ref().map(|s| s.total_gb),
+        network: Some(super::NetworkInfo {
+            cards: if t.cards.is_empty() {
+                vec![t.enis]
+            } else {
+                t.cards.clone()
+            },
+            ipv4_per_interface: t.ipv4_per_eni,
+            max_efa: t.efa,
+        }),
         labels,
     }
 }

@@ -42,6 +42,10 @@ pub struct Ec2Type {
     /// baselines do not add up to the instance's.
     pub bandwidth_mbps: Option<u64>,
     pub efa: u32,
+    /// Interfaces per network card, by card index, for types with more than one card; empty
+    /// for one card (with `enis` interfaces).
+    #[serde(default)]
+    pub cards: Vec<u32>,
     pub encryption_in_transit: bool,
     /// `on-demand`, `spot`, `capacity-block`.
     pub usage: Vec<String>,

@@ -29,6 +29,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use joiner_model::api::KubeletConfiguration;
+use joiner_model::api::ec2nodeclass::NetworkInterface;
 use joiner_model::{Format, Price, Quantity, QuantityError, ResourceList};
 
 use devices::DeviceTemplates;
@@ -140,6 +141,52 @@ pub struct InstanceType {
     /// Total instance-store size in GB (decimal), if the type has one: ephemeral storage under
     /// `instanceStorePolicy: RAID0`.
     pub instance_store_gb: Option<u64>,
+    /// Its network cards, when known: what an EC2NodeClass's `networkInterfaces` may use.
+    pub network: Option<NetworkInfo>,
+}
+
+/// An instance type's network cards, as EC2 describes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkInfo {
+    /// Interfaces each network card takes, by card index (card 0 is the default card, the
+    /// one the VPC CNI gives pods addresses on).
+    pub cards: Vec<u32>,
+    pub ipv4_per_interface: u32,
+    /// EFA interfaces the type takes in all.
+    pub max_efa: u32,
+}
+
+impl NetworkInfo {
+    /// Karpenter's ENI-limited pod count with `efa_only` of card 0's interfaces taken by
+    /// EFA-only interfaces, which carry no addresses: the rest times (addresses per interface
+    /// - 1), plus 2.
+    pub fn eni_limited_pods(&self, efa_only: u32) -> u32 {
+        let usable = self
+            .cards
+            .first()
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(efa_only);
+        if usable == 0 {
+            return 0;
+        }
+        usable
+            .saturating_mul(self.ipv4_per_interface.saturating_sub(1))
+            .saturating_add(2)
+    }
+
+    /// Whether the type can take these interfaces, as Karpenter checks it: every card index and
+    /// device index within its cards, and no more EFA-only interfaces than it takes EFAs.
+    pub fn takes(&self, interfaces: &[NetworkInterface]) -> bool {
+        let fits = |i: &NetworkInterface| {
+            usize::try_from(i.network_card_index)
+                .ok()
+                .and_then(|c| self.cards.get(c))
+                .is_some_and(|&max| i64::from(max) > i64::from(i.device_index))
+        };
+        let efa_only = interfaces.iter().filter(|i| i.is_efa_only()).count();
+        interfaces.iter().all(fits) && efa_only <= self.max_efa as usize
+    }
 }
 
 /// What the EC2NodeClass says about the nodes it makes, as far as it changes their resources.
@@ -153,6 +200,9 @@ pub struct NodeShape<'a> {
     /// `instanceStorePolicy: RAID0`: the instance store, striped, holds ephemeral storage on
     /// types that have one (the root volume still does on the others).
     pub instance_store_raid0: bool,
+    /// `networkInterfaces`: when set, the EFA-only interfaces listed are the node's EFAs, and
+    /// those on the default card take interfaces from pods.
+    pub interfaces: &'a [NetworkInterface],
 }
 
 /// Why allocatable resources cannot be computed: a kubelet setting that cannot be used.
@@ -205,8 +255,19 @@ impl InstanceType {
         if let Some(volume) = store.or(shape.root_volume) {
             capacity.insert(resources::EPHEMERAL_STORAGE.to_string(), volume);
         }
+        if !shape.interfaces.is_empty() {
+            let efa = shape.interfaces.iter().filter(|i| i.is_efa_only()).count();
+            match efa {
+                0 => capacity.remove(resources::EFA),
+                n => capacity.insert(resources::EFA.to_string(), pods_quantity(n as i128)),
+            };
+        }
+        let eni_pods = self.eni_pods(shape);
+        if eni_pods != self.capacity_of(resources::PODS) {
+            capacity.insert(resources::PODS.to_string(), eni_pods);
+        }
         if let Some(kubelet) = shape.kubelet {
-            let mut pods = self.capacity_of(resources::PODS).units_ceil();
+            let mut pods = eni_pods.units_ceil();
             if let Some(max) = kubelet.max_pods {
                 pods = non_negative("kubelet.maxPods", max)?;
             }
@@ -222,6 +283,30 @@ impl InstanceType {
         Ok(capacity)
     }
 
+    /// The ENI-limited pod count for a node shape: the type's, less what EFA-only interfaces
+    /// on the default card take from it (Karpenter's rule), when the type's cards are known.
+    fn eni_pods(&self, shape: &NodeShape) -> Quantity {
+        let listed = self.capacity_of(resources::PODS);
+        let efa_only_card0 = shape
+            .interfaces
+            .iter()
+            .filter(|i| i.network_card_index == 0 && i.is_efa_only())
+            .count();
+        match &self.network {
+            Some(net) if efa_only_card0 > 0 => pods_quantity(
+                net.eni_limited_pods(u32::try_from(efa_only_card0).unwrap_or(u32::MAX))
+                    .into(),
+            ),
+            _ => listed,
+        }
+    }
+
+    /// Whether a node of this type can take the class's `networkInterfaces`; a type whose
+    /// cards are not known (a user-defined one) is taken to.
+    pub fn takes_interfaces(&self, interfaces: &[NetworkInterface]) -> bool {
+        interfaces.is_empty() || self.network.as_ref().is_none_or(|n| n.takes(interfaces))
+    }
+
     /// What a node of this shape holds back: for a user-defined type that states its overhead,
     /// that overhead plus the kubelet's explicit reservations; otherwise Karpenter's AL2023
     /// model, where the kubelet settings replace the defaults they name.
@@ -229,11 +314,7 @@ impl InstanceType {
         let capacity = self.capacity_for(shape)?;
         match &self.overhead_override {
             Some(fixed) => overhead::user_overhead(&capacity, fixed, shape.kubelet),
-            None => overhead::karpenter_overhead(
-                &capacity,
-                self.capacity_of(resources::PODS),
-                shape.kubelet,
-            ),
+            None => overhead::karpenter_overhead(&capacity, self.eni_pods(shape), shape.kubelet),
         }
     }
 

@@ -624,3 +624,47 @@ fn the_clouds_offerings_replace_the_built_in_ones() {
     assert_eq!(g4.offerings[2].price_basis, PriceBasis::SpotSnapshot);
     assert!(c.get("g5.xlarge").unwrap().offerings.is_empty());
 }
+
+/// An EC2NodeClass's `networkInterfaces` as Karpenter applies them: the EFA-only interfaces are
+/// the node's EFAs, one on the default card takes that card's addresses from pods, and a type
+/// whose cards cannot take the layout is not offered.
+#[test]
+fn network_interfaces_set_efas_and_pods_and_rule_out_types() {
+    use joiner_model::api::ec2nodeclass::NetworkInterface;
+    let nic = |card: i32, device: i32, kind: &str| NetworkInterface {
+        network_card_index: card,
+        device_index: device,
+        interface_type: kind.into(),
+    };
+    let c = catalog();
+    let p5 = c.get("p5.48xlarge").expect("p5");
+    assert_eq!(p5.capacity_of("vpc.amazonaws.com/efa"), q("32"));
+    assert_eq!(p5.capacity_of("pods"), q("100"));
+    // A primary interface, an EFA-only one beside it on card 0, and one on each other card.
+    let mut layout = vec![nic(0, 0, "interface"), nic(0, 1, "efa-only")];
+    layout.extend((1..32).map(|card| nic(card, 0, "efa-only")));
+    let shape = NodeShape {
+        interfaces: &layout,
+        ..NodeShape::default()
+    };
+    assert!(p5.takes_interfaces(&layout));
+    let capacity = p5.capacity_for(&shape).expect("capacity");
+    assert_eq!(capacity["vpc.amazonaws.com/efa"], q("32"));
+    // Card 0 has 2 interfaces of 50 addresses: one left for pods, 1 x 49 + 2.
+    assert_eq!(capacity["pods"], q("51"));
+    // Only a primary interface: no EFA at all.
+    let plain = [nic(0, 0, "interface")];
+    let capacity = p5
+        .capacity_for(&NodeShape {
+            interfaces: &plain,
+            ..NodeShape::default()
+        })
+        .expect("capacity");
+    assert!(!capacity.contains_key("vpc.amazonaws.com/efa"));
+    assert_eq!(capacity["pods"], q("100"));
+    // A one-card type cannot take an interface on card 1, nor an EFA it does not have.
+    let g4 = c.get("g4dn.xlarge").expect("g4dn");
+    assert!(!g4.takes_interfaces(&[nic(0, 0, "interface"), nic(1, 0, "efa-only")]));
+    assert!(!g4.takes_interfaces(&[nic(0, 0, "interface"), nic(0, 1, "efa-only")]));
+    assert!(g4.takes_interfaces(&plain));
+}

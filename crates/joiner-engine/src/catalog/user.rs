@@ -96,6 +96,8 @@ pub fn user_instance_type(
         // Set by the caller from `spec.devices` ([`super::devices::DeviceTemplates::from_spec`]).
         devices: None,
         instance_store_gb,
+        // A user-defined type says nothing of its network cards: any layout is taken.
+        network: None,
     }
 }
 

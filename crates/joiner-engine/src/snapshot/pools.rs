@@ -191,6 +191,7 @@ pub(super) fn build_pool(
         root_volume: root_volume(&class.object),
         instance_store_raid0: class.object.spec.instance_store_policy
             == Some(InstanceStorePolicy::RAID0),
+        interfaces: &class.object.spec.network_interfaces,
     };
     let class_ref = ObjectRef::new(
         "EC2NodeClass",
@@ -234,6 +235,11 @@ pub(super) fn build_pool(
                 .map(String::as_str)
                 != Some("nitro")
         {
+            continue;
+        }
+        // The class's network interfaces must fit the type's cards (Karpenter offers only
+        // those types).
+        if !it.takes_interfaces(shape.interfaces) {
             continue;
         }
         let mut reserved = super::reservations::offerings(&class.object, it, reserved_free);

@@ -212,9 +212,10 @@ pub struct EC2NodeClassSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("minimum" = 0))]
     pub ip_prefix_count: Option<i32>,
-    /// The nodes' network interfaces, EFA ones included. Not applied by Joiner yet (it adds
-    /// EFA interfaces from the instance type): [`EC2NodeClass::validate`] refuses a class that
-    /// sets it.
+    /// The nodes' network interfaces, in place of the layout Joiner would choose (one EFA
+    /// interface per card for pods that request EFAs): the class's pools offer only the types
+    /// whose cards take them, an EFA-only interface counts as one `vpc.amazonaws.com/efa`, and
+    /// one on the default card takes that card's addresses from pods.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend(
         "maxItems" = 150,
@@ -360,6 +361,60 @@ pub struct CpuOptions {
     pub nested_virtualization: Option<String>,
 }
 
+/// The rules Karpenter's CRD gives `networkInterfaces`: a primary interface (card 0, device 0,
+/// `interface`), no two on one card and device, at most one EFA-only per card.
+fn validate_interfaces(interfaces: &[NetworkInterface]) -> Result<(), FieldError> {
+    if interfaces.is_empty() {
+        return Ok(());
+    }
+    if !interfaces.iter().any(|i| {
+        i.network_card_index == 0 && i.device_index == 0 && i.interface_type == "interface"
+    }) {
+        return Err(FieldError::new(
+            "spec.networkInterfaces",
+            "must include a primary interface (networkCardIndex 0, deviceIndex 0) with interfaceType 'interface'",
+        ));
+    }
+    for (n, i) in interfaces.iter().enumerate() {
+        let field = format!("spec.networkInterfaces[{n}]");
+        if !matches!(i.interface_type.as_str(), "interface" | "efa-only") {
+            return Err(FieldError::new(
+                format!("{field}.interfaceType"),
+                format!("{:?} is not one of interface, efa-only", i.interface_type),
+            ));
+        }
+        if i.network_card_index < 0 || i.device_index < 0 {
+            return Err(FieldError::new(field, "indices must not be negative"));
+        }
+        let earlier = &interfaces[..n];
+        if earlier.iter().any(|e| {
+            e.network_card_index == i.network_card_index && e.device_index == i.device_index
+        }) {
+            return Err(FieldError::new(
+                field,
+                format!(
+                    "networkCardIndex {} and deviceIndex {} are given twice",
+                    i.network_card_index, i.device_index
+                ),
+            ));
+        }
+        if i.is_efa_only()
+            && earlier
+                .iter()
+                .any(|e| e.network_card_index == i.network_card_index && e.is_efa_only())
+        {
+            return Err(FieldError::new(
+                field,
+                format!(
+                    "network card {} has more than one efa-only interface",
+                    i.network_card_index
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// One network interface of an instance.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -371,6 +426,13 @@ pub struct NetworkInterface {
     pub interface_type: String,
     #[schemars(extend("minimum" = 0))]
     pub network_card_index: i32,
+}
+
+impl NetworkInterface {
+    /// An Elastic Fabric Adapter without IP networking (`efa-only`).
+    pub fn is_efa_only(&self) -> bool {
+        self.interface_type == "efa-only"
+    }
 }
 
 /// A placement group, by name or id.
@@ -708,6 +770,7 @@ impl EC2NodeClass {
                 "at most one mapping may be the root volume",
             ));
         }
+        validate_interfaces(&self.spec.network_interfaces)?;
         self.refuse_unsupported()
     }
 
@@ -726,7 +789,6 @@ impl EC2NodeClass {
                 "spec.cpuOptions.nestedVirtualization",
                 nested == Some("enabled"),
             ),
-            ("spec.networkInterfaces", !s.network_interfaces.is_empty()),
             (
                 "spec.placementGroupSelector",
                 s.placement_group_selector.is_some(),
@@ -777,10 +839,6 @@ spec:
                 "spec.placementGroupSelector",
             ),
             (
-                "  networkInterfaces: [{deviceIndex: 0, networkCardIndex: 0, interfaceType: interface}]",
-                "spec.networkInterfaces",
-            ),
-            (
                 "  cpuOptions: {nestedVirtualization: enabled}",
                 "spec.cpuOptions.nestedVirtualization",
             ),
@@ -795,8 +853,40 @@ spec:
             "  cpuOptions: {nestedVirtualization: disabled}",
             "  context: arn:aws:outposts:us-east-1:012345678901:outpost/op-0abc",
             "  capacityReservationSelectorTerms: [{instanceMatchCriteria: open}]",
+            "  networkInterfaces: [{deviceIndex: 0, networkCardIndex: 0, interfaceType: interface}, {deviceIndex: 0, networkCardIndex: 1, interfaceType: efa-only}]",
         ] {
             v1_class("al2023@latest", extra).validate().unwrap();
+        }
+    }
+
+    /// `networkInterfaces` as Karpenter's CRD rules take it.
+    #[test]
+    fn network_interfaces_follow_the_crd_rules() {
+        let interfaces =
+            |list: &str| v1_class("al2023@latest", &format!("  networkInterfaces: [{list}]"));
+        let primary = "{deviceIndex: 0, networkCardIndex: 0, interfaceType: interface}";
+        for (list, field, says) in [
+            (
+                "{deviceIndex: 0, networkCardIndex: 0, interfaceType: efa-only}".to_string(),
+                "spec.networkInterfaces",
+                "primary interface",
+            ),
+            (
+                format!("{primary}, {primary}"),
+                "spec.networkInterfaces[1]",
+                "given twice",
+            ),
+            (
+                format!(
+                    "{primary}, {{deviceIndex: 1, networkCardIndex: 1, interfaceType: efa-only}}, {{deviceIndex: 2, networkCardIndex: 1, interfaceType: efa-only}}"
+                ),
+                "spec.networkInterfaces[2]",
+                "more than one efa-only",
+            ),
+        ] {
+            let err = interfaces(&list).validate().unwrap_err();
+            assert_eq!(err.field, field, "{list}");
+            assert!(err.message.contains(says), "{err}");
         }
     }
 
