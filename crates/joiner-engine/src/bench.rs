@@ -145,6 +145,7 @@ pub fn scheduling_input(pods: usize) -> SchedulingInput {
             limits: Default::default(),
             options: instance_types(),
             consolidation: Default::default(),
+            min_values_policy: Default::default(),
         }],
         dra: None,
     }

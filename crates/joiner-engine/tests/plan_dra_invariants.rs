@@ -167,6 +167,7 @@ fn pool(types: Vec<LaunchOption>) -> PoolInput {
         limits: ResourceList::new(),
         options: types,
         consolidation: Default::default(),
+        min_values_policy: Default::default(),
     }
 }
 

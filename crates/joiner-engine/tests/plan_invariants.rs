@@ -105,6 +105,7 @@ fn pool(r: &mut Rng, name: &str, types: &[LaunchOption]) -> PoolInput {
         limits,
         options,
         consolidation: Default::default(),
+        min_values_policy: Default::default(),
     }
 }
 
@@ -548,6 +549,7 @@ fn nodes_hold_no_more_pods_than_allocatable() {
             limits: ResourceList::new(),
             options: vec![option],
             consolidation: Default::default(),
+            min_values_policy: Default::default(),
         }],
         dra: None,
     };

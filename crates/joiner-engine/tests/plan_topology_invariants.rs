@@ -174,6 +174,7 @@ fn cluster(seed: u64) -> (SchedulingInput, BTreeMap<&'static str, Vec<Rule>>) {
             limits,
             options: types,
             consolidation: Default::default(),
+            min_values_policy: Default::default(),
         }]
     };
     let nodes: Vec<ExistingNode> = (0..r.below(4))

@@ -246,6 +246,9 @@ pub struct Settings {
     pub batch_max_duration: Duration,
     /// Karpenter's own feature gates (`settings.featureGates`), with Karpenter's defaults.
     pub feature_gates: FeatureGates,
+    /// What the planner does when a NodeClaim cannot keep a requirement's `minValues`
+    /// (`settings.minValuesPolicy`).
+    pub min_values_policy: MinValuesPolicy,
     /// Fraction of memory the hypervisor takes (Karpenter's `vmMemoryOverheadPercent`).
     pub vm_memory_overhead_percent: f64,
     pub cluster: ClusterSettings,
@@ -275,6 +278,18 @@ pub struct ClusterSettings {
     pub feature_gates: BTreeMap<String, bool>,
 }
 
+/// Karpenter's `minValuesPolicy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MinValuesPolicy {
+    /// A pod whose NodeClaim would offer fewer values of a key than its `minValues` waits
+    /// (Karpenter's default).
+    #[default]
+    Strict,
+    /// The NodeClaim launches with as many values as it can offer, and says so
+    /// (`karpenter.sh/nodeclaim-min-values-relaxed: "true"`).
+    BestEffort,
+}
+
 impl Default for Settings {
     fn default() -> Self {
         let region = "us-east-1".to_string();
@@ -294,6 +309,7 @@ impl Default for Settings {
             batch_idle_duration: Duration::from_secs(1),
             batch_max_duration: Duration::from_secs(10),
             feature_gates: FeatureGates::default(),
+            min_values_policy: MinValuesPolicy::Strict,
             vm_memory_overhead_percent: 0.075,
             cluster: ClusterSettings {
                 kubernetes_version: "1.36".to_string(),
@@ -470,12 +486,7 @@ impl Settings {
         );
         match s.string("minValuesPolicy")?.as_deref() {
             None | Some("Strict") => {}
-            Some("BestEffort") => warnings.push(
-                "settings.minValuesPolicy: BestEffort accepted, not acted on by Joiner: minValues \
-                 are always met (Strict, Karpenter's default), so a pod they cannot be met for \
-                 waits with that reason instead of getting a node with fewer instance types"
-                    .to_string(),
-            ),
+            Some("BestEffort") => out.min_values_policy = MinValuesPolicy::BestEffort,
             Some(other) => {
                 return Err(invalid(
                     "settings.minValuesPolicy",
@@ -663,14 +674,13 @@ mod tests {
     }
 
     #[test]
-    fn min_values_policy_is_strict_and_best_effort_says_it_is_not_acted_on() {
-        let (_, warnings) = settings("settings: {minValuesPolicy: Strict}").unwrap();
+    fn min_values_policy_is_strict_or_best_effort() {
+        let (s, warnings) = settings("settings: {minValuesPolicy: Strict}").unwrap();
+        assert!(warnings.is_empty());
+        assert_eq!(s.min_values_policy, MinValuesPolicy::Strict);
+        let (s, warnings) = settings("settings: {minValuesPolicy: BestEffort}").unwrap();
         assert!(warnings.is_empty(), "{warnings:?}");
-        let (_, warnings) = settings("settings: {minValuesPolicy: BestEffort}").unwrap();
-        assert_eq!(warnings.len(), 1);
-        assert!(
-            warnings[0].starts_with("settings.minValuesPolicy: BestEffort accepted, not acted on")
-        );
+        assert_eq!(s.min_values_policy, MinValuesPolicy::BestEffort);
         let e = settings("settings: {minValuesPolicy: Loose}").unwrap_err();
         assert!(e.to_string().contains("settings.minValuesPolicy"), "{e}");
     }

@@ -147,6 +147,9 @@ pub mod annotations {
     /// On a pod: what its ReplicaSet weighs in choosing pods to remove; Karpenter weighs
     /// evictions by it too.
     pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+    /// On a NodeClaim whose requirements have `minValues`: `"true"` when it launches with fewer
+    /// values than they ask for (`settings.minValuesPolicy: BestEffort`), else `"false"`.
+    pub const MIN_VALUES_RELAXED: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
     /// The DRA drivers a NodeClaim's pods need published before it counts as initialized.
     pub const REQUESTED_DRA_DRIVERS: &str = "karpenter.sh/requested-dra-drivers";
     /// When the NodeClaim's pods are deleted and its instance terminated whatever blocks the

@@ -184,6 +184,9 @@ pub struct PoolInput {
     pub limits: ResourceList,
     pub options: Vec<LaunchOption>,
     pub consolidation: Consolidation,
+    /// Whether a NodeClaim may launch with fewer values of a key than the requirement's
+    /// `minValues` when no set of types offers them (`settings.minValuesPolicy`).
+    pub min_values_policy: joiner_model::settings::MinValuesPolicy,
 }
 
 /// A DaemonSet: its pod lands on every node it matches and tolerates.

@@ -23,6 +23,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 
 use joiner_model::Price;
+use joiner_model::settings::MinValuesPolicy;
 use joiner_model::wellknown::labels;
 
 use super::SchedulingInput;
@@ -861,8 +862,23 @@ impl<'a> Planner<'a> {
     }
 
     /// Karpenter's `minValues`: the instance types a NodeClaim may still launch as must offer
-    /// enough distinct values of each such key.
+    /// enough distinct values of each such key, unless the policy is `BestEffort`, under which
+    /// a NodeClaim launches with what it can offer ([`Planner::min_values_met`] says whether
+    /// that was relaxed).
     fn min_values_ok(
+        &self,
+        pool: &Pool,
+        allowed: &[(Price, usize)],
+        from: usize,
+        used: &[i128],
+        reqs: &Requirements,
+    ) -> bool {
+        pool.input.min_values_policy == MinValuesPolicy::BestEffort
+            || self.min_values_met(pool, allowed, from, used, reqs)
+    }
+
+    /// Whether the types from `from` on that hold `used` offer every key's `minValues`.
+    fn min_values_met(
         &self,
         pool: &Pool,
         allowed: &[(Price, usize)],

@@ -276,6 +276,7 @@ impl<'a> SnapshotBuilder<'a> {
             let pool_catalog = PoolCatalog {
                 catalog: &catalog,
                 claimed: &claimed,
+                min_values_policy: settings.min_values_policy,
             };
             match build_pool(
                 np,

@@ -41,6 +41,14 @@ fn on(it: &str) -> String {
 
 /// The snapshot of `docs` (YAML documents) under chart values that set one feature gate.
 pub(super) fn with_gate(docs: &[&str], gate: &str, on: bool) -> ClusterSnapshot {
+    with_values(
+        docs,
+        serde_json::json!({"settings": {"featureGates": {gate: on}}}),
+    )
+}
+
+/// The snapshot of `docs` (YAML documents) under these chart values.
+pub(super) fn with_values(docs: &[&str], values: serde_json::Value) -> ClusterSnapshot {
     let mut m = Manifests::default();
     for (i, text) in docs.iter().enumerate() {
         for (origin, doc) in parse_documents(&format!("doc{i}.yaml"), text).unwrap() {
@@ -48,7 +56,6 @@ pub(super) fn with_gate(docs: &[&str], gate: &str, on: bool) -> ClusterSnapshot 
         }
     }
     m.finish();
-    let values = serde_json::json!({"settings": {"featureGates": {gate: on}}});
     let (settings, _) = Settings::from_values(&values).unwrap();
     ClusterSnapshot::build(&m, &settings, &Options::default()).unwrap()
 }
@@ -189,4 +196,40 @@ fn capacity_is_set_by_weight_and_merged() {
         "{:?}",
         s.warnings()
     );
+}
+
+/// `settings.minValuesPolicy`: a pool asking for three instance types while it allows two
+/// (`m5.large`, `m6i.large`) launches nothing under Strict (Karpenter's default) and, under BestEffort, a node that says
+/// its minValues were relaxed; a pool whose minValues can be met says they were not.
+#[test]
+fn min_values_are_relaxed_only_under_best_effort() {
+    let pool = |min: u32| {
+        POOL.replace(
+            "{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large, m6i.large, m7i.large]}",
+            &format!(
+                "{{key: karpenter.k8s.aws/instance-family, operator: In, values: [m5, m6i]}}\n      \
+                 - {{key: karpenter.k8s.aws/instance-size, operator: In, values: [large]}}\n      \
+                 - {{key: node.kubernetes.io/instance-type, operator: Exists, minValues: {min}}}"
+            ),
+        )
+    };
+    let relaxed = |plan: &Plan| {
+        plan.node_claims
+            .first()
+            .and_then(|c| {
+                c.annotations
+                    .get("karpenter.sh/nodeclaim-min-values-relaxed")
+            })
+            .cloned()
+    };
+    let strict = with_values(&[&pool(3), POD], serde_json::json!({}));
+    let plan = strict.plan();
+    assert!(plan.node_claims.is_empty(), "{:?}", plan.node_claims);
+    assert_eq!(plan.unschedulable.len(), 1);
+    let best = serde_json::json!({"settings": {"minValuesPolicy": "BestEffort"}});
+    let plan = with_values(&[&pool(3), POD], best.clone()).plan();
+    assert_eq!(relaxed(&plan).as_deref(), Some("true"), "{plan:?}");
+    assert_eq!(plan.node_claims[0].instance_type_options.len(), 2);
+    let plan = with_values(&[&pool(2), POD], best).plan();
+    assert_eq!(relaxed(&plan).as_deref(), Some("false"), "{plan:?}");
 }

@@ -134,6 +134,8 @@ fn root_volume(class: &EC2NodeClass) -> Option<Quantity> {
 pub(super) struct PoolCatalog<'a> {
     pub catalog: &'a Catalog,
     pub claimed: &'a BTreeSet<&'a str>,
+    /// `settings.minValuesPolicy`, which every pool plans under.
+    pub min_values_policy: joiner_model::settings::MinValuesPolicy,
 }
 
 /// The instance types of the NodePool's NodeClaims (`pool` by name).
@@ -283,6 +285,7 @@ pub(super) fn build_pool(
             }
             ConsolidationPolicy::Balanced => Consolidation::Balanced,
         },
+        min_values_policy: pool_catalog.min_values_policy,
     })
 }
 

@@ -72,6 +72,25 @@ impl Planner<'_> {
                 .take(20)
                 .collect();
             let mut annotations = BTreeMap::new();
+            // Karpenter's record of whether a NodeClaim with minValues got fewer values than
+            // they ask for (only ever true under the BestEffort policy).
+            if claim
+                .requirements
+                .iter()
+                .any(|(_, r)| r.min_values.is_some())
+            {
+                let met = self.min_values_met(
+                    pool,
+                    &claim.allowed,
+                    claim.chosen,
+                    &claim.used,
+                    &claim.requirements,
+                );
+                annotations.insert(
+                    annotations::MIN_VALUES_RELAXED.to_string(),
+                    (!met).to_string(),
+                );
+            }
             if let Some(dra) = &self.dra {
                 let drivers = dra.drivers_on(&claim.name);
                 if !drivers.is_empty() {

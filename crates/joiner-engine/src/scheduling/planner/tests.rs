@@ -69,6 +69,7 @@ fn pool(name: &str, options: Vec<LaunchOption>) -> PoolInput {
         limits: ResourceList::new(),
         options,
         consolidation: Default::default(),
+        min_values_policy: Default::default(),
     }
 }
 
