@@ -19,7 +19,7 @@
 use std::collections::BTreeSet;
 
 use joiner_engine::plan::PlannedNodeClaim;
-use joiner_engine::snapshot::statics::NodeCounts;
+use joiner_engine::snapshot::statics::{NodeCounts, node_limit};
 use joiner_model::api::NodePool;
 use joiner_model::api::nodeclaim::NodeClaim;
 use joiner_model::wellknown::{DisruptionReason, labels};
@@ -48,9 +48,7 @@ impl View {
     /// How many more NodeClaims the static pool may have before `limits.nodes`.
     fn static_room(&self, pool: &NodePool) -> u32 {
         let name = pool.metadata.name.as_deref().unwrap_or_default();
-        let limit = pool.spec.limits.get("nodes").map_or(u32::MAX, |q| {
-            u32::try_from(q.nanos().max(0) / 1_000_000_000).unwrap_or(u32::MAX)
-        });
+        let limit = node_limit(pool).unwrap_or(u32::MAX);
         limit.saturating_sub(self.static_counts(name).total())
     }
 }

@@ -123,6 +123,14 @@ pub fn replicas(pool: &NodePool) -> Option<u32> {
         .map(|r| u32::try_from(r.max(0)).unwrap_or(u32::MAX))
 }
 
+/// `spec.limits.nodes`: how many NodeClaims the pool may have at once, whatever their state.
+pub fn node_limit(pool: &NodePool) -> Option<u32> {
+    pool.spec
+        .limits
+        .get("nodes")
+        .map(|q| u32::try_from(q.nanos().max(0) / 1_000_000_000).unwrap_or(u32::MAX))
+}
+
 /// Splits the static pools out of `pools` and works out what each needs now. `machines` and
 /// `pods` are the snapshot's, for choosing which nodes to remove.
 pub(super) fn split(
@@ -159,12 +167,7 @@ pub(super) fn split(
             ));
         }
         let counts = NodeCounts::of(of_pool);
-        let node_limit = np
-            .object
-            .spec
-            .limits
-            .get("nodes")
-            .map(|q| u32::try_from(q.nanos().max(0) / 1_000_000_000).unwrap_or(u32::MAX));
+        let node_limit = node_limit(&np.object);
         let idle = if !gates.enabled(FeatureGate::StaticCapacity) {
             warnings.push(format!(
                 "{}: NodePool/{name}: spec.replicas: a static NodePool ({replicas} replicas) \
