@@ -10,18 +10,19 @@
 //! - a scale-down deletes NodeClaims, and termination drains them as it drains any: pods
 //!   marked do-not-disrupt wait, PodDisruptionBudgets are honoured, the NodeClaim's
 //!   `terminationGracePeriod` bounds the wait. As in Karpenter, a scale-down the user asked for
-//!   is not held back by the pool's disruption budgets. The pool's NodeClaims are read again
-//!   from the API server first: a cache behind an earlier deletion would count a deleting
-//!   NodeClaim as running and remove one node too many.
+//!   is not held back by the pool's disruption budgets. The pool and its NodeClaims are read
+//!   again from the API server first: a cache behind an earlier deletion would count a deleting
+//!   NodeClaim as running, and one behind a scale-up would count to too few replicas; either
+//!   would remove a node too many.
 
 use std::collections::BTreeMap;
 
 use joiner_engine::plan::PlannedNodeClaim;
-use joiner_engine::snapshot::statics::{NodeCounts, replicas};
+use joiner_engine::snapshot::statics::{NodeCounts, is_active, replicas};
 use joiner_model::api::NodePool;
 use joiner_model::api::ec2nodeclass::EC2NodeClass;
 use joiner_model::api::nodeclaim::NodeClaim;
-use joiner_model::wellknown::{annotations, labels};
+use joiner_model::wellknown::labels;
 
 use crate::cloud::CloudProvider;
 use crate::context::Ctx;
@@ -51,23 +52,23 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
         let (Some(name), Some(replicas)) = (pool.metadata.name.as_deref(), replicas(pool)) else {
             return false;
         };
-        let counts = NodeCounts::of(
+        NodeCounts::of(
             claims
                 .iter()
                 .filter(|c| c.label(labels::NODEPOOL) == Some(name)),
-        );
-        counts.active + counts.pending_disruption < replicas || counts.active > replicas
+        )
+        .off(replicas)
     };
     if !gate || !pools.values().any(off_count) {
         return Ok(());
     }
     let view = ctx.view()?;
     let launches = view.static_launches();
-    let removals: Vec<(String, u32, Vec<String>)> = view
+    let removals: Vec<(String, Vec<String>)> = view
         .static_pools()
         .iter()
         .filter(|p| !p.remove.is_empty())
-        .map(|p| (p.name.clone(), p.replicas, p.remove.clone()))
+        .map(|p| (p.name.clone(), p.remove.clone()))
         .collect();
     for planned in launches {
         let Some(pool) = pools.get(&planned.node_pool) else {
@@ -84,8 +85,8 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
             );
         }
     }
-    for (pool, replicas, candidates) in removals {
-        if let Err(e) = scale_down(ctx, &pool, replicas, &candidates) {
+    for (pool, candidates) in removals {
+        if let Err(e) = scale_down(ctx, &pool, &candidates) {
             ctx.error(
                 Reconciler::StaticCapacity,
                 &format!("scaling static NodePool {pool} down"),
@@ -130,19 +131,24 @@ pub fn zones(planned: &PlannedNodeClaim) -> Vec<String> {
     zones
 }
 
-/// Deletes `candidates` (in order) until the pool has `replicas` running NodeClaims, counted
-/// from the API server rather than the cache (see the module docs).
+/// Deletes `candidates` (in order) until the pool has its replicas running. The count it goes
+/// to and the NodeClaims counted are read from the API server rather than the cache (see the
+/// module docs): a cache behind a later scale-up, or behind a deletion, never removes a node.
 fn scale_down<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     pool: &str,
-    replicas: u32,
     candidates: &[String],
 ) -> Result<(), ControllerError> {
-    let running = |c: &NodeClaim| {
-        c.label(labels::NODEPOOL) == Some(pool)
-            && !c.is_deleting()
-            && c.annotation(annotations::DISRUPTION_REASON).is_none()
+    let fresh_pool = ctx.store.get_uncached::<NodePool>(None, pool)?;
+    let Some(replicas) = fresh_pool
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .as_ref()
+        .and_then(replicas)
+    else {
+        // Gone, being deleted or no longer static: not a scale-down.
+        return Ok(());
     };
+    let running = |c: &NodeClaim| c.label(labels::NODEPOOL) == Some(pool) && is_active(c);
     let cached: Vec<NodeClaim> = ctx
         .store
         .list::<NodeClaim>()?

@@ -42,6 +42,11 @@ pub struct NodeCounts {
     pub deleting: u32,
 }
 
+/// Whether a NodeClaim counts as active: not deleting, and no move started for it.
+pub fn is_active(claim: &NodeClaim) -> bool {
+    !claim.is_deleting() && claim.annotation(annotations::DISRUPTION_REASON).is_none()
+}
+
 impl NodeCounts {
     /// Counts `claims` (the pool's).
     pub fn of<'a>(claims: impl Iterator<Item = &'a NodeClaim>) -> NodeCounts {
@@ -49,13 +54,18 @@ impl NodeCounts {
         for claim in claims {
             if claim.is_deleting() {
                 counts.deleting += 1;
-            } else if claim.annotation(annotations::DISRUPTION_REASON).is_some() {
-                counts.pending_disruption += 1;
-            } else {
+            } else if is_active(claim) {
                 counts.active += 1;
+            } else {
+                counts.pending_disruption += 1;
             }
         }
         counts
+    }
+
+    /// Whether a pool of `replicas` has NodeClaims to launch or to remove.
+    pub fn off(&self, replicas: u32) -> bool {
+        self.active + self.pending_disruption < replicas || self.active > replicas
     }
 
     /// Every NodeClaim of the pool, whatever its state: what `limits.nodes` counts.
@@ -237,7 +247,7 @@ pub(super) fn choose_removals(
             .iter()
             .map(|c| &c.object)
             .filter(|c| c.label(labels::NODEPOOL) == Some(pool.name.as_str()))
-            .filter(|c| !c.is_deleting() && c.annotation(annotations::DISRUPTION_REASON).is_none())
+            .filter(|c| is_active(c))
             .map(|c| (removal(c, machines, &on_node), c.name().to_string()))
             .collect();
         candidates.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
