@@ -506,7 +506,9 @@ impl AwsCloud {
 fn launch_error(node_class: &str, e: LaunchError) -> CloudError {
     match e {
         LaunchError::NoOfferings => CloudError::NoOfferings,
-        e @ LaunchError::Field { .. } => AwsError::node_class(node_class, e.to_string()).into(),
+        e @ (LaunchError::Field { .. } | LaunchError::Label { .. }) => {
+            AwsError::node_class(node_class, e.to_string()).into()
+        }
     }
 }
 

@@ -2,8 +2,9 @@
 //! its data), in the shape of the built-in data (`joiner_engine::catalog::Ec2Facts`), so the
 //! engine sizes and labels it exactly as the built-in ones are sized from theirs.
 
-use aws_sdk_ec2::types::InstanceTypeInfo;
+use aws_sdk_ec2::types::{InstanceTypeInfo, SupportedAdditionalProcessorFeature};
 use joiner_engine::catalog::{AcceleratorKind, Ec2Accelerator, Ec2Facts, Ec2Gpu, Ec2Storage};
+use joiner_model::placement::PlacementStrategy;
 
 fn count(n: Option<i32>) -> u32 {
     n.and_then(|n| u32::try_from(n).ok()).unwrap_or(0)
@@ -115,6 +116,21 @@ pub(crate) fn facts_of(info: &InstanceTypeInfo) -> Option<Ec2Facts> {
             .iter()
             .map(|u| u.as_str().to_string())
             .collect(),
+        // EC2 always says; were it silent, the type would be taken as the data takes a type it
+        // lists no strategies for: placed by every strategy.
+        placement_strategies: info.placement_group_info().map_or_else(
+            || PlacementStrategy::ALL.to_vec(),
+            |p| {
+                p.supported_strategies()
+                    .iter()
+                    .filter_map(|s| s.as_str().parse().ok())
+                    .collect()
+            },
+        ),
+        nested_virtualization: processor.is_some_and(|p| {
+            p.supported_features()
+                .contains(&SupportedAdditionalProcessorFeature::NestedVirtualization)
+        }),
         gpus,
         accelerators,
         storage,
@@ -150,7 +166,8 @@ mod tests {
     use aws_sdk_ec2::types::{
         ArchitectureType, EfaInfo, EphemeralNvmeSupport, GpuDeviceInfo, GpuDeviceMemoryInfo,
         GpuInfo, InstanceStorageInfo, InstanceType, InstanceTypeHypervisor, MemoryInfo,
-        NetworkCardInfo, NetworkInfo, ProcessorInfo, UsageClassType, VCpuInfo,
+        NetworkCardInfo, NetworkInfo, PlacementGroupInfo, PlacementGroupStrategy, ProcessorInfo,
+        UsageClassType, VCpuInfo,
     };
 
     /// g4dn.xlarge as `DescribeInstanceTypes` answers for it.
@@ -217,6 +234,29 @@ mod tests {
         )
         .expect("data");
         assert_eq!(f, built_in);
+        // What EC2 says of placement and nested virtualization is read as the data records it.
+        let t3 = InstanceTypeInfo::builder()
+            .instance_type(InstanceType::from("t3.large"))
+            .placement_group_info(
+                PlacementGroupInfo::builder()
+                    .supported_strategies(PlacementGroupStrategy::Partition)
+                    .supported_strategies(PlacementGroupStrategy::Spread)
+                    .build(),
+            )
+            .processor_info(
+                ProcessorInfo::builder()
+                    .supported_features(SupportedAdditionalProcessorFeature::NestedVirtualization)
+                    .build(),
+            )
+            .v_cpu_info(VCpuInfo::builder().default_v_cpus(2).build())
+            .memory_info(MemoryInfo::builder().size_in_mib(8192).build())
+            .build();
+        let f = facts_of(&t3).expect("facts");
+        assert_eq!(
+            f.placement_strategies,
+            [PlacementStrategy::Partition, PlacementStrategy::Spread]
+        );
+        assert!(f.nested_virtualization);
     }
 
     /// A type newer than the data is sized from EC2's facts as the built-in ones are: the same

@@ -34,6 +34,7 @@ mod instances;
 mod network;
 mod nodeclass;
 mod on_demand;
+mod placement;
 mod pricing;
 mod profile;
 mod reservations;

@@ -131,12 +131,29 @@ impl Clients {
         let reservations = self
             .capacity_reservations(name, &spec.capacity_reservation_selector_terms)
             .await;
+        let placement_group = match &spec.placement_group_selector {
+            None => Resolved::Found(None),
+            Some(selector) => match self.placement_group(name, selector).await {
+                Ok(Some(g)) => Resolved::Found(Some(g)),
+                Ok(None) => Resolved::NotFound(format!(
+                    "placement group {:?} not found (or not available)",
+                    selector
+                        .id
+                        .as_ref()
+                        .or(selector.name.as_ref())
+                        .cloned()
+                        .unwrap_or_default()
+                )),
+                Err(e) => Resolved::Failed(CloudError::from(e)),
+            },
+        };
         NodeClassResolution {
             subnets: outcome(subnets),
             security_groups: outcome(security_groups),
             amis: outcome(amis),
             instance_profile: outcome(profile),
             capacity_reservations: outcome(reservations),
+            placement_group,
         }
     }
 

@@ -27,7 +27,7 @@ use aws_sdk_ec2::types::{
     LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
     LaunchTemplateInstanceMetadataProtocolIpv6,
-    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatePlacementRequest,
     LaunchTemplateTagSpecificationRequest, LaunchTemplatesMonitoringRequest,
     NestedVirtualizationSpecification, RequestLaunchTemplateData, ResourceType, TagSpecification,
     VolumeType,
@@ -176,6 +176,15 @@ pub(crate) fn launch_template_data(spec: &TemplateSpec) -> RequestLaunchTemplate
     }
     if let Some(reservations) = capacity_reservation(&spec.reservations) {
         data = data.capacity_reservation_specification(reservations);
+    }
+    if let Some(p) = &spec.placement {
+        data = data.placement(
+            LaunchTemplatePlacementRequest::builder()
+                .set_group_id(p.group_id.clone())
+                .set_group_name(p.group_name.clone())
+                .set_partition_number(p.partition_number.and_then(|n| i32::try_from(n).ok()))
+                .build(),
+        );
     }
     if matches!(spec.reservations, ReservationUse::CapacityBlock(_)) {
         data = data.instance_market_options(
@@ -477,6 +486,7 @@ mod tests {
             detailed_monitoring: false,
             tags: BTreeMap::new(),
             reservations: ReservationUse::Open,
+            placement: None,
         }
     }
 

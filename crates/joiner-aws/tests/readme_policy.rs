@@ -68,6 +68,7 @@ fn the_policy_grants_every_call_the_aws_edge_makes() {
         "ec2:DescribeInstanceTypeOfferings",
         "ec2:DescribeSpotPriceHistory",
         "ec2:DescribeCapacityReservations",
+        "ec2:DescribePlacementGroups",
         "pricing:GetProducts",
         "ssm:GetParameter",
         "eks:DescribeCluster",
@@ -96,13 +97,15 @@ fn the_policy_grants_every_call_the_aws_edge_makes() {
 fn launches_reach_reservations_and_every_image_parameter_root() {
     let policy = policy();
     for action in ["ec2:RunInstances", "ec2:CreateFleet"] {
-        assert!(
-            statements_with(&policy, action)
-                .iter()
-                .any(|s| list(&s["Resource"])
-                    .contains(&"arn:aws:ec2:us-west-2:*:capacity-reservation/*")),
-            "{action} cannot use a capacity reservation"
-        );
+        for resource in ["capacity-reservation/*", "placement-group/*"] {
+            let arn = format!("arn:aws:ec2:us-west-2:*:{resource}");
+            assert!(
+                statements_with(&policy, action)
+                    .iter()
+                    .any(|s| list(&s["Resource"]).contains(&arn.as_str())),
+                "{action} cannot use {resource}"
+            );
+        }
     }
     let parameters: Vec<String> = statements_with(&policy, "ssm:GetParameter")
         .iter()

@@ -7,7 +7,7 @@ use joiner_engine::snapshot::ClusterSnapshot;
 use joiner_model::Sourced;
 use joiner_model::api::EC2NodeClass;
 use joiner_model::api::ec2nodeclass::EC2NodeClassStatus;
-use joiner_model::api::nodeclass_status::conditions;
+use joiner_model::api::nodeclass_status::{conditions, reasons};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -15,6 +15,7 @@ use crate::cloud::{CloudInstanceType, CloudProvider, Instance, OfferingKey};
 use crate::config::Config;
 use crate::consistency::Mispredictions;
 use crate::error::ControllerError;
+use crate::placement::PlacementGroups;
 use crate::report::Reconciler;
 use crate::report::StepReport;
 use crate::store::{ClusterStore, manifests_of};
@@ -25,6 +26,7 @@ use crate::unavailable::UnavailableOfferings;
 pub struct Learned<'a> {
     pub unavailable: &'a mut UnavailableOfferings,
     pub mispredicted: &'a mut Mispredictions,
+    pub placement_groups: &'a mut PlacementGroups,
 }
 
 /// One step's view: the time is fixed for the whole step, and what is expensive to read is read
@@ -44,6 +46,8 @@ pub struct Ctx<'a, S, C> {
     unavailable: &'a mut UnavailableOfferings,
     /// Predictions running nodes proved wrong ([`crate::consistency`]).
     mispredicted: &'a mut Mispredictions,
+    /// The placement groups the classes select, as the nodeclass step found them.
+    pub(crate) placement_groups: &'a mut PlacementGroups,
     view: Option<ClusterSnapshot>,
     /// The view no longer matches the cluster (this step wrote something it holds).
     stale: bool,
@@ -70,6 +74,7 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
             report,
             unavailable: learned.unavailable,
             mispredicted: learned.mispredicted,
+            placement_groups: learned.placement_groups,
             view: None,
             stale: false,
             candidates: None,
@@ -125,6 +130,12 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
         if self.view.is_none() || self.stale {
             let mut m = manifests_of(self.store)?;
             mark_unresolved(&mut m.node_classes, crate::clock::k8s_time(self.now));
+            let placement_groups = self.placement_groups.current(&m.node_classes);
+            mark_unplaced(
+                &mut m.node_classes,
+                &placement_groups,
+                crate::clock::k8s_time(self.now),
+            );
             let unreadable_classes: BTreeSet<String> = self
                 .store
                 .undecodable::<EC2NodeClass>()?
@@ -147,6 +158,7 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
                     .unavailable(&unavailable)
                     .unreadable_classes(&unreadable_classes)
                     .corrections(&corrections)
+                    .placement_groups(&placement_groups)
                     .at(self.now);
             if let Some(sold) = &sold {
                 builder = builder.sold(sold).described(&described);
@@ -275,6 +287,33 @@ impl<S, C> Ctx<'_, S, C> {
 
 /// Marks every class without a `Ready` condition `Ready=Unknown` (not resolved yet), so the
 /// view built from them launches nothing from a class this controller has not resolved.
+/// Classes whose placement group this process has not found (yet, or for the selector they
+/// have now) are `Ready=Unknown` in the view, whatever their status says: nothing is launched
+/// from them until the group is found, so no node lands outside it.
+fn mark_unplaced(
+    classes: &mut [Sourced<EC2NodeClass>],
+    found: &BTreeMap<String, joiner_model::placement::PlacementGroup>,
+    now: Time,
+) {
+    for c in classes {
+        let class = &mut c.object;
+        let name = class.metadata.name.clone().unwrap_or_default();
+        if class.spec.placement_group_selector.is_none() || found.contains_key(&name) {
+            continue;
+        }
+        let generation = class.metadata.generation;
+        let status = class.status.get_or_insert_with(EC2NodeClassStatus::default);
+        status.set_condition(
+            conditions::PLACEMENT_GROUP_READY,
+            false,
+            reasons::NOT_RESOLVED,
+            "the placement group spec.placementGroupSelector names has not been found yet",
+            now.clone(),
+            generation,
+        );
+    }
+}
+
 pub(crate) fn mark_unresolved(classes: &mut [Sourced<EC2NodeClass>], now: Time) {
     for c in classes {
         let class = &mut c.object;

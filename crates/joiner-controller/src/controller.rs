@@ -42,6 +42,8 @@ pub struct Controller<S, C, K> {
     interruption: Option<Box<dyn InterruptionQueue + Send>>,
     /// When each EC2NodeClass was last resolved.
     node_classes: NodeClassState,
+    /// The placement groups the classes select, found by the nodeclass step.
+    placement_groups: crate::placement::PlacementGroups,
     /// Since when each of the cluster's instance profiles has been seen unused.
     profile_use: gc::profiles::ProfileUse,
     /// The pause the cloud's throttling asks for.
@@ -66,6 +68,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             last_gc: None,
             interruption: None,
             node_classes: NodeClassState::default(),
+            placement_groups: Default::default(),
             profile_use: gc::profiles::ProfileUse::default(),
             throttle: Throttle::default(),
         }
@@ -101,6 +104,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             Learned {
                 unavailable: &mut self.unavailable,
                 mispredicted: &mut self.mispredicted,
+                placement_groups: &mut self.placement_groups,
             },
             &mut report,
         );

@@ -33,6 +33,7 @@ pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodeoverlay_status;
 pub mod nodepool_status;
+pub mod placement;
 pub mod pods;
 pub mod provisioning;
 mod report;

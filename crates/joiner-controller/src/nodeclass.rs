@@ -113,6 +113,16 @@ pub fn apply(
                 Resolved::Failed(_) => None,
             },
         ),
+        (
+            conditions::PLACEMENT_GROUP_READY,
+            reasons::PLACEMENT_GROUP_NOT_FOUND,
+            // The group itself is kept in memory ([`crate::placement`]), as Karpenter keeps it.
+            match &resolution.placement_group {
+                Resolved::Found(_) => Some(Ok(())),
+                Resolved::NotFound(m) => Some(Err(m.clone())),
+                Resolved::Failed(_) => None,
+            },
+        ),
     ];
     // Reservations have no condition: none found is a class that launches without them.
     match &resolution.capacity_reservations {
@@ -166,6 +176,9 @@ fn failures(r: &NodeClassResolution) -> Vec<&crate::cloud::CloudError> {
     if let Resolved::Failed(e) = &r.capacity_reservations {
         out.push(e);
     }
+    if let Resolved::Failed(e) = &r.placement_group {
+        out.push(e);
+    }
     out
 }
 
@@ -188,6 +201,14 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
             continue;
         }
         let resolution = ctx.cloud.resolve_node_class(&class.clone().into_v1());
+        // The view plans with the group (or without it) from now on.
+        if ctx
+            .placement_groups
+            .record(&class, &resolution.placement_group)
+        {
+            ctx.invalidate_view();
+            written = true;
+        }
         let failed = failures(&resolution);
         // One error per class and step: the parts usually fail together (throttling).
         if let Some(e) = failed.first() {
@@ -285,6 +306,7 @@ mod tests {
                 available_instance_count: Some(2),
                 ..CapacityReservation::default()
             }]),
+            placement_group: Resolved::Found(None),
         }
     }
 

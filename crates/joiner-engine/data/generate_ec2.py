@@ -1,23 +1,61 @@
 #!/usr/bin/env python3
 """Regenerates ec2-catalog.json, the every-type EC2 catalog Joiner embeds.
 
-Usage: generate_ec2.py [SHARED_DATA_DIR] > ec2-catalog.json
+Usage: generate_ec2.py [SHARED_DATA_DIR [MOTO_INSTANCE_TYPES]] > ec2-catalog.json
 SHARED_DATA_DIR defaults to /work/shared/data and must hold aws-ec2-catalog.json (EC2's
 DescribeInstanceTypes and DescribeInstanceTypeOfferings as moto records them, with Karpenter's
-us-east-1 on-demand price table; see README.md). Joiner never reads that file at run time: only
-the output of this script is compiled in (src/catalog/ec2.rs).
+us-east-1 on-demand price table; see README.md). MOTO_INSTANCE_TYPES is moto 5.2.1's own record
+of DescribeInstanceTypes (moto/ec2/resources/instance_types.json.gz; by default, that of the
+installed moto), the same source, read for the two facts the shared file leaves out: the
+placement group strategies and the nested-virtualization support of each type. Joiner never
+reads either file at run time: only the output of this script is compiled in
+(src/catalog/ec2.rs).
 
 The output keeps the facts a scheduler needs and nothing else, one type per line, and groups
 each region's offerings by the set of zones a type is offered in (zone names are the region
 plus a letter), which keeps the file small.
 """
+import gzip
 import json
+import os
 import sys
 from collections import defaultdict
 
 src = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/data"
 with open(f"{src}/aws-ec2-catalog.json") as f:
     doc = json.load(f)
+
+
+def moto_instance_types():
+    if len(sys.argv) > 2:
+        path = sys.argv[2]
+    else:
+        import moto
+        if moto.__version__ != "5.2.1":
+            sys.exit(f"moto {moto.__version__} installed; the data is moto 5.2.1's")
+        path = os.path.join(os.path.dirname(moto.__file__), "ec2/resources/instance_types.json.gz")
+    with gzip.open(path) as f:
+        return json.load(f)
+
+
+described = moto_instance_types()
+ALL_STRATEGIES = ["cluster", "partition", "spread"]
+
+
+def described_extras(name):
+    """The placement strategies (listed only when not all three) and nested virtualization
+    (only when supported) of a type, from moto's DescribeInstanceTypes record."""
+    info = described.get(name)
+    if info is None:
+        sys.exit(f"{name}: not in moto's DescribeInstanceTypes record")
+    out = {}
+    strategies = sorted((info.get("PlacementGroupInfo") or {}).get("SupportedStrategies", []))
+    if strategies != ALL_STRATEGIES:
+        out["placementStrategies"] = strategies
+    features = (info.get("ProcessorInfo") or {}).get("SupportedFeatures", [])
+    if "nested-virtualization" in features:
+        out["nestedVirtualization"] = True
+    return out
 
 
 def card0(t):
@@ -69,6 +107,7 @@ for name in sorted(doc["instanceTypes"]):
            if len(t["networkCards"]) > 1 else {}),
         "encryptionInTransit": t["encryptionInTransit"],
         "usage": t["usageClasses"],
+        **described_extras(name),
     }
     if t.get("gpus"):
         entry["gpus"] = [{k: g[k] for k in ("manufacturer", "name", "count", "memoryMiB")}

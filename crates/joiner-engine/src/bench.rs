@@ -54,6 +54,7 @@ fn instance_types() -> Vec<LaunchOption> {
                     price_basis: Default::default(),
                     reservation: None,
                     zone_id: None,
+                    partition: None,
                 })
                 .collect();
             offerings.extend(ZONES[..2].iter().map(|z| LaunchOffering {
@@ -63,6 +64,7 @@ fn instance_types() -> Vec<LaunchOption> {
                 price_basis: Default::default(),
                 reservation: None,
                 zone_id: None,
+                partition: None,
             }));
             LaunchOption {
                 instance_type: format!("fake-it-{i}"),

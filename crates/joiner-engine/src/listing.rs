@@ -13,7 +13,7 @@ use joiner_model::{Price, Quantity, ResourceList};
 use serde::Serialize;
 
 use crate::catalog::{Catalog, InstanceType, NodeShape, PriceBasis};
-use crate::scheduling::allowed::{effective_requirements, offering_allowed, type_allowed};
+use crate::scheduling::allowed::{OfferingLabels, effective_requirements, type_allowed};
 use crate::scheduling::{LaunchOffering, LaunchOption, PoolInput};
 
 /// Every NodePool's instance types.
@@ -161,12 +161,11 @@ fn list_pool(catalog: &Catalog, pool: &PoolInput) -> PoolListing {
                         .iter()
                         .find(|l| l.zone == o.zone)
                         .and_then(|l| l.zone_id.as_deref());
-                    offering_allowed(
-                        (&o.zone, zone_id),
-                        o.capacity_type.as_str(),
-                        None,
-                        &requirements,
-                    )
+                    OfferingLabels {
+                        zone_id,
+                        ..OfferingLabels::plain(&o.zone, o.capacity_type.as_str())
+                    }
+                    .allowed(&requirements)
                 })
                 .map(catalog_offering)
                 .chain(
@@ -174,14 +173,7 @@ fn list_pool(catalog: &Catalog, pool: &PoolInput) -> PoolListing {
                         .offerings
                         .iter()
                         .filter(|o| o.reservation.is_some())
-                        .filter(|o| {
-                            offering_allowed(
-                                (&o.zone, o.zone_id.as_deref()),
-                                &o.capacity_type,
-                                o.reservation.as_ref(),
-                                &requirements,
-                            )
-                        })
+                        .filter(|o| o.labels().allowed(&requirements))
                         .map(reserved_offering),
                 )
                 .collect();

@@ -144,6 +144,7 @@ fn option(r: &mut Rng, i: usize) -> LaunchOption {
             price_basis: Default::default(),
             reservation: None,
             zone_id: None,
+            partition: None,
         }],
         at_most_one_per_pod: vec![],
         devices: Some(DeviceSource {

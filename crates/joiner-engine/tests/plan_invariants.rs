@@ -76,6 +76,7 @@ fn option(r: &mut Rng, i: usize) -> LaunchOption {
                 price_basis: Default::default(),
                 reservation: None,
                 zone_id: None,
+                partition: None,
             })
             .collect(),
         at_most_one_per_pod: vec![],
@@ -532,6 +533,7 @@ fn nodes_hold_no_more_pods_than_allocatable() {
             price_basis: Default::default(),
             reservation: None,
             zone_id: None,
+            partition: None,
         }],
         at_most_one_per_pod: vec![],
         devices: None,

@@ -151,6 +151,7 @@ fn cluster(seed: u64) -> (SchedulingInput, BTreeMap<&'static str, Vec<Rule>>) {
                         price_basis: Default::default(),
                         reservation: None,
                         zone_id: None,
+                        partition: None,
                     })
                     .collect(),
                 at_most_one_per_pod: vec![],

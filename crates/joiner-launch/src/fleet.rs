@@ -11,13 +11,14 @@ use joiner_controller::cloud::{LaunchRequest, OfferingKey};
 use joiner_model::api::EC2NodeClass;
 use joiner_model::api::ec2nodeclass::InstanceStorePolicy;
 use joiner_model::wellknown::CapacityType;
-use joiner_model::wellknown::tags;
+use joiner_model::wellknown::{labels, tags};
 
 use crate::LaunchError;
 use crate::bootstrap::{Cluster, NodeBootstrap, kubelet_labels};
 use crate::family::{default_block_devices, family_of, user_data};
 use crate::template::{
-    ReservationUse, TemplateSpec, metadata_with_defaults, node_class_spec_hash, template_name,
+    Placement, ReservationUse, TemplateSpec, metadata_with_defaults, node_class_spec_hash,
+    template_name,
 };
 
 /// What resolving the EC2NodeClass found for one launch.
@@ -148,6 +149,7 @@ pub fn fleet(
     let mut templates: Vec<FleetTemplate> = Vec::new();
     let mut skipped = Vec::new();
     let selects_reservations = !spec.capacity_reservation_selector_terms.is_empty();
+    let placement = placement_of(request, class)?;
     let offers = request.offers.iter().filter(|o| {
         o.offering.capacity_type == capacity_type
             && o.reservation.as_ref().is_some_and(|r| r.capacity_block) == capacity_block
@@ -200,6 +202,7 @@ pub fn fleet(
                 None if selects_reservations => ReservationUse::None,
                 None => ReservationUse::Open,
             },
+            placement: placement.clone(),
         };
         let name = template_name(&cluster.name, &tspec);
         let over = FleetOverride {
@@ -228,6 +231,38 @@ pub fn fleet(
         skipped,
         context: spec.context.clone(),
     })
+}
+
+/// Where the class's placement group puts the instance: the group and partition the NodeClaim
+/// was planned in (its `placement-group-id` and `-partition` labels), or, for a NodeClaim
+/// planned without the group known (a plan from files), the group the selector names. `None`
+/// when the class selects no group.
+fn placement_of(
+    request: &LaunchRequest,
+    class: &EC2NodeClass,
+) -> Result<Option<Placement>, LaunchError> {
+    let Some(selector) = &class.spec.placement_group_selector else {
+        return Ok(None);
+    };
+    let partition_number = match request.labels.get(labels::PLACEMENT_GROUP_PARTITION) {
+        None => None,
+        Some(p) => Some(p.parse().map_err(|_| LaunchError::Label {
+            key: labels::PLACEMENT_GROUP_PARTITION,
+            value: p.clone(),
+        })?),
+    };
+    Ok(Some(match request.labels.get(labels::PLACEMENT_GROUP_ID) {
+        Some(id) => Placement {
+            group_id: Some(id.clone()),
+            group_name: None,
+            partition_number,
+        },
+        None => Placement {
+            group_id: selector.id.clone(),
+            group_name: selector.name.clone(),
+            partition_number,
+        },
+    }))
 }
 
 #[cfg(test)]

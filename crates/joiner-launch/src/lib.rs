@@ -37,6 +37,9 @@ pub enum LaunchError {
     /// The request offers nothing a fleet can launch.
     #[error("no offering to launch")]
     NoOfferings,
+    /// A NodeClaim label the launch reads cannot be used (a partition that is not a number).
+    #[error("label {key}: {value:?} is not a partition number")]
+    Label { key: &'static str, value: String },
 }
 
 impl LaunchError {

@@ -27,8 +27,8 @@ use crate::bootstrap::Cluster;
 use crate::family::family_of;
 use crate::fleet::{Resolved, Skip, fleet};
 use crate::image::{Arch, ParameterRoots, TypeFacts, alias_parameter, alias_version};
-use crate::template::ReservationUse;
 use crate::template::{NetworkInterface, network_interfaces};
+use crate::template::{Placement, ReservationUse};
 
 /// What one planned NodeClaim's launch sends EC2.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -71,6 +71,9 @@ pub struct TemplatePreview {
     /// `CpuOptions.NestedVirtualization`, when the EC2NodeClass sets it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nested_virtualization: Option<String>,
+    /// `Placement`: the placement group (and partition), when the EC2NodeClass selects one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
     pub detailed_monitoring: bool,
     /// Tags on the template, and on the network interfaces and spot requests launched from it.
     pub tags: BTreeMap<String, String>,
@@ -321,6 +324,7 @@ fn preview(
                 security_group_ids: t.spec.security_groups.clone(),
                 network_interfaces: network_interfaces(&t.spec),
                 nested_virtualization: t.spec.nested_virtualization.clone(),
+                placement: t.spec.placement.clone(),
                 detailed_monitoring: t.spec.detailed_monitoring,
                 tags: t.spec.tags.clone(),
                 capacity_reservation: match &t.spec.reservations {

@@ -46,6 +46,24 @@ pub struct TemplateSpec {
     /// default, so templates made before reservations existed keep their names.
     #[serde(skip_serializing_if = "ReservationUse::is_default")]
     pub reservations: ReservationUse,
+    /// The placement group launched into, when the EC2NodeClass selects one. Left out of the
+    /// name's hash when none, so earlier templates keep their names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+}
+
+/// A launch template's `Placement`: the group by ID (as Karpenter launches), or by name when
+/// only the EC2NodeClass's selector is known (`joiner plan --launch` from files), and the
+/// partition of a partition group's NodeClaim.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition_number: Option<u32>,
 }
 
 /// A launch template's `CapacityReservationSpecification` and market type.

@@ -74,17 +74,24 @@ pub mod labels {
     pub const CAPACITY_RESERVATION_INTERRUPTIBLE: &str =
         "karpenter.k8s.aws/capacity-reservation-interruptible";
 
+    /// The EC2 placement group (`pg-…`) of the nodes of a class with a `placementGroupSelector`.
+    pub const PLACEMENT_GROUP_ID: &str = "karpenter.k8s.aws/placement-group-id";
+    /// The partition (`1` to `7`) of a node in a partition placement group.
+    pub const PLACEMENT_GROUP_PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
+
     /// Labels that belong to how a node is bought, not to its type: a type's offerings differ
     /// in them. The reservation labels exist only on `reserved` offerings, so a requirement on
     /// them behaves as `DoesNotExist` for every other offering; the zone ID only where the
-    /// EC2NodeClass's subnets say it (zone IDs map to zone names per account).
-    pub const OFFERING_DEFINED: [&str; 6] = [
+    /// EC2NodeClass's subnets say it (zone IDs map to zone names per account); the partition
+    /// only on the offerings of a partition placement group's classes, one per partition.
+    pub const OFFERING_DEFINED: [&str; 7] = [
         ZONE,
         ZONE_ID,
         CAPACITY_TYPE,
         CAPACITY_RESERVATION_ID,
         CAPACITY_RESERVATION_TYPE,
         CAPACITY_RESERVATION_INTERRUPTIBLE,
+        PLACEMENT_GROUP_PARTITION,
     ];
 
     /// Whether `key` is one of [`OFFERING_DEFINED`].

@@ -17,6 +17,7 @@ use joiner_controller::cloud::{
 use joiner_model::api::EC2NodeClass;
 
 use crate::network::{self, SimulatedNetwork};
+use crate::placement::SimulatedPlacement;
 use crate::reservations::Reservations;
 
 /// When the kubelet of an instance registers its Node.
@@ -68,6 +69,8 @@ struct State {
     deleted_profiles: Vec<String>,
     /// The account's capacity reservations and Capacity Blocks.
     reservations: Reservations,
+    /// The account's placement groups, and the instances launched into them.
+    placement: SimulatedPlacement,
 }
 
 /// A cloud in memory. Instance ids count up from `i-00000000000000001` in launch order.
@@ -122,6 +125,21 @@ impl SimulatedCloud {
     /// exist, and EC2NodeClass selectors are matched against them as EC2 matches them.
     pub fn set_network(&self, network: SimulatedNetwork) {
         self.lock().network = Some(network);
+    }
+
+    /// Creates a placement group (`available` at once), replacing one of the same name or ID.
+    pub fn add_placement_group(&self, group: joiner_model::placement::PlacementGroup) {
+        self.lock().placement.add(group);
+    }
+
+    /// Deletes the placement group named `name`.
+    pub fn delete_placement_group(&self, name: &str) {
+        self.lock().placement.delete(name);
+    }
+
+    /// The placement group (and partition) an instance was launched into.
+    pub fn placement_of(&self, instance_id: &str) -> Option<crate::placement::Placed> {
+        self.lock().placement.of(instance_id).cloned()
     }
 
     /// The next `n` EC2NodeClass resolutions fail as throttled (their own fault, apart from
@@ -429,8 +447,20 @@ impl CloudProvider for SimulatedCloud {
                 "InvalidParameterValue: Value ({p}) for parameter iamInstanceProfile.name is invalid. Invalid IAM Instance Profile name"
             )));
         }
+        let target = s.placement.target(request)?;
         let mut insufficient = Vec::new();
         for offer in &request.offers {
+            if let Some(t) = &target {
+                let running = s
+                    .instances
+                    .values()
+                    .filter(|i| i.state != InstanceState::Terminated)
+                    .map(|i| (i.id.as_str(), i.zone.as_str()));
+                if s.placement.full(t, &offer.offering.zone, running) {
+                    insufficient.push(offer.offering.clone());
+                    continue;
+                }
+            }
             if let Some(r) = &offer.reservation {
                 // Launched into the reservation or not at all (`ReservationCapacityExceeded`).
                 let next = SimulatedCloud::instance_id(s.launched + 1);
@@ -461,6 +491,9 @@ impl CloudProvider for SimulatedCloud {
                             request.tags.clone(),
                             profile.clone(),
                         );
+                        if let Some(t) = target.clone() {
+                            s.placement.record(&instance.id, t);
+                        }
                         if let Some(at) = reclaim {
                             s.reclaims.insert(instance.id.clone(), at);
                         }
@@ -486,6 +519,9 @@ impl CloudProvider for SimulatedCloud {
                 request.tags.clone(),
                 profile.clone(),
             );
+            if let Some(t) = target {
+                s.placement.record(&instance.id, t);
+            }
             s.tokens
                 .insert(request.client_token.clone(), instance.id.clone());
             if s.launch_timeouts > 0 {
@@ -630,6 +666,7 @@ impl CloudProvider for SimulatedCloud {
             running,
         ));
         NodeClassResolution {
+            placement_group: s.placement.resolve(spec.placement_group_selector.as_ref()),
             capacity_reservations,
             subnets: network::subnets(s.network.as_ref(), &zones, &spec.subnet_selector_terms),
             security_groups: network::security_groups(

@@ -27,6 +27,7 @@ mod error;
 pub mod interruption_queue;
 pub mod kubelet;
 pub mod network;
+pub mod placement;
 mod progress;
 pub mod report;
 mod reservations;

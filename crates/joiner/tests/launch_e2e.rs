@@ -485,3 +485,129 @@ spec:
         serde_json::json!({"tcpEstablishedTimeout": 3600, "udpTimeout": 30})
     );
 }
+
+/// `cpuOptions.nestedVirtualization: enabled` keeps the pool to the types whose processors
+/// support it (EC2's `nested-virtualization` feature: the c8i, m8i and r8i families in the
+/// data) and reaches the template's CPU options; without it, the cheapest type is cheaper.
+#[test]
+fn nested_virtualization_keeps_the_pool_to_types_that_support_it() {
+    let s = joiner_test_support::Scratch::new("launch-e2e-nested");
+    let manifest = |nested: &str| {
+        format!(
+            r#"apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {{name: vms}}
+spec:
+  template:
+    spec:
+      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: vms}}
+      requirements:
+      - {{key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {{name: vms}}
+spec:
+  role: KarpenterNodeRole-lab
+  amiSelectorTerms: [{{alias: al2023@latest}}]
+  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: lab}}}}]
+  securityGroupSelectorTerms: [{{id: sg-0123456789abcdef0}}]
+  cpuOptions: {{nestedVirtualization: {nested}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: kata, namespace: default}}
+spec:
+  containers: [{{name: c, image: vm, resources: {{requests: {{cpu: "3", memory: 4Gi}}}}}}]
+"#
+        )
+    };
+    let plan_of = |nested: &str| {
+        let file = s.write(&format!("{nested}.yaml"), &manifest(nested));
+        let file = file.display().to_string();
+        let mut args = vec!["plan", "-f", &file, "-o", "json", "--launch"];
+        args.extend(CLUSTER_SETTINGS);
+        run_json(JOINER, &args)
+    };
+    let plan = plan_of("enabled");
+    let claim = &plan["nodeClaims"][0];
+    let family = claim["instanceType"].as_str().unwrap_or_default();
+    assert!(
+        [
+            "c8i.",
+            "c8i-flex.",
+            "m8i.",
+            "m8i-flex.",
+            "r8i.",
+            "r8i-flex."
+        ]
+        .iter()
+        .any(|f| family.starts_with(f)),
+        "{claim:#}"
+    );
+    for t in claim["instanceTypeOptions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        assert!(t.as_str().is_some_and(|t| t.contains("8i")), "{claim:#}");
+    }
+    let t = &launch_of(&plan, 0)["launchTemplates"][0];
+    assert_eq!(t["nestedVirtualization"], "enabled");
+    let other = plan_of("disabled");
+    let other_type = other["nodeClaims"][0]["instanceType"].as_str();
+    assert!(
+        other_type.is_some_and(|t| !t.contains("8i")),
+        "the cheapest type without the option is another family: {other:#}"
+    );
+}
+
+/// `placementGroupSelector` in a plan from files: the group is found in EC2 only by the
+/// controller, so the plan says it does not know the group's strategy (on standard error) and
+/// the launch template's placement names the group as the selector does.
+#[test]
+fn a_placement_group_is_named_in_the_template_and_the_plan_says_what_it_cannot_know() {
+    let s = joiner_test_support::Scratch::new("launch-e2e-placement");
+    let file = s.write(
+        "training.yaml",
+        r#"apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: training}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: training}
+      requirements:
+      - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large]}
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: training}
+spec:
+  role: KarpenterNodeRole-lab
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: lab}}]
+  securityGroupSelectorTerms: [{id: sg-0123456789abcdef0}]
+  placementGroupSelector: {name: training}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: worker, namespace: default}
+spec:
+  containers: [{name: c, image: w, resources: {requests: {cpu: "1"}}}]
+"#,
+    );
+    let file = file.display().to_string();
+    let mut args = vec!["plan", "-f", &file, "-o", "json", "--launch"];
+    args.extend(CLUSTER_SETTINGS);
+    let out = run(JOINER, &args);
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("EC2NodeClass/training: spec.placementGroupSelector"),
+        "{stderr}"
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let t = &launch_of(&plan, 0)["launchTemplates"][0];
+    assert_eq!(t["placement"], serde_json::json!({"groupName": "training"}));
+}

@@ -5,6 +5,7 @@
 
 use joiner_model::api::ec2nodeclass::{Ami, SecurityGroup, Subnet};
 use joiner_model::api::nodeclass_status::CapacityReservation;
+use joiner_model::placement::PlacementGroup;
 
 use super::CloudError;
 
@@ -33,6 +34,9 @@ pub struct NodeClassResolution {
     /// counts. Not finding any is no fault of the class (no condition depends on it): the
     /// class launches without reservations.
     pub capacity_reservations: Resolved<Vec<CapacityReservation>>,
+    /// The placement group `placementGroupSelector` finds (`available` only); `Found(None)`
+    /// for a class without a selector, `NotFound` for a selector EC2 finds nothing for.
+    pub placement_group: Resolved<Option<PlacementGroup>>,
 }
 
 impl NodeClassResolution {
@@ -43,7 +47,8 @@ impl NodeClassResolution {
             security_groups: Resolved::Failed(error.clone()),
             amis: Resolved::Failed(error.clone()),
             instance_profile: Resolved::Failed(error.clone()),
-            capacity_reservations: Resolved::Failed(error),
+            capacity_reservations: Resolved::Failed(error.clone()),
+            placement_group: Resolved::Failed(error),
         }
     }
 }

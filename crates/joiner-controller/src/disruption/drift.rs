@@ -25,7 +25,7 @@ use joiner_engine::requirements::Requirement;
 use joiner_model::api::NodePool;
 use joiner_model::api::ec2nodeclass::EC2NodeClass;
 use joiner_model::api::nodeclaim::NodeClaim;
-use joiner_model::wellknown::annotations;
+use joiner_model::wellknown::{annotations, labels};
 
 use crate::nodeclaim::stamp::{node_class_hash, node_pool_hash, stamp_differs};
 
@@ -36,6 +36,9 @@ pub enum Drift {
     NodeClassDrifted,
     RequirementsDrifted(String),
     AmiDrifted(String),
+    /// The NodeClaim is not in the placement group its class finds now (the group was made
+    /// again under the same name, or the class no longer selects one).
+    PlacementGroupDrifted(String),
 }
 
 impl Drift {
@@ -46,6 +49,8 @@ impl Drift {
             Drift::NodeClassDrifted => "NodeClassDrifted",
             Drift::RequirementsDrifted(_) => "RequirementsDrifted",
             Drift::AmiDrifted(_) => "AMIDrifted",
+            // Karpenter's reason, as its AWS provider writes it.
+            Drift::PlacementGroupDrifted(_) => "PlacementGroupDrift",
         }
     }
 
@@ -54,7 +59,9 @@ impl Drift {
         match self {
             Drift::NodePoolDrifted => "the NodePool's template changed".into(),
             Drift::NodeClassDrifted => "the EC2NodeClass changed".into(),
-            Drift::RequirementsDrifted(m) | Drift::AmiDrifted(m) => m.clone(),
+            Drift::RequirementsDrifted(m)
+            | Drift::AmiDrifted(m)
+            | Drift::PlacementGroupDrifted(m) => m.clone(),
         }
     }
 }
@@ -123,6 +130,21 @@ pub fn drift_of(
         )));
     }
     None
+}
+
+/// Whether the NodeClaim's `karpenter.k8s.aws/placement-group-id` label differs from the group
+/// its class finds now (`expected`: `Some(None)` when the class selects none, `None` when the
+/// group is not known, which is never drift), as Karpenter judges it.
+pub fn placement_drift(claim: &NodeClaim, expected: Option<Option<&str>>) -> Option<Drift> {
+    let expected = expected?;
+    let labelled = claim.label(labels::PLACEMENT_GROUP_ID);
+    (labelled != expected).then(|| {
+        Drift::PlacementGroupDrifted(format!(
+            "placement group {} is not the class's placement group {}",
+            labelled.unwrap_or("(none)"),
+            expected.unwrap_or("(none)")
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -304,7 +304,10 @@ fn mark_drift<S: ClusterStore, C: CloudProvider>(
         let class = view.class_of(claim);
         let mut updated = claim.clone();
         let restamped = restamp(&mut updated, pool, class);
-        let found = drift::drift_of(&updated, pool, class, None);
+        let found = drift::drift_of(&updated, pool, class, None).or_else(|| {
+            let expected = class.and_then(|c| ctx.placement_groups.expected_id(c));
+            drift::placement_drift(&updated, expected)
+        });
         let had = claim.condition(conditions::DRIFTED);
         let unchanged = match (&found, had) {
             (None, None) => true,

@@ -118,6 +118,10 @@ fn instance_type(
             ipv4_per_interface: t.ipv4_per_eni,
             max_efa: t.efa,
         }),
+        launch: Some(super::LaunchSupport {
+            placement_strategies: t.placement_strategies.clone(),
+            nested_virtualization: t.nested_virtualization,
+        }),
         labels,
     }
 }

@@ -7,9 +7,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
 use joiner_model::Price;
+use joiner_model::placement::PlacementStrategy;
 use serde::Deserialize;
 
 const DATA: &str = include_str!("../../data/ec2-catalog.json");
+
+/// The data lists a type's strategies only when it lacks one of them.
+fn all_strategies() -> Vec<PlacementStrategy> {
+    PlacementStrategy::ALL.to_vec()
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -49,6 +55,12 @@ pub struct Ec2Type {
     pub encryption_in_transit: bool,
     /// `on-demand`, `spot`, `capacity-block`.
     pub usage: Vec<String>,
+    /// The placement group strategies EC2 launches the type into (`PlacementGroupInfo`).
+    #[serde(default = "all_strategies")]
+    pub placement_strategies: Vec<PlacementStrategy>,
+    /// Whether its processors support nested virtualization (`ProcessorInfo.SupportedFeatures`).
+    #[serde(default)]
+    pub nested_virtualization: bool,
     #[serde(default)]
     pub gpus: Vec<Ec2Gpu>,
     #[serde(default)]

@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use joiner_model::api::KubeletConfiguration;
 use joiner_model::api::ec2nodeclass::NetworkInterface;
+use joiner_model::placement::PlacementStrategy;
 use joiner_model::{Format, Price, Quantity, QuantityError, ResourceList};
 
 use devices::DeviceTemplates;
@@ -143,6 +144,19 @@ pub struct InstanceType {
     pub instance_store_gb: Option<u64>,
     /// Its network cards, when known: what an EC2NodeClass's `networkInterfaces` may use.
     pub network: Option<NetworkInfo>,
+    /// What EC2 launches it with, when known: the placement groups and CPU options an
+    /// EC2NodeClass may ask for.
+    pub launch: Option<LaunchSupport>,
+}
+
+/// The launch options EC2 supports for a type, as `DescribeInstanceTypes` says. Karpenter
+/// offers a class only the types that support what it asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchSupport {
+    /// `PlacementGroupInfo.SupportedStrategies`.
+    pub placement_strategies: Vec<PlacementStrategy>,
+    /// `nested-virtualization` among `ProcessorInfo.SupportedFeatures`.
+    pub nested_virtualization: bool,
 }
 
 /// An instance type's network cards, as EC2 describes them.
@@ -299,6 +313,16 @@ impl InstanceType {
             ),
             _ => listed,
         }
+    }
+
+    /// Whether EC2 launches this type into a placement group of `strategy` (when the class has
+    /// one) and with nested virtualization (when the class enables it). A type whose support is
+    /// not known (a user-defined one) is taken to support both.
+    pub fn supports_launch(&self, strategy: Option<PlacementStrategy>, nested: bool) -> bool {
+        self.launch.as_ref().is_none_or(|l| {
+            strategy.is_none_or(|s| l.placement_strategies.contains(&s))
+                && (!nested || l.nested_virtualization)
+        })
     }
 
     /// Whether a node of this type can take the class's `networkInterfaces`; a type whose

@@ -98,6 +98,8 @@ pub fn user_instance_type(
         instance_store_gb,
         // A user-defined type says nothing of its network cards: any layout is taken.
         network: None,
+        // Nor of its placement and CPU options: any group and CPU option is taken.
+        launch: None,
     }
 }
 

@@ -28,55 +28,68 @@ pub fn type_allowed(requirements: &Requirements, labels: &Labels) -> bool {
     })
 }
 
-/// The value an offering in `zone` as `capacity_type`, in `reservation` if reserved, gives the
-/// offering label `key`.
-pub fn offering_label<'a>(offering: &'a LaunchOffering, key: &str) -> Option<&'a str> {
-    offering_label_of(
-        &offering.zone,
-        offering.zone_id.as_deref(),
-        &offering.capacity_type,
-        offering.reservation.as_ref(),
-        key,
-    )
+/// What one offering gives the labels offerings define
+/// ([`joiner_model::wellknown::labels::OFFERING_DEFINED`]).
+#[derive(Debug, Clone, Copy)]
+pub struct OfferingLabels<'a> {
+    pub zone: &'a str,
+    /// Known only where the EC2NodeClass's subnets say it.
+    pub zone_id: Option<&'a str>,
+    pub capacity_type: &'a str,
+    /// The reservation of a `reserved` offering.
+    pub reservation: Option<&'a OfferedReservation>,
+    /// The partition of an offering of a partition placement group.
+    pub partition: Option<&'a str>,
 }
 
-fn offering_label_of<'a>(
-    zone: &'a str,
-    zone_id: Option<&'a str>,
-    capacity_type: &'a str,
-    reservation: Option<&'a OfferedReservation>,
-    key: &str,
-) -> Option<&'a str> {
-    match key {
-        labels::ZONE => Some(zone),
-        labels::ZONE_ID => zone_id,
-        labels::CAPACITY_TYPE => Some(capacity_type),
-        labels::CAPACITY_RESERVATION_ID => reservation.map(|r| r.id.as_str()),
-        labels::CAPACITY_RESERVATION_TYPE => reservation.map(|r| r.reservation_type()),
-        labels::CAPACITY_RESERVATION_INTERRUPTIBLE => {
-            reservation.map(|r| if r.interruptible { "true" } else { "false" })
+impl<'a> OfferingLabels<'a> {
+    /// An offering in `zone` as `capacity_type`, with no zone ID, reservation or partition.
+    pub fn plain(zone: &'a str, capacity_type: &'a str) -> Self {
+        OfferingLabels {
+            zone,
+            zone_id: None,
+            capacity_type,
+            reservation: None,
+            partition: None,
         }
-        _ => None,
+    }
+
+    /// The value the offering gives the offering label `key`; `None` when it does not carry
+    /// the label.
+    pub fn get(&self, key: &str) -> Option<&'a str> {
+        match key {
+            labels::ZONE => Some(self.zone),
+            labels::ZONE_ID => self.zone_id,
+            labels::CAPACITY_TYPE => Some(self.capacity_type),
+            labels::CAPACITY_RESERVATION_ID => self.reservation.map(|r| r.id.as_str()),
+            labels::CAPACITY_RESERVATION_TYPE => self.reservation.map(|r| r.reservation_type()),
+            labels::CAPACITY_RESERVATION_INTERRUPTIBLE => self
+                .reservation
+                .map(|r| if r.interruptible { "true" } else { "false" }),
+            labels::PLACEMENT_GROUP_PARTITION => self.partition,
+            _ => None,
+        }
+    }
+
+    /// Whether the offering meets `requirements` on the labels offerings define.
+    pub fn allowed(&self, requirements: &Requirements) -> bool {
+        labels::OFFERING_DEFINED.iter().all(|key| {
+            requirements
+                .get(key)
+                .is_none_or(|r| r.matches(self.get(key)))
+        })
     }
 }
 
-/// Whether an offering in `zone` (of ID `zone_id`, if known) as `capacity_type` (in
-/// `reservation`, if reserved) meets `requirements` on the labels offerings define.
-pub fn offering_allowed(
-    (zone, zone_id): (&str, Option<&str>),
-    capacity_type: &str,
-    reservation: Option<&OfferedReservation>,
-    requirements: &Requirements,
-) -> bool {
-    labels::OFFERING_DEFINED.iter().all(|key| {
-        requirements.get(key).is_none_or(|r| {
-            r.matches(offering_label_of(
-                zone,
-                zone_id,
-                capacity_type,
-                reservation,
-                key,
-            ))
-        })
-    })
+impl LaunchOffering {
+    /// The labels this offering gives a node launched from it.
+    pub fn labels(&self) -> OfferingLabels<'_> {
+        OfferingLabels {
+            zone: &self.zone,
+            zone_id: self.zone_id.as_deref(),
+            capacity_type: &self.capacity_type,
+            reservation: self.reservation.as_ref(),
+            partition: self.partition.as_deref(),
+        }
+    }
 }

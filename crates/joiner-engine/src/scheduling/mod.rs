@@ -83,6 +83,9 @@ pub struct LaunchOffering {
     pub price_basis: PriceBasis,
     /// The capacity reservation behind a `reserved` offering; `None` for every other.
     pub reservation: Option<OfferedReservation>,
+    /// The partition (`1` to `7`, as the `karpenter.k8s.aws/placement-group-partition` label
+    /// writes it) of an offering of a partition placement group; `None` for every other.
+    pub partition: Option<String>,
 }
 
 impl LaunchOffering {
@@ -90,7 +93,7 @@ impl LaunchOffering {
     /// ([`joiner_model::wellknown::labels::OFFERING_DEFINED`]); `None` when it does not carry
     /// the label (the reservation labels of an offering that is not reserved).
     pub fn label(&self, key: &str) -> Option<&str> {
-        allowed::offering_label(self, key)
+        self.labels().get(key)
     }
 }
 

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use joiner_model::api::EC2NodeClass;
 use joiner_model::api::ec2nodeclass::Readiness;
 use joiner_model::feature_gates::{FeatureGate, FeatureGates};
+use joiner_model::placement::PlacementGroup;
 use joiner_model::settings::Settings;
 use joiner_model::workloads::{daemon_set_pod, expand_workloads};
 use joiner_model::{InputError, Manifests, ObjectRef, Sourced};
@@ -100,6 +101,7 @@ pub struct SnapshotBuilder<'a> {
     now: Option<k8s_openapi::jiff::Timestamp>,
     unreadable_classes: Option<&'a BTreeSet<String>>,
     corrections: Option<&'a corrections::Corrections>,
+    placement_groups: Option<&'a BTreeMap<String, PlacementGroup>>,
 }
 
 impl<'a> SnapshotBuilder<'a> {
@@ -129,6 +131,14 @@ impl<'a> SnapshotBuilder<'a> {
     /// one launches nothing and says so, rather than that its class is missing.
     pub fn unreadable_classes(mut self, names: &'a BTreeSet<String>) -> Self {
         self.unreadable_classes = Some(names);
+        self
+    }
+
+    /// The placement groups the EC2NodeClasses (by name) select, as the controller found them
+    /// in EC2. Without them (a plan from files) a class's group is not known: its pools are
+    /// planned on every type, with a warning, and nodes carry no placement-group labels.
+    pub fn placement_groups(mut self, groups: &'a BTreeMap<String, PlacementGroup>) -> Self {
+        self.placement_groups = Some(groups);
         self
     }
 
@@ -174,6 +184,7 @@ impl<'a> SnapshotBuilder<'a> {
             now,
             unreadable_classes,
             corrections,
+            placement_groups,
         } = self;
         let mut warnings = Vec::new();
         let mut invalid = Vec::new();
@@ -277,6 +288,7 @@ impl<'a> SnapshotBuilder<'a> {
                 catalog: &catalog,
                 claimed: &claimed,
                 min_values_policy: settings.min_values_policy,
+                placement_group: pools::placement_group(class, placement_groups, &mut warnings),
             };
             match build_pool(
                 np,
@@ -648,6 +660,7 @@ impl ClusterSnapshot {
             now: None,
             unreadable_classes: None,
             corrections: None,
+            placement_groups: None,
         }
     }
 
@@ -973,6 +986,8 @@ fn device_plugin_configs(m: &Manifests, settings: &Settings) -> Option<DevicePlu
 mod isolation_tests;
 #[cfg(test)]
 mod overlay_tests;
+#[cfg(test)]
+mod placement_tests;
 #[cfg(test)]
 mod reservation_tests;
 #[cfg(test)]

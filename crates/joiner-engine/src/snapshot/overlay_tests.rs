@@ -47,8 +47,8 @@ pub(super) fn with_gate(docs: &[&str], gate: &str, on: bool) -> ClusterSnapshot 
     )
 }
 
-/// The snapshot of `docs` (YAML documents) under these chart values.
-pub(super) fn with_values(docs: &[&str], values: serde_json::Value) -> ClusterSnapshot {
+/// The manifests of `docs` (YAML documents, each its own file).
+pub(super) fn manifests(docs: &[&str]) -> Manifests {
     let mut m = Manifests::default();
     for (i, text) in docs.iter().enumerate() {
         for (origin, doc) in parse_documents(&format!("doc{i}.yaml"), text).unwrap() {
@@ -56,6 +56,12 @@ pub(super) fn with_values(docs: &[&str], values: serde_json::Value) -> ClusterSn
         }
     }
     m.finish();
+    m
+}
+
+/// The snapshot of `docs` (YAML documents) under these chart values.
+pub(super) fn with_values(docs: &[&str], values: serde_json::Value) -> ClusterSnapshot {
+    let m = manifests(docs);
     let (settings, _) = Settings::from_values(&values).unwrap();
     ClusterSnapshot::build(&m, &settings, &Options::default()).unwrap()
 }

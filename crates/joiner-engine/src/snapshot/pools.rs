@@ -9,6 +9,7 @@ use joiner_model::api::EC2NodeClass;
 use joiner_model::api::NodeClaim;
 use joiner_model::api::ec2nodeclass::{AmiFamily, InstanceStorePolicy};
 use joiner_model::api::nodepool::{ConsolidationPolicy, NodePool};
+use joiner_model::placement::PlacementGroup;
 use joiner_model::wellknown::labels;
 use joiner_model::{InputError, ObjectRef, Quantity, Sourced};
 use k8s_openapi::api::core::v1::Taint;
@@ -136,6 +137,9 @@ pub(super) struct PoolCatalog<'a> {
     pub claimed: &'a BTreeSet<&'a str>,
     /// `settings.minValuesPolicy`, which every pool plans under.
     pub min_values_policy: joiner_model::settings::MinValuesPolicy,
+    /// The placement group the pool's class selects, as the controller found it in EC2;
+    /// `None` when the class selects none or it is not known (a plan from files).
+    pub placement_group: Option<&'a PlacementGroup>,
 }
 
 /// The instance types of the NodePool's NodeClaims (`pool` by name).
@@ -145,6 +149,29 @@ pub(super) fn claimed_types<'a>(claims: &'a [Sourced<NodeClaim>], pool: &str) ->
         .filter(|c| c.object.label(labels::NODEPOOL) == Some(pool))
         .filter_map(|c| c.object.label(labels::INSTANCE_TYPE))
         .collect()
+}
+
+/// The placement group `class` selects, when the controller found it (`groups`, by class
+/// name). A class whose group is not known (a plan from files) is planned without it, with one
+/// warning saying what that leaves out.
+pub(super) fn placement_group<'a>(
+    class: &Sourced<EC2NodeClass>,
+    groups: Option<&'a BTreeMap<String, PlacementGroup>>,
+    warnings: &mut Vec<String>,
+) -> Option<&'a PlacementGroup> {
+    class.object.spec.placement_group_selector.as_ref()?;
+    let name = class.object.metadata.name.as_deref().unwrap_or_default();
+    let found = groups.and_then(|g| g.get(name));
+    if found.is_none() {
+        let warning = format!(
+            "{}: EC2NodeClass/{name}: spec.placementGroupSelector: the group is found in EC2 by              the controller, so this plan does not know its strategy: it may plan types the group              does not take, and its nodes show no placement-group labels",
+            class.origin
+        );
+        if !warnings.contains(&warning) {
+            warnings.push(warning);
+        }
+    }
+    found
 }
 
 /// Why a NodePool cannot launch.
@@ -219,6 +246,12 @@ pub(super) fn build_pool(
         .map(|s| s.zone.as_str())
         .collect();
     let nitro_only = class.object.spec.connection_tracking.is_some();
+    let nested = class.object.nested_virtualization();
+    let group = pool_catalog.placement_group;
+    // Every node of a class with a placement group carries the group's ID.
+    if let Some(g) = group {
+        labels.insert(labels::PLACEMENT_GROUP_ID.to_string(), g.id.clone());
+    }
     let mut options = Vec::new();
     let mut node_labels = BTreeMap::new();
     for it in pool_catalog.catalog.types() {
@@ -239,9 +272,11 @@ pub(super) fn build_pool(
         {
             continue;
         }
-        // The class's network interfaces must fit the type's cards (Karpenter offers only
-        // those types).
-        if !it.takes_interfaces(shape.interfaces) {
+        // The class's network interfaces must fit the type's cards, and EC2 must support the
+        // CPU options it asks for (Karpenter offers only those types).
+        if !it.takes_interfaces(shape.interfaces)
+            || !it.supports_launch(group.map(|g| g.strategy), nested)
+        {
             continue;
         }
         let mut reserved = super::reservations::offerings(&class.object, it, reserved_free);
@@ -268,6 +303,9 @@ pub(super) fn build_pool(
                 .offerings
                 .retain(|o| subnet_zones.contains(o.zone.as_str()));
         }
+        if let Some(g) = group {
+            option.offerings = in_partitions(option.offerings, g);
+        }
         options.push(option);
     }
     Ok(PoolInput {
@@ -287,6 +325,24 @@ pub(super) fn build_pool(
         },
         min_values_policy: pool_catalog.min_values_policy,
     })
+}
+
+/// A partition group's offerings: each one once per partition, with its partition, so that
+/// pods may ask for one and a NodeClaim launches into the one it was planned for (Karpenter's
+/// offerings). Other groups' offerings are as they are.
+fn in_partitions(offerings: Vec<LaunchOffering>, group: &PlacementGroup) -> Vec<LaunchOffering> {
+    if group.partition_numbers().next().is_none() {
+        return offerings;
+    }
+    offerings
+        .into_iter()
+        .flat_map(|o| {
+            group.partition_numbers().map(move |p| LaunchOffering {
+                partition: Some(p.to_string()),
+                ..o.clone()
+            })
+        })
+        .collect()
 }
 
 /// How a type is sold to one NodePool: the offerings known unavailable, the reservations its
@@ -352,6 +408,7 @@ fn launch_option(
                 price_basis: o.price_basis,
                 reservation: None,
                 zone_id: zone_ids.get(o.zone.as_str()).map(|z| z.to_string()),
+                partition: None,
             })
             .chain(reserved.into_iter().filter(|o| {
                 // A reservation EC2 just turned a launch away from is not tried again yet.

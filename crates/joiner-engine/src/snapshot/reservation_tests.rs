@@ -3,7 +3,6 @@
 
 use joiner_model::settings::Settings;
 use joiner_model::wellknown::labels;
-use joiner_model::{Manifests, parse_documents};
 use k8s_openapi::jiff::Timestamp;
 
 use super::{ClusterSnapshot, Options};
@@ -54,13 +53,7 @@ fn pods(n: usize, selector: &str) -> String {
 }
 
 fn plan_at(docs: &[&str], now: Option<&str>) -> Plan {
-    let mut m = Manifests::default();
-    for (i, text) in docs.iter().enumerate() {
-        for (origin, doc) in parse_documents(&format!("doc{i}.yaml"), text).unwrap() {
-            m.add_document(origin, doc).unwrap();
-        }
-    }
-    m.finish();
+    let m = super::overlay_tests::manifests(docs);
     let settings = Settings::default();
     let options = Options::default();
     let mut builder = ClusterSnapshot::builder(&m, &settings, &options);

@@ -88,6 +88,7 @@ pub(super) fn offerings(
                     interruptible: r.interruptible,
                     free,
                 }),
+                partition: None,
             })
         })
         .collect()

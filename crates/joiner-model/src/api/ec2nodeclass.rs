@@ -770,39 +770,19 @@ impl EC2NodeClass {
                 "at most one mapping may be the root volume",
             ));
         }
-        validate_interfaces(&self.spec.network_interfaces)?;
-        self.refuse_unsupported()
+        validate_interfaces(&self.spec.network_interfaces)
     }
 
-    /// Fields Karpenter v1.14 applies at launch that Joiner does not yet: a class setting one is
-    /// refused (its pools wait with this reason) rather than launched without it, since the
-    /// nodes would differ from what the class asks for (no placement group, no prefixes, other
-    /// interfaces).
-    fn refuse_unsupported(&self) -> Result<(), FieldError> {
-        let s = &self.spec;
-        let nested = s
+    /// Whether `cpuOptions.nestedVirtualization` is `enabled`: only types whose processors
+    /// support it are offered.
+    pub fn nested_virtualization(&self) -> bool {
+        self.spec
             .cpu_options
             .as_ref()
-            .and_then(|c| c.nested_virtualization.as_deref());
-        let set = [
-            (
-                "spec.cpuOptions.nestedVirtualization",
-                nested == Some("enabled"),
-            ),
-            (
-                "spec.placementGroupSelector",
-                s.placement_group_selector.is_some(),
-            ),
-        ];
-        if let Some((field, _)) = set.iter().find(|(_, set)| *set) {
-            return Err(FieldError::new(*field, UNSUPPORTED));
-        }
-        Ok(())
+            .and_then(|c| c.nested_virtualization.as_deref())
+            == Some("enabled")
     }
 }
-
-/// Why a class using a field Joiner does not apply yet is refused.
-const UNSUPPORTED: &str = "is not supported by Joiner yet: nodes launched without it would differ from what the class asks for";
 
 #[cfg(test)]
 mod tests {
@@ -831,26 +811,15 @@ spec:
     }
 
     #[test]
-    fn a_class_using_a_field_joiner_does_not_apply_is_refused_naming_it() {
-        v1_class("al2023@latest", "").validate().unwrap();
-        for (extra, field) in [
-            (
-                "  placementGroupSelector: {name: training}",
-                "spec.placementGroupSelector",
-            ),
-            (
-                "  cpuOptions: {nestedVirtualization: enabled}",
-                "spec.cpuOptions.nestedVirtualization",
-            ),
-        ] {
-            let class = v1_class("al2023@latest", extra);
-            assert_eq!(class.validate().unwrap_err().field, field, "{extra}");
-        }
-        // The launch fields Joiner applies read as they are.
+    fn every_launch_field_of_karpenter_reads() {
         for extra in [
+            "",
+            "  placementGroupSelector: {name: training}",
+            "  placementGroupSelector: {id: pg-0123456789abcdef0}",
             "  ipPrefixCount: 1",
             "  connectionTracking: {tcpEstablishedTimeout: 3600}",
             "  cpuOptions: {nestedVirtualization: disabled}",
+            "  cpuOptions: {nestedVirtualization: enabled}",
             "  context: arn:aws:outposts:us-east-1:012345678901:outpost/op-0abc",
             "  capacityReservationSelectorTerms: [{instanceMatchCriteria: open}]",
             "  networkInterfaces: [{deviceIndex: 0, networkCardIndex: 0, interfaceType: interface}, {deviceIndex: 0, networkCardIndex: 1, interfaceType: efa-only}]",

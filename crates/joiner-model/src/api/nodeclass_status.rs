@@ -17,17 +17,20 @@ pub mod conditions {
     pub const SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
     pub const AMIS_READY: &str = "AMIsReady";
     pub const INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
+    /// The class's `placementGroupSelector` finds an available group (True with no selector).
+    pub const PLACEMENT_GROUP_READY: &str = "PlacementGroupReady";
     /// The class passes the checks Karpenter's validation controller makes (no tag that would
     /// defeat the ownership check).
     pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
     /// True once every condition of [`DEPENDENTS`] is.
     pub const READY: &str = "Ready";
     /// What `Ready` is the conjunction of, in the order a not-ready message names them.
-    pub const DEPENDENTS: [&str; 5] = [
+    pub const DEPENDENTS: [&str; 6] = [
         SUBNETS_READY,
         SECURITY_GROUPS_READY,
         AMIS_READY,
         INSTANCE_PROFILE_READY,
+        PLACEMENT_GROUP_READY,
         VALIDATION_SUCCEEDED,
     ];
 }
@@ -38,6 +41,7 @@ pub mod reasons {
     pub const SECURITY_GROUPS_NOT_FOUND: &str = "SecurityGroupsNotFound";
     pub const AMIS_NOT_FOUND: &str = "AMINotFound";
     pub const INSTANCE_PROFILE_NOT_READY: &str = "InstanceProfileNotReady";
+    pub const PLACEMENT_GROUP_NOT_FOUND: &str = "PlacementGroupNotFound";
     pub const UNHEALTHY_DEPENDENTS: &str = "UnhealthyDependents";
     /// Joiner has not resolved every selector of the class yet.
     pub const NOT_RESOLVED: &str = "AwaitingResolution";

@@ -94,12 +94,7 @@ fn preference(capacity_type: &str) -> u8 {
 }
 
 pub(super) fn offering_allowed(off: &LaunchOffering, reqs: &Requirements) -> bool {
-    allowed::offering_allowed(
-        (&off.zone, off.zone_id.as_deref()),
-        &off.capacity_type,
-        off.reservation.as_ref(),
-        reqs,
-    )
+    off.labels().allowed(reqs)
 }
 
 /// The price of option `o` under `reqs`, or `None` when its labels or offerings do not allow it.

@@ -52,6 +52,7 @@ fn option(name: &str, cpu: &str, memory: &str, gpus: &str, price: f64) -> Launch
                 price_basis: Default::default(),
                 reservation: None,
                 zone_id: None,
+                partition: None,
             })
             .collect(),
         at_most_one_per_pod: vec![],
@@ -472,6 +473,7 @@ fn spot_is_used_only_when_the_pool_allows_it() {
         price_basis: Default::default(),
         reservation: None,
         zone_id: None,
+        partition: None,
     });
     let plan = schedule(&input(
         pods("web", 1, SMALL_POD),
