@@ -618,6 +618,13 @@ fn resolve_dra(
                 .to_string(),
         );
     }
+    if gates.boolean("rebootForRepair")? == Some(true) {
+        warnings.push(
+            "settings.awsFeatureGates.rebootForRepair: accepted, not acted on by Joiner: Joiner \
+             does not repair unhealthy nodes yet, by reboot or by replacement"
+                .to_string(),
+        );
+    }
     gates.unknown_keys(&[], warnings);
 
     if enable == Some(true) {
@@ -689,14 +696,14 @@ mod tests {
     fn feature_gates_turned_on_that_joiner_does_not_act_on_say_so() {
         let (s, warnings) = settings(
             "settings:\n  featureGates: {spotToSpotConsolidation: true, nodeRepair: true}\n  \
-             awsFeatureGates: {nodeClassCEL: true}\n",
+             awsFeatureGates: {nodeClassCEL: true, rebootForRepair: true}\n",
         )
         .unwrap();
         assert!(
             s.feature_gates
                 .enabled(FeatureGate::SpotToSpotConsolidation)
         );
-        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
         assert!(
             warnings
                 .iter()
@@ -706,6 +713,11 @@ mod tests {
             warnings
                 .iter()
                 .any(|w| w.starts_with("settings.awsFeatureGates.nodeClassCEL: accepted"))
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.starts_with("settings.awsFeatureGates.rebootForRepair: accepted"))
         );
     }
 
