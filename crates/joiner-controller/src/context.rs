@@ -11,7 +11,7 @@ use joiner_model::api::nodeclass_status::{conditions, reasons};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::cloud::{CloudInstanceType, CloudProvider, Instance, OfferingKey};
+use crate::cloud::{CloudError, CloudInstanceType, CloudProvider, Instance, OfferingKey};
 use crate::config::Config;
 use crate::consistency::Mispredictions;
 use crate::error::ControllerError;
@@ -94,6 +94,16 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
             self.instances = Some(self.cloud.list(&self.config.cluster_name)?);
         }
         Ok(self.instances.as_deref().unwrap_or_default())
+    }
+
+    /// Terminates an instance (in `zone`); a call that fails is counted by the zone, as
+    /// Karpenter counts termination failures.
+    pub fn terminate(&mut self, instance_id: &str, zone: &str) -> Result<(), CloudError> {
+        let result = self.cloud.terminate(instance_id);
+        if result.is_err() {
+            self.report.termination_failures.push(zone.to_string());
+        }
+        result
     }
 
     /// A launch's outcome is unknown (it may have started an instance): the next

@@ -120,7 +120,7 @@ fn terminate_orphans<S: ClusterStore, C: CloudProvider>(
                 continue;
             }
             tracing::warn!(instance = %i.id, "instance carries the ownership tags, names no NodeClaim and no NodeClaim records it; terminating");
-            match ctx.cloud.terminate(&i.id) {
+            match ctx.terminate(&i.id, &i.zone) {
                 Ok(()) => ctx.report.terminated.push(i.id.clone()),
                 Err(e) => ctx.error(
                     Reconciler::GarbageCollection,
@@ -156,7 +156,7 @@ fn terminate_orphans<S: ClusterStore, C: CloudProvider>(
                 continue;
             };
             tracing::warn!(instance = %i.id, nodeclaim = %claim, %recorded, "the instance's NodeClaim records another instance; terminating the duplicate");
-            match ctx.cloud.terminate(&i.id) {
+            match ctx.terminate(&i.id, &i.zone) {
                 Ok(()) => ctx.report.terminated.push(i.id.clone()),
                 Err(e) => ctx.error(
                     Reconciler::GarbageCollection,
@@ -186,7 +186,7 @@ fn terminate_orphans<S: ClusterStore, C: CloudProvider>(
             }
         }
         tracing::warn!(instance = %i.id, nodeclaim = %claim, "instance's NodeClaim is gone; terminating");
-        match ctx.cloud.terminate(&i.id) {
+        match ctx.terminate(&i.id, &i.zone) {
             Ok(()) => ctx.report.terminated.push(i.id.clone()),
             Err(e) => ctx.error(
                 Reconciler::GarbageCollection,

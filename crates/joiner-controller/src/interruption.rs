@@ -102,7 +102,9 @@ pub fn poll<S: ClusterStore>(
     // Marked by an earlier message of this batch (a duplicate may follow).
     let mut marked = std::collections::BTreeSet::new();
     for m in &received {
-        let handled = match messages::parse(&m.body) {
+        let parsed = messages::parse(&m.body);
+        let event_time = parsed.as_ref().ok().and_then(|e| e.time);
+        let handled = match parsed {
             Ok(event) if !synced && claims_of(&claims, &event).len() < event.instance_ids.len() => {
                 Err(ControllerError::Store(StoreError::Unavailable(format!(
                     "event {}: an instance's NodeClaim is not in the cache, which is not synced",
@@ -117,12 +119,18 @@ pub fn poll<S: ClusterStore>(
         };
         match handled {
             Ok(()) => {
-                if let Err(e) = queue.delete(&m.receipt) {
-                    report.error(
+                if let Some(t) = event_time {
+                    report
+                        .interruption_latency
+                        .push(crate::clock::elapsed(now, t));
+                }
+                match queue.delete(&m.receipt) {
+                    Ok(()) => report.interruption_deleted += 1,
+                    Err(e) => report.error(
                         Reconciler::Interruption,
                         "deleting an interruption message",
                         e,
-                    );
+                    ),
                 }
             }
             Err(e) => report.error(

@@ -473,7 +473,7 @@ fn record_launch<S: ClusterStore, C: CloudProvider>(
     if let Some(other) = recorded_by_another.take() {
         // Ours is the duplicate: launched by this controller, for a need already served.
         tracing::warn!(instance = %instance.id, recorded = %other, "the NodeClaim records another instance; terminating the one launched for it here");
-        ctx.cloud.terminate(&instance.id)?;
+        ctx.terminate(&instance.id, &instance.zone)?;
         ctx.report.terminated.push(instance.id.clone());
     }
     Ok(())

@@ -74,6 +74,14 @@ pub struct StepReport {
     /// NodeClaims whose Node offers less than the plan predicted, by resource
     /// ([`crate::consistency`]).
     pub mispredicted: Vec<crate::consistency::Misprediction>,
+    /// The zone of each instance whose termination the cloud refused or failed (`""` when not
+    /// known).
+    pub termination_failures: Vec<String>,
+    /// Interruption messages handled and deleted from the queue.
+    pub interruption_deleted: usize,
+    /// For each interruption message handled, how long after its event it was (the event's
+    /// `time` to now), when the event says its time.
+    pub interruption_latency: Vec<std::time::Duration>,
     /// What failed and will be retried.
     pub errors: Vec<ControllerError>,
     /// The part of the controller each of `errors` happened in, in the same order, so failures

@@ -56,6 +56,8 @@ struct State {
     list_lag: Duration,
     /// How many more launches start their instance and then answer a timeout.
     launch_timeouts: u32,
+    /// How many more TerminateInstances calls fail before they reach the instance.
+    termination_failures: u32,
     /// Offerings whose price moved from the catalog's (spot prices change every few minutes).
     prices: BTreeMap<OfferingKey, joiner_model::Price>,
     /// The VPC when it is closed (see `network`); `None` is the open world.
@@ -319,6 +321,12 @@ impl SimulatedCloud {
         self.lock().terminate_calls.clone()
     }
 
+    /// The next `n` TerminateInstances calls fail (the connection drops before EC2 answers)
+    /// and leave the instance running.
+    pub fn fail_next_terminations(&self, n: u32) {
+        self.lock().termination_failures = n;
+    }
+
     /// How the instance with this id (known in advance: ids are sequential) registers.
     pub fn set_registration(&self, instance_id: &str, registration: Registration) {
         self.lock()
@@ -546,6 +554,12 @@ impl CloudProvider for SimulatedCloud {
         let mut s = self.lock();
         if Self::throttled(&mut s) {
             return Err(CloudError::Throttled);
+        }
+        if s.termination_failures > 0 {
+            s.termination_failures -= 1;
+            return Err(CloudError::Other(
+                "TerminateInstances: connection reset before a response".into(),
+            ));
         }
         s.terminate_calls.push(instance_id.to_string());
         let now = self.clock.now();

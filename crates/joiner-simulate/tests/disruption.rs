@@ -1081,6 +1081,9 @@ mod interruption {
         queue.send(body);
         let r = world.run(&mut c, 1).remove(0);
         assert_eq!(queue.waiting(), 0, "both copies deleted");
+        // Both counted as Karpenter counts deleted messages, each with its event's age.
+        assert_eq!(r.interruption_deleted, 2);
+        assert_eq!(r.interruption_latency.len(), 2);
         let actions: Vec<&str> = r.disruption.iter().map(|e| e.action.as_str()).collect();
         let at = |a: &str| actions.iter().position(|x| *x == a);
         let (replacing, evicted) = (
@@ -1363,6 +1366,15 @@ mod interruption {
         );
         let r = world.run(&mut c, 5);
         assert_eq!(queue.waiting(), 0);
+        // Every message deleted is counted; only the two interruption notices have an event
+        // time to measure from (the malformed and the foreign one are not read as notices).
+        assert_eq!(r.iter().map(|s| s.interruption_deleted).sum::<usize>(), 4);
+        assert_eq!(
+            r.iter()
+                .map(|s| s.interruption_latency.len())
+                .sum::<usize>(),
+            2
+        );
         assert_eq!(events(&r, DisruptionAction::Recommended).count(), 1);
         assert_eq!(events(&r, DisruptionAction::Interrupted).count(), 0);
         assert!(

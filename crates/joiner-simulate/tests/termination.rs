@@ -903,3 +903,49 @@ fn a_blocked_drain_whose_instance_the_cloud_took_lets_go() {
     );
     assert!(world.store.get::<Node>(None, &node).expect("get").is_none());
 }
+
+/// A TerminateInstances call that fails leaves the NodeClaim (and its finalizer) in place, is
+/// counted by the instance's zone (Karpenter's termination failures), and the next step
+/// terminates the instance.
+#[test]
+fn a_failed_termination_is_counted_and_tried_again() {
+    let world = World::new();
+    let mut c = world.controller();
+    settle(&world, &mut c);
+    let claim = world.live_claims()[0].clone();
+    let instance = common::instance_of(&claim);
+    let zone = claim
+        .label(joiner_model::wellknown::labels::ZONE)
+        .expect("zone")
+        .to_string();
+    world.cloud.fail_next_terminations(1);
+    world
+        .store
+        .delete::<NodeClaim>(None, claim.name())
+        .expect("delete");
+    let reports = world.run(&mut c, 300);
+    let failed: Vec<&String> = reports
+        .iter()
+        .flat_map(|r| &r.termination_failures)
+        .collect();
+    assert_eq!(failed, [&zone]);
+    let failed_at = reports
+        .iter()
+        .position(|r| !r.termination_failures.is_empty())
+        .expect("the failure");
+    let done_at = reports
+        .iter()
+        .position(|r| r.terminated.contains(&instance))
+        .expect("terminated on a later step");
+    assert!(done_at > failed_at);
+    assert_eq!(
+        world
+            .cloud
+            .terminate_calls()
+            .iter()
+            .filter(|i| **i == instance)
+            .count(),
+        1,
+        "the failed call never reached the instance"
+    );
+}

@@ -445,21 +445,21 @@ fn terminate_instances<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     claim: &NodeClaim,
 ) -> Result<(), ControllerError> {
-    let mut ids: Vec<String> = crate::nodeclaim::tagged_instances(ctx, claim)?
+    let mut ids: Vec<(String, String)> = crate::nodeclaim::tagged_instances(ctx, claim)?
         .into_iter()
-        .map(|i| i.id)
+        .map(|i| (i.id, i.zone))
         .collect();
     if let Some(id) = claim.status.provider_id.as_deref().and_then(instance_id_of)
-        && !ids.iter().any(|x| x == id)
-        && ctx
+        && !ids.iter().any(|(x, _)| x == id)
+        && let Some(recorded) = ctx
             .cloud
             .get(id)?
-            .is_some_and(|i| i.state != InstanceState::Terminated)
+            .filter(|i| i.state != InstanceState::Terminated)
     {
-        ids.push(id.to_string());
+        ids.push((recorded.id, recorded.zone));
     }
-    for id in ids {
-        ctx.cloud.terminate(&id)?;
+    for (id, zone) in ids {
+        ctx.terminate(&id, &zone)?;
         ctx.learn_terminated(&id);
         tracing::info!(nodeclaim = claim.name(), instance = %id, "terminated instance");
         ctx.report.terminated.push(id);

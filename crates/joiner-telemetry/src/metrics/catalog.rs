@@ -2,6 +2,14 @@
 //! NodePools may launch, its CPU and memory, and each of its offerings with its price as the
 //! plan priced it (NodeOverlays applied). Set wholesale from each planned step's report: a type
 //! no NodePool allows any more loses its series.
+//!
+//! And what each NodePool's NodeClaims cost at those prices (`karpenter_nodepools_cost_total`),
+//! as Karpenter's cost tracker sums them: the hourly price of each NodeClaim's offering, by its
+//! instance type, capacity type and zone labels; a NodeClaim whose offering has no known price
+//! adds nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use joiner_controller::OfferedType;
 use prometheus_client::metrics::family::Family;
@@ -15,6 +23,9 @@ pub(super) struct CatalogGauges {
     price: Gauges,
     cpu_cores: Gauges,
     memory_bytes: Gauges,
+    cost: Gauges,
+    /// The last prices set, by (instance type, capacity type, zone).
+    prices: Mutex<BTreeMap<(String, String, String), f64>>,
 }
 
 impl CatalogGauges {
@@ -44,11 +55,28 @@ impl CatalogGauges {
                 "karpenter_cloudprovider_instance_type_memory_bytes",
                 "Memory of the instance type as the node reports it, in bytes",
             ),
+            cost: gauges(
+                "karpenter_nodepools_cost_total",
+                "Hourly price (USD) of the NodePool's NodeClaims at the prices the plan uses (NodeOverlays applied); not a billing source",
+            ),
+            prices: Mutex::default(),
         }
     }
 
     /// Replaces every series with the types and offerings given.
     pub(super) fn set(&self, types: &[OfferedType]) {
+        let mut prices = self.prices.lock().unwrap_or_else(|p| p.into_inner());
+        prices.clear();
+        for t in types {
+            for o in &t.offerings {
+                let key = (
+                    t.instance_type.clone(),
+                    o.capacity_type.clone(),
+                    o.zone.clone(),
+                );
+                prices.insert(key, o.price_usd);
+            }
+        }
         self.available.clear();
         self.price.clear();
         self.cpu_cores.clear();
@@ -68,6 +96,29 @@ impl CatalogGauges {
                 self.available.get_or_create(&l).set(1);
                 self.price.get_or_create(&l).set(o.price_usd);
             }
+        }
+    }
+
+    /// Sets each NodePool's cost from its NodeClaims' offerings (`claims`: pool and offering of
+    /// each), every pool of `pools` present (0 without NodeClaims); a pool gone loses its
+    /// series, and its NodeClaims count nowhere.
+    pub(super) fn set_costs<'a>(
+        &self,
+        pools: impl Iterator<Item = &'a str>,
+        claims: impl Iterator<Item = (&'a str, &'a (String, String, String))>,
+    ) {
+        let prices = self.prices.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cost: BTreeMap<&str, f64> = pools.map(|p| (p, 0.0)).collect();
+        for (pool, offering) in claims {
+            if let Some(c) = cost.get_mut(pool) {
+                *c += prices.get(offering).copied().unwrap_or(0.0);
+            }
+        }
+        self.cost.clear();
+        for (pool, usd) in cost {
+            self.cost
+                .get_or_create(&labels(&[("nodepool", pool)]))
+                .set(usd);
         }
     }
 }

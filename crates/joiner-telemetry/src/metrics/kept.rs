@@ -102,6 +102,9 @@ fn busy() -> Metrics {
             (DisruptionReason::Underutilized, 2),
             (DisruptionReason::Drifted, 0),
         ]),
+        termination_failures: vec!["us-east-1a".into()],
+        interruption_deleted: 1,
+        interruption_latency: vec![Duration::from_secs(4)],
         ..StepReport::default()
     };
     report.error(

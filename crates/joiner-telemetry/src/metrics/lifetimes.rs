@@ -27,6 +27,9 @@ pub struct ClaimLife {
     pub created: f64,
     /// When its deletion was asked for, if it was.
     pub deleting_since: Option<f64>,
+    /// The offering it was launched as (instance type, capacity type, zone), once its labels
+    /// say all three: what it costs.
+    pub offering: Option<(String, String, String)>,
 }
 
 /// A pod's times, as one look at the cluster saw it.
@@ -130,7 +133,7 @@ pub struct Lifetimes {
 }
 
 /// Karpenter's `DurationBuckets`: 5 ms to 10 minutes.
-const POD_BUCKETS: [f64; 45] = [
+pub(super) const DURATION_BUCKETS: [f64; 45] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
     1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
     25.0, 30.0, 40.0, 50.0, 60.0, 120.0, 150.0, 300.0, 450.0, 600.0,
@@ -158,7 +161,7 @@ impl Lifetimes {
             "Time from a node's creation until it is gone, by NodePool",
             node_lifetime.clone(),
         );
-        let pod_bound = Histograms::new_with_constructor(Buckets(POD_BUCKETS.to_vec()));
+        let pod_bound = Histograms::new_with_constructor(Buckets(DURATION_BUCKETS.to_vec()));
         registry.register(
             "karpenter_pods_bound_duration_seconds",
             "Time from a pod's creation until it is bound to a node",

@@ -14,6 +14,7 @@
 mod catalog;
 pub mod conditions;
 mod gauges;
+mod interruption;
 pub mod lifetimes;
 mod objects;
 mod record;
@@ -102,6 +103,7 @@ pub struct Metrics {
     scheduling_duration: Family<Labels, Histogram>,
     unschedulable_pods: Family<Labels, Gauge>,
     cloudprovider_errors: Counters,
+    termination_failures: Counters,
     nodeclaims_launched: Counters,
     nodeclaims_registered: Counters,
     nodeclaims_initialized: Counters,
@@ -120,6 +122,7 @@ pub struct Metrics {
     lifetimes: lifetimes::Lifetimes,
     termination: termination::TerminationMetrics,
     catalog: catalog::CatalogGauges,
+    interruption: interruption::InterruptionMetrics,
 }
 
 /// Buckets from 5 ms to about 80 s: a step or a plan of a few pods takes milliseconds, a
@@ -184,6 +187,10 @@ impl Metrics {
         let cloudprovider_errors = counters(
             "karpenter_cloudprovider_errors",
             "Errors from the cloud provider, by controller (what the step was doing), provider and error",
+        );
+        let termination_failures = counters(
+            "karpenter_cloudprovider_instance_termination_failures",
+            "Instance terminations the cloud refused or failed, by zone (zone_id empty: Joiner's instances do not carry it)",
         );
         let nodeclaims_launched = counters(
             "joiner_nodeclaims_launched",
@@ -270,6 +277,7 @@ impl Metrics {
         let lifetimes = lifetimes::Lifetimes::register(&mut registry);
         let termination = termination::TerminationMetrics::register(&mut registry);
         let catalog = catalog::CatalogGauges::register(&mut registry);
+        let interruption = interruption::InterruptionMetrics::register(&mut registry);
         Metrics {
             registry,
             provider,
@@ -287,6 +295,7 @@ impl Metrics {
             scheduling_duration,
             unschedulable_pods,
             cloudprovider_errors,
+            termination_failures,
             nodeclaims_launched,
             nodeclaims_registered,
             nodeclaims_initialized,
@@ -305,6 +314,7 @@ impl Metrics {
             lifetimes,
             termination,
             catalog,
+            interruption,
         }
     }
 
@@ -320,6 +330,15 @@ impl Metrics {
             .set(&state.claims, &state.started, &state.pod_times, state.at);
         let present = |kind, name: &str| state.present.contains(&(kind, name.to_string()));
         self.termination.set(&state.terminating, &present, state.at);
+        self.catalog.set_costs(
+            state.pool_limits.keys().map(String::as_str),
+            state.claims.values().filter_map(|c| {
+                c.offering
+                    .as_ref()
+                    .map(|o| (c.nodepool.as_str(), o))
+                    .filter(|(pool, _)| !pool.is_empty())
+            }),
+        );
     }
 
     /// The Prometheus text exposition (OpenMetrics) of every metric.

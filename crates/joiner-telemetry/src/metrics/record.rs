@@ -75,6 +75,13 @@ pub fn record_outcomes(report: &StepReport, claims: &Claims, metrics: &Metrics) 
             .set(i64::try_from(report.unschedulable.len()).unwrap_or(i64::MAX));
     }
     metrics.pods_nominated.inc_by(report.nominated.len() as u64);
+    metrics.interruption.record(report);
+    for zone in &report.termination_failures {
+        metrics
+            .termination_failures
+            .get_or_create(&labels(&[("zone", zone), ("zone_id", "")]))
+            .inc();
+    }
     record_errors(report, metrics);
     if let Some(types) = &report.catalog {
         metrics.catalog.set(types);

@@ -245,6 +245,11 @@ impl ClusterState {
                             .as_ref()
                             .map_or(epoch(now), |t| epoch(t.0)),
                         deleting_since: c.metadata.deletion_timestamp.as_ref().map(|t| epoch(t.0)),
+                        offering: c.label(labels::INSTANCE_TYPE).and_then(|t| {
+                            let capacity = c.label(labels::CAPACITY_TYPE)?;
+                            let zone = c.label(labels::ZONE)?;
+                            Some((t.to_string(), capacity.to_string(), zone.to_string()))
+                        }),
                     };
                     (c.name().to_string(), life)
                 })

@@ -506,6 +506,7 @@ fn terminations_lifetimes_and_pod_startups_are_timed_from_one_look_to_the_next()
         nodepool: "gpu".into(),
         created: 0.0,
         deleting_since: deleting,
+        offering: None,
     };
     let look = |at: f64, claims: &[(&str, ClaimLife)], started: &[(&str, f64)]| ClusterState {
         at,
@@ -516,16 +517,17 @@ fn terminations_lifetimes_and_pod_startups_are_timed_from_one_look_to_the_next()
         started: started.iter().map(|(u, s)| (u.to_string(), *s)).collect(),
         ..ClusterState::default()
     };
-    // The first look only learns: p-1 started before this process saw it.
+    // The first look only learns: p-1 started before this process saw it. (The interruption
+    // queue's histogram, unlabelled, is always served.)
     m.set_state(&look(
         100.0,
         &[("a", life(Some(100.0))), ("b", life(None))],
         &[("p-1", 5.0)],
     ));
     assert!(
-        !lines(&m)
-            .iter()
-            .any(|l| l.starts_with("karpenter_") && l.contains("duration_seconds")),
+        !lines(&m).iter().any(|l| l.starts_with("karpenter_")
+            && !l.starts_with("karpenter_interruption_")
+            && l.contains("duration_seconds")),
         "{:#?}",
         lines(&m)
     );
@@ -782,4 +784,64 @@ fn pods_waiting_to_be_bound_or_to_start_are_gauged_and_bindings_timed() {
         "{l:#?}"
     );
     assert!(l.contains(&"karpenter_pods_bound_duration_seconds_count 1".to_string()));
+}
+
+/// `karpenter_nodepools_cost_total`: the NodePool's NodeClaims at the prices the last plan
+/// offered them at; a NodeClaim whose offering has no price adds nothing, and a pool with no
+/// NodeClaims costs 0.
+#[test]
+fn a_pools_cost_is_its_nodeclaims_at_the_planned_prices() {
+    use super::lifetimes::ClaimLife;
+    let m = Metrics::new("aws");
+    let offered = joiner_controller::OfferedType {
+        instance_type: "g6.xlarge".into(),
+        cpu_cores: 4.0,
+        memory_bytes: 16e9,
+        offerings: vec![joiner_controller::OfferedAt {
+            zone: "us-east-1a".into(),
+            capacity_type: "on-demand".into(),
+            price_usd: 0.8048,
+        }],
+    };
+    let report = joiner_controller::StepReport {
+        catalog: Some(vec![offered]),
+        ..Default::default()
+    };
+    super::record(&report, &Default::default(), std::time::Duration::ZERO, &m);
+    let mut state = cluster();
+    let claim = |pool: &str, zone: &str| ClaimLife {
+        nodepool: pool.into(),
+        created: 0.0,
+        deleting_since: None,
+        offering: Some(("g6.xlarge".into(), "on-demand".into(), zone.into())),
+    };
+    state.claims = [
+        ("a", claim("gpu", "us-east-1a")),
+        ("b", claim("gpu", "us-east-1a")),
+        // No price known in this zone.
+        ("c", claim("gpu", "us-east-1b")),
+        // Of a pool that is gone.
+        ("d", claim("old", "us-east-1a")),
+    ]
+    .into_iter()
+    .map(|(n, l)| (n.to_string(), l))
+    .collect();
+    state.pool_limits.insert("cpu".into(), Default::default());
+    m.set_state(&state);
+    let lines = lines(&m);
+    let cost = |pool: &str| {
+        value(
+            &lines,
+            "karpenter_nodepools_cost_total",
+            &[&format!("nodepool=\"{pool}\"")],
+        )
+    };
+    assert!((cost("gpu") - 2.0 * 0.8048).abs() < 1e-9);
+    assert_eq!(cost("cpu"), 0.0);
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("nodepool=\"old\"") && l.contains("cost")),
+        "{lines:?}"
+    );
 }

@@ -117,6 +117,9 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
             ControllerError::Store(StoreError::Unavailable("down".into())),
         ],
         errors_during: vec![Reconciler::Launching, Reconciler::Lifecycle],
+        termination_failures: vec!["us-east-1a".into()],
+        interruption_deleted: 2,
+        interruption_latency: vec![Duration::from_secs(3), Duration::from_millis(800)],
     };
     let pools = claims(&[
         ("gpu-a", "gpu"),
@@ -193,6 +196,19 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
         r#"joiner_nodeclaims_initialized_total{nodepool="gpu"} 1"#,
     );
     has(&lines, "joiner_instances_terminated_total 2");
+    has(&lines, "karpenter_interruption_deleted_messages_total 2");
+    has(
+        &lines,
+        r#"karpenter_cloudprovider_instance_termination_failures_total{zone="us-east-1a",zone_id=""} 1"#,
+    );
+    has(
+        &lines,
+        "karpenter_interruption_message_queue_duration_seconds_sum 3.8",
+    );
+    has(
+        &lines,
+        r#"karpenter_interruption_message_queue_duration_seconds_bucket{le="1.0"} 1"#,
+    );
     has(&lines, r#"karpenter_nodes_drained_total{nodepool="cpu"} 1"#);
     // As Karpenter labels this one: the reason as written.
     has(
