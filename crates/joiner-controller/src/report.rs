@@ -74,6 +74,9 @@ pub struct StepReport {
     /// NodeClaims whose Node offers less than the plan predicted, by resource
     /// ([`crate::consistency`]).
     pub mispredicted: Vec<crate::consistency::Misprediction>,
+    /// Consolidations decided and dropped before their validation period ended (no longer the
+    /// decision when looked at again), by kind.
+    pub failed_validations: Vec<joiner_model::wellknown::ConsolidationType>,
     /// The zone of each instance whose termination the cloud refused or failed (`""` when not
     /// known).
     pub termination_failures: Vec<String>,

@@ -395,6 +395,34 @@ impl DisruptionReason {
     }
 }
 
+/// Karpenter's kinds of consolidation, as its metrics label them (`consolidation_type`): the
+/// empty nodes deleted, one node replaced or deleted, several at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
+pub enum ConsolidationType {
+    Empty,
+    Single,
+    Multi,
+}
+
+impl ConsolidationType {
+    /// The kind of a consolidation move of `reason` over `nodes` nodes; `None` for reasons that
+    /// are not consolidation.
+    pub fn of(reason: DisruptionReason, nodes: usize) -> Option<ConsolidationType> {
+        match reason {
+            DisruptionReason::Empty => Some(ConsolidationType::Empty),
+            DisruptionReason::Underutilized if nodes > 1 => Some(ConsolidationType::Multi),
+            DisruptionReason::Underutilized => Some(ConsolidationType::Single),
+            _ => None,
+        }
+    }
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
 /// What the cloud said is happening to an instance, by the kind of notice. Each kind is handled
 /// its own way ([`InterruptionKind::replaces`], [`InterruptionKind::drains_at_once`],
 /// [`InterruptionKind::honours_do_not_disrupt`]); the text ([`InterruptionKind::reason`]) is

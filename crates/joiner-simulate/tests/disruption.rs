@@ -19,7 +19,7 @@ use joiner_controller::{Controller, StepReport};
 use joiner_model::Manifests;
 use joiner_model::api::NodePool;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
-use joiner_model::wellknown::{DisruptionAction, DisruptionReason};
+use joiner_model::wellknown::{ConsolidationType, DisruptionAction, DisruptionReason};
 use joiner_model::wellknown::{annotations, labels};
 use joiner_simulate::SimulatedCloud;
 use k8s_openapi::api::core::v1::Pod;
@@ -177,6 +177,40 @@ fn empty_nodes_go_after_consolidate_after() {
         .filter(|i| i.state == InstanceState::Running)
         .count();
     assert_eq!(running, 0, "the finalizer terminated the instances");
+}
+
+/// A consolidation decided is validated for 15 s before anything is cordoned; nodes that stop
+/// being empty within it drop the decision, which counts as a failed validation (Karpenter's
+/// `karpenter_voluntary_disruption_failed_validations_total`), and nothing is deleted.
+#[test]
+fn a_consolidation_that_stops_holding_within_its_validation_fails_it() {
+    let world = World::new(4, |p| p.spec.disruption.consolidate_after = "30s".into());
+    let mut c = world.controller();
+    world.run(&mut c, 120);
+    settled(&world, 2);
+    let workload = world.workload.borrow().clone();
+    world.scale_away(|_| false);
+    // Until the nodes are eligible: consolidation decides and starts validating.
+    let mut waited = 0;
+    while world
+        .run(&mut c, 1)
+        .iter()
+        .all(|r| eligible(r, DisruptionReason::Empty).unwrap_or(0) == 0)
+    {
+        waited += 1;
+        assert!(waited < 300, "the empty nodes never became eligible");
+    }
+    // The Deployments scale back up within the 15 s: the nodes are not empty any more.
+    *world.workload.borrow_mut() = workload;
+    let r = world.run(&mut c, 60);
+    let failed: Vec<_> = r.iter().flat_map(|s| &s.failed_validations).collect();
+    assert!(!failed.is_empty(), "the decision was dropped");
+    assert!(
+        failed.iter().all(|k| **k == ConsolidationType::Empty),
+        "{failed:?}"
+    );
+    assert_eq!(events(&r, DisruptionAction::Deleted).count(), 0);
+    assert_eq!(world.live_claims().len(), 2);
 }
 
 /// NodeClaims record when their pods last changed and say when they have been quiet for

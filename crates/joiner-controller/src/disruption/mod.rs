@@ -62,7 +62,7 @@ use joiner_engine::plan::PlannedNodeClaim;
 use joiner_model::api::NodePool;
 use joiner_model::api::ec2nodeclass::EC2NodeClass;
 use joiner_model::api::nodepool::ConsolidationPolicy;
-use joiner_model::wellknown::{DisruptionAction, DisruptionReason};
+use joiner_model::wellknown::{ConsolidationType, DisruptionAction, DisruptionReason};
 use joiner_model::wellknown::{annotations, labels, taints};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -80,8 +80,8 @@ use crate::lifecycle;
 use crate::nodeclaim::node_claim_for;
 use crate::nodeclaim::stamp::{restamp, stamp};
 use crate::pods::{bound_to, is_held, is_node_held, is_pending, pod_key};
-use crate::report::DisruptionEvent;
 use crate::report::Reconciler;
+use crate::report::{DisruptionEvent, StepReport};
 use crate::store::{ClusterStore, StoreError};
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 
@@ -92,9 +92,9 @@ pub struct DisruptionState {
     pods_since: BTreeMap<String, (u64, Timestamp)>,
     /// The state in which consolidation last found nothing to do.
     quiet: Option<u64>,
-    /// The consolidation decided and not yet acted on: its fingerprint and when it was first
-    /// decided ([`VALIDATION_PERIOD`]).
-    validating: Option<(u64, Timestamp)>,
+    /// The consolidation decided and not yet acted on: its fingerprint, when it was first
+    /// decided ([`VALIDATION_PERIOD`]) and its kind.
+    validating: Option<(u64, Timestamp, ConsolidationType)>,
     /// What consolidation last said it goes on without ([`settling`]).
     excluded: Option<u64>,
     /// The pending pods the last plan placed, and the state of the cluster it planned
@@ -550,12 +550,12 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
     state: &mut DisruptionState,
 ) -> Result<(), ControllerError> {
     if settling(ctx, view, state)? {
-        state.validating = None;
+        abandon_validation(state, ctx.report);
         return Ok(());
     }
     let eligible = consolidation_candidates(ctx.now, view, state);
     if eligible.is_empty() {
-        state.validating = None;
+        abandon_validation(state, ctx.report);
         return Ok(());
     }
     let mut parts: Vec<String> = eligible.iter().cloned().collect();
@@ -617,12 +617,12 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
             continue;
         }
         state.quiet = None;
-        if !validated(ctx.now, state, reason, &chosen, &d.replacements) {
+        if !validated(ctx.now, state, ctx.report, reason, &chosen, &d.replacements) {
             return Ok(());
         }
         return start_move(ctx, view, &chosen, reason, Some(d.replacements));
     }
-    state.validating = None;
+    abandon_validation(state, ctx.report);
     state.quiet = Some(fingerprint);
     Ok(())
 }
@@ -771,6 +771,7 @@ fn placed_pending<'s, S: ClusterStore, C: CloudProvider>(
 fn validated(
     now: Timestamp,
     state: &mut DisruptionState,
+    report: &mut StepReport,
     reason: DisruptionReason,
     chosen: &[NodeClaim],
     replacements: &[PlannedNodeClaim],
@@ -785,7 +786,7 @@ fn validated(
     let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
     let decision = fnv1a(&refs);
     match state.validating {
-        Some((d, since)) if d == decision => {
+        Some((d, since, _)) if d == decision => {
             if elapsed(now, since) >= VALIDATION_PERIOD {
                 state.validating = None;
                 true
@@ -794,10 +795,25 @@ fn validated(
             }
         }
         _ => {
+            abandon_validation(state, report);
             tracing::debug!(nodeclaims = ?parts, "consolidation decided; validating it");
-            state.validating = Some((decision, now));
+            let kind =
+                ConsolidationType::of(reason, chosen.len()).unwrap_or(ConsolidationType::Single);
+            state.validating = Some((decision, now, kind));
             false
         }
+    }
+}
+
+/// Drops the consolidation being validated, if any: it is no longer the decision (another
+/// move, or none, was decided since), which Karpenter counts as a failed validation.
+fn abandon_validation(state: &mut DisruptionState, report: &mut StepReport) {
+    if let Some((_, _, kind)) = state.validating.take() {
+        tracing::debug!(
+            kind = kind.as_str(),
+            "the consolidation being validated no longer holds"
+        );
+        report.failed_validations.push(kind);
     }
 }
 

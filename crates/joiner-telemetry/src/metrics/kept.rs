@@ -103,6 +103,7 @@ fn busy() -> Metrics {
             (DisruptionReason::Drifted, 0),
         ]),
         termination_failures: vec!["us-east-1a".into()],
+        failed_validations: vec![joiner_model::wellknown::ConsolidationType::Single],
         interruption_deleted: 1,
         interruption_latency: vec![Duration::from_secs(4)],
         ..StepReport::default()

@@ -97,6 +97,7 @@ pub struct Metrics {
     nodes_drained: Counters,
     disruption_decisions: Counters,
     disruption_decisions_by_pool: Counters,
+    failed_validations: Counters,
     pods_drained: Counters,
     eviction_requests: Counters,
     interruption_messages: Counters,
@@ -171,6 +172,10 @@ impl Metrics {
         let disruption_decisions_by_pool = counters(
             "karpenter_voluntary_disruption_decisions_by_nodepool",
             "Disruption decisions, by NodePool, decision, reason and consolidation type",
+        );
+        let failed_validations = counters(
+            "karpenter_voluntary_disruption_failed_validations",
+            "Consolidations decided and dropped within their validation period, by consolidation type",
         );
         let pods_drained = counters(
             "karpenter_pods_drained",
@@ -289,6 +294,7 @@ impl Metrics {
             nodes_drained,
             disruption_decisions,
             disruption_decisions_by_pool,
+            failed_validations,
             pods_drained,
             eviction_requests,
             interruption_messages,

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use joiner_controller::cloud::CloudError;
 use joiner_controller::{ControllerError, StepReport};
-use joiner_model::wellknown::{DisruptionAction, DisruptionReason, InterruptionKind};
+use joiner_model::wellknown::{
+    ConsolidationType, DisruptionAction, DisruptionReason, InterruptionKind,
+};
 
 use super::{ClaimLabels, Claims, Counters, Metrics, labels};
 
@@ -76,6 +78,12 @@ pub fn record_outcomes(report: &StepReport, claims: &Claims, metrics: &Metrics) 
     }
     metrics.pods_nominated.inc_by(report.nominated.len() as u64);
     metrics.interruption.record(report);
+    for kind in &report.failed_validations {
+        metrics
+            .failed_validations
+            .get_or_create(&labels(&[("consolidation_type", kind.as_str())]))
+            .inc();
+    }
     for zone in &report.termination_failures {
         metrics
             .termination_failures
@@ -288,12 +296,9 @@ fn record_decision(
         .iter()
         .any(|e| e.action == DisruptionAction::Replacing && e.node_claims == decided.node_claims);
     let decision = if replaced { "replace" } else { "delete" };
-    let consolidation_type = match DisruptionReason::parse(&decided.reason) {
-        Some(DisruptionReason::Empty) => "empty",
-        Some(DisruptionReason::Underutilized) if decided.node_claims.len() > 1 => "multi",
-        Some(DisruptionReason::Underutilized) => "single",
-        _ => "",
-    };
+    let consolidation_type = DisruptionReason::parse(&decided.reason)
+        .and_then(|r| ConsolidationType::of(r, decided.node_claims.len()))
+        .map_or("", ConsolidationType::as_str);
     metrics
         .disruption_decisions
         .get_or_create(&labels(&[

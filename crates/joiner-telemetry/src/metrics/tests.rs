@@ -118,6 +118,7 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
         ],
         errors_during: vec![Reconciler::Launching, Reconciler::Lifecycle],
         termination_failures: vec!["us-east-1a".into()],
+        failed_validations: vec![joiner_model::wellknown::ConsolidationType::Multi],
         interruption_deleted: 2,
         interruption_latency: vec![Duration::from_secs(3), Duration::from_millis(800)],
     };
@@ -197,6 +198,10 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
     );
     has(&lines, "joiner_instances_terminated_total 2");
     has(&lines, "karpenter_interruption_deleted_messages_total 2");
+    has(
+        &lines,
+        r#"karpenter_voluntary_disruption_failed_validations_total{consolidation_type="multi"} 1"#,
+    );
     has(
         &lines,
         r#"karpenter_cloudprovider_instance_termination_failures_total{zone="us-east-1a",zone_id=""} 1"#,
