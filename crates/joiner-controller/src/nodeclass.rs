@@ -1,7 +1,8 @@
 //! EC2NodeClass status: each class's selectors resolved in the cloud and written to its status
 //! (subnets, security groups, AMIs, instance profile, and the conditions `SubnetsReady`,
-//! `SecurityGroupsReady`, `AMIsReady`, `InstanceProfileReady` and `Ready`), as Karpenter's
-//! nodeclass controller writes them.
+//! `SecurityGroupsReady`, `AMIsReady`, `InstanceProfileReady`, `PlacementGroupReady` and
+//! `Ready`), as Karpenter's nodeclass controller writes them. The placement group a class
+//! selects is kept in memory ([`crate::placement`]), as Karpenter keeps it.
 //!
 //! It runs at the start of every step, before anything plans, for the classes that are due: one
 //! never resolved by this controller, one whose spec changed, one whose last resolution is older
