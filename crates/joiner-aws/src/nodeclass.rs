@@ -137,12 +137,7 @@ impl Clients {
                 Ok(Some(g)) => Resolved::Found(Some(g)),
                 Ok(None) => Resolved::NotFound(format!(
                     "placement group {:?} not found (or not available)",
-                    selector
-                        .id
-                        .as_ref()
-                        .or(selector.name.as_ref())
-                        .cloned()
-                        .unwrap_or_default()
+                    selector.named()
                 )),
                 Err(e) => Resolved::Failed(CloudError::from(e)),
             },

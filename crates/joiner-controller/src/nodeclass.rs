@@ -184,8 +184,8 @@ fn failures(r: &NodeClassResolution) -> Vec<&crate::cloud::CloudError> {
 }
 
 /// Resolves the classes that are due and writes the status of each whose status changed;
-/// returns whether any was written (what the NodePools can launch may have changed). One
-/// class's failure is reported and leaves the others alone.
+/// returns whether any was written or a class's placement group changed (what the NodePools
+/// can launch may have changed). One class's failure is reported and leaves the others alone.
 pub fn reconcile<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     state: &mut NodeClassState,

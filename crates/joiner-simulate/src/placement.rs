@@ -58,15 +58,7 @@ impl SimulatedPlacement {
             });
         match found {
             Some(g) => Resolved::Found(Some(g.clone())),
-            None => Resolved::NotFound(format!(
-                "placement group {:?} not found",
-                selector
-                    .id
-                    .as_ref()
-                    .or(selector.name.as_ref())
-                    .cloned()
-                    .unwrap_or_default()
-            )),
+            None => Resolved::NotFound(format!("placement group {:?} not found", selector.named())),
         }
     }
 

@@ -450,6 +450,16 @@ pub struct PlacementGroupSelector {
     pub name: Option<String>,
 }
 
+impl PlacementGroupSelector {
+    /// The ID or name it selects by, as messages name the group.
+    pub fn named(&self) -> &str {
+        self.id
+            .as_deref()
+            .or(self.name.as_deref())
+            .unwrap_or_default()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum AmiFamily {
     AL2,
