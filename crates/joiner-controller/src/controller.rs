@@ -146,6 +146,11 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         if let Err(e) = lifecycle::reconcile(&mut ctx) {
             ctx.error(Reconciler::Lifecycle, "lifecycle", e);
         }
+        // A node found to offer less than predicted leaves the pods planned onto the rest to
+        // plan again, though nothing about them changed.
+        if !ctx.report.mispredicted.is_empty() {
+            self.batcher.poke();
+        }
         if let Err(e) = crate::nodepool_status::reconcile(&mut ctx) {
             ctx.error(Reconciler::NodePool, "NodePool status", e);
         }

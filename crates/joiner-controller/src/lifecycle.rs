@@ -117,7 +117,8 @@ fn step_claim<S: ClusterStore, C: CloudProvider>(
     } else if !claim.is_true(conditions::INITIALIZED) {
         initialize(ctx, claim, nodes)
     } else {
-        keep_finalizer(ctx, &claim, nodes)
+        keep_finalizer(ctx, &claim, nodes)?;
+        consistency::check::gfd_labels(ctx, claim, nodes)
     }
 }
 
@@ -481,7 +482,7 @@ fn record_launch<S: ClusterStore, C: CloudProvider>(
 
 /// Applies `change` and writes; on a conflict re-reads once from the API server (the cache
 /// that gave the stale copy may still hold it) and applies it again.
-fn update_claim<S: ClusterStore, C>(
+pub(crate) fn update_claim<S: ClusterStore, C>(
     ctx: &mut Ctx<'_, S, C>,
     claim: NodeClaim,
     change: impl Fn(&mut NodeClaim),
@@ -592,7 +593,7 @@ fn initialize<S: ClusterStore, C: CloudProvider>(
                 .is_some_and(|have| have >= *want)
         });
     if ready && !starting && !resources_ready {
-        return check_prediction(ctx, claim, &allocatable);
+        return consistency::check::extended_resources(ctx, claim, &allocatable);
     }
     if !(ready && !starting && resources_ready) {
         return Ok(());
@@ -602,6 +603,15 @@ fn initialize<S: ClusterStore, C: CloudProvider>(
         let slices = ctx.store.list::<ResourceSlice>()?;
         if !dra_drivers_published(&claim, &node_name, &slices) {
             return Ok(());
+        }
+        // Every pool is complete: a driver with fewer devices than predicted has no more
+        // coming. The node still initializes (the planner reads its real slices from now on).
+        let short = consistency::devices::shortfalls(&claim, &node_name, &slices)
+            .into_iter()
+            .filter(|c| !consistency::already_found(&claim, &c.subject))
+            .collect::<Vec<_>>();
+        if !short.is_empty() {
+            return consistency::check::contradicted(ctx, claim, &short);
         }
     }
     let mut node = node.clone();
@@ -634,90 +644,15 @@ fn initialize<S: ClusterStore, C: CloudProvider>(
     })
 }
 
-/// A Ready node without startup taints still lacks predicted devices: once it is clear that
-/// they are not coming (fewer were published, or none within the grace), the prediction was
-/// wrong ([`consistency`]): the NodeClaim says so and is corrected to what the node offers.
-fn check_prediction<S: ClusterStore, C: CloudProvider>(
-    ctx: &mut Ctx<'_, S, C>,
-    claim: NodeClaim,
-    allocatable: &std::collections::BTreeMap<
-        String,
-        k8s_openapi::apimachinery::pkg::api::resource::Quantity,
-    >,
-) -> Result<(), ControllerError> {
-    let Ok(offered) = joiner_model::resources::parse_resource_list(allocatable) else {
-        return Ok(());
-    };
-    let registered_for = consistency::registered_for(&claim, ctx.now);
-    let predicted = claim.status.allocatable.clone();
-    let Some(short) = consistency::shortfalls(&predicted, &offered, registered_for) else {
-        return Ok(());
-    };
-    if short.is_empty() {
-        return Ok(());
-    }
-    let instance_type = claim
-        .label(labels::INSTANCE_TYPE)
-        .unwrap_or_default()
-        .to_string();
-    for s in &short {
-        let message = s.message();
-        tracing::warn!(
-            nodeclaim = claim.name(),
-            instance_type,
-            "{message}: planning on what the node offers from now on"
-        );
-        ctx.report.mispredicted.push(consistency::Misprediction {
-            node_claim: claim.name().to_string(),
-            uid: claim.metadata.uid.clone(),
-            instance_type: instance_type.clone(),
-            resource: s.resource.to_string(),
-            predicted: s.predicted,
-            found: s.found,
-            message,
-        });
-    }
-    let now = k8s_time(ctx.now);
-    let mut marked = claim.clone();
-    consistency::mark(&mut marked, &short, now);
-    ctx.learn_mispredicted(&marked);
-    let update = marked.clone();
-    update_claim(ctx, claim, move |c| {
-        c.metadata
-            .annotations
-            .clone_from(&update.metadata.annotations);
-        c.status.allocatable.clone_from(&update.status.allocatable);
-        c.status.capacity.clone_from(&update.status.capacity);
-        c.status.conditions.clone_from(&update.status.conditions);
-    })?;
-    // In-flight capacity changed: plans in this step see the corrected node.
-    ctx.invalidate_view();
-    Ok(())
-}
-
 /// The DRA drivers the plan expects on the node (`karpenter.sh/requested-dra-drivers`).
 /// Whether every requested driver has published a complete pool for the node: for each of its
 /// pools, all `resourceSliceCount` slices of the newest generation. Until then pods that need
 /// those devices cannot be allocated there.
 pub fn dra_drivers_published(claim: &NodeClaim, node: &str, slices: &[ResourceSlice]) -> bool {
     requested_dra_drivers(claim).all(|driver| {
-        let mine: Vec<_> = slices
-            .iter()
-            .filter(|s| s.spec.driver == driver && s.spec.node_name.as_deref() == Some(node))
-            .collect();
-        let pools: BTreeSet<&str> = mine.iter().map(|s| s.spec.pool.name.as_str()).collect();
+        let pools = consistency::devices::current_pools(driver, node, slices);
         !pools.is_empty()
-            && pools.iter().all(|pool| {
-                let of_pool: Vec<_> = mine.iter().filter(|s| s.spec.pool.name == *pool).collect();
-                let newest = of_pool
-                    .iter()
-                    .map(|s| s.spec.pool.generation)
-                    .max()
-                    .unwrap_or(0);
-                let current: Vec<_> = of_pool
-                    .iter()
-                    .filter(|s| s.spec.pool.generation == newest)
-                    .collect();
+            && pools.values().all(|current| {
                 current.iter().all(|s| {
                     usize::try_from(s.spec.pool.resource_slice_count)
                         .is_ok_and(|n| n == current.len())

@@ -190,9 +190,15 @@ pub mod annotations {
     /// Joiner's own, on a NodeClaim: the interruption notice the cloud sent for its instance.
     pub const INTERRUPTED: &str = "joiner.dev/interrupted";
     /// Joiner's own, on a NodeClaim whose Node offers less than the plan predicted: what was
-    /// predicted and what was found, by resource (JSON: `{"nvidia.com/gpu": {"predicted": "4",
-    /// "found": "1"}}`). Plans trust the finding over the prediction from then on.
+    /// predicted and what was found, by extended resource, DRA driver or gpu-feature-discovery
+    /// label (JSON: `{"nvidia.com/gpu": {"predicted": "4", "found": "1"}, "gpu.nvidia.com":
+    /// {"of": "draDevices", "predicted": "8", "found": "7"}}`). Plans trust the finding over the
+    /// prediction from then on.
     pub const MISPREDICTED: &str = "joiner.dev/mispredicted";
+    /// Joiner's own, on a NodeClaim that waits for DRA drivers: how many devices the plan
+    /// expects each driver to publish on its node (JSON: `{"gpu.nvidia.com": 8}`), which its
+    /// ResourceSlices are checked against.
+    pub const PREDICTED_DRA_DEVICES: &str = "joiner.dev/predicted-dra-devices";
     /// Joiner's own, on an interrupted NodeClaim: when the instance goes (RFC 3339), by which its
     /// pods are deleted whatever blocks them (a spot reclaim, a scheduled change's start, the
     /// start of a Capacity Block's terminations). Absent when the notice gave no time.

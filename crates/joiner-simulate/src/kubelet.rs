@@ -16,6 +16,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use joiner_controller::clock::{add, k8s_time};
 use joiner_controller::cloud::InstanceState;
+use joiner_controller::consistency::labels::GFD_TIMESTAMP;
 use joiner_controller::store::{ClusterStore, StoreError};
 use joiner_model::api::NodeClaim;
 
@@ -37,6 +38,12 @@ pub struct SimulatedKubelet {
     /// What device plugins publish of a resource on nodes of a type, by (instance type,
     /// resource), in place of the prediction (zero: nothing).
     pub published: BTreeMap<(String, String), joiner_model::Quantity>,
+    /// How many devices a DRA driver publishes on nodes of a type, by (instance type, driver),
+    /// in place of its templates' count.
+    pub dra_devices: BTreeMap<(String, String), u32>,
+    /// What gpu-feature-discovery writes for a label on nodes of a type, by (instance type,
+    /// label), in place of the prediction.
+    pub gfd_labels: BTreeMap<(String, String), String>,
 }
 
 impl Default for SimulatedKubelet {
@@ -45,6 +52,8 @@ impl Default for SimulatedKubelet {
             device_plugin_delay: Duration::from_secs(10),
             silent_dra_drivers: BTreeSet::new(),
             published: BTreeMap::new(),
+            dra_devices: BTreeMap::new(),
+            gfd_labels: BTreeMap::new(),
         }
     }
 }
@@ -138,6 +147,8 @@ impl SimulatedKubelet {
                 }
                 Some(node) if now >= add(registered_at, self.device_plugin_delay) => {
                     self.publish_slices(store, node, &instance.instance_type, claim.as_ref())?;
+                    let gfd =
+                        self.gfd_labels_for(node, &instance.instance_type, claim.as_ref(), now);
                     let mut node = node.clone();
                     let status = node.status.get_or_insert_with(Default::default);
                     let allocatable = status.allocatable.get_or_insert_with(BTreeMap::new);
@@ -162,9 +173,13 @@ impl SimulatedKubelet {
                                 .any(|s| s.key == t.key && s.effect == t.effect)
                         })
                     });
-                    if missing.is_empty() && !tainted {
+                    if missing.is_empty() && !tainted && gfd.is_empty() {
                         continue;
                     }
+                    node.metadata
+                        .labels
+                        .get_or_insert_with(BTreeMap::new)
+                        .extend(gfd);
                     if let Some(ts) = spec.taints.as_mut() {
                         ts.retain(|t| {
                             !startup
@@ -190,6 +205,39 @@ impl SimulatedKubelet {
             }
         }
         Ok(())
+    }
+
+    /// What gpu-feature-discovery writes on a GPU node it has not labelled yet: the NodeClaim's
+    /// `nvidia.com/` labels (a correct prediction is what GFD finds), with the faults' values
+    /// in their place, and its timestamp. Nothing on other nodes, or once labelled.
+    fn gfd_labels_for(
+        &self,
+        node: &Node,
+        instance_type: &str,
+        claim: Option<&NodeClaim>,
+        now: Timestamp,
+    ) -> BTreeMap<String, String> {
+        let labelled = node
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(GFD_TIMESTAMP));
+        let mut out: BTreeMap<String, String> = claim
+            .map(NodeClaim::labels)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("nvidia.com/"))
+            .collect();
+        if labelled || out.is_empty() {
+            return BTreeMap::new();
+        }
+        for ((of_type, label), value) in &self.gfd_labels {
+            if of_type == instance_type {
+                out.insert(label.clone(), value.clone());
+            }
+        }
+        out.insert(GFD_TIMESTAMP.to_string(), now.as_second().to_string());
+        out
     }
 
     /// The DRA drivers of a running node publish their devices once: the catalog's templates
@@ -232,6 +280,12 @@ impl SimulatedKubelet {
             uid: node.metadata.uid.clone().unwrap_or_default(),
             ..OwnerReference::default()
         };
+        let mut templates = (*templates).clone();
+        for ((of_type, driver), keep) in &self.dra_devices {
+            if of_type == instance_type {
+                templates = templates.with_at_most(driver, *keep);
+            }
+        }
         for mut slice in templates.node_slices(node_name, &options) {
             if self.silent_dra_drivers.contains(&slice.spec.driver) {
                 continue;

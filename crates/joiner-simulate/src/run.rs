@@ -506,6 +506,16 @@ impl Sim {
                     Quantity::from_units(i64::from(d.publishes)),
                 );
             }
+            for d in &f.dra_driver {
+                self.kubelet
+                    .dra_devices
+                    .insert((d.instance_type.clone(), d.driver.clone()), d.publishes);
+            }
+            for g in &f.gpu_feature_discovery {
+                self.kubelet
+                    .gfd_labels
+                    .insert((g.instance_type.clone(), g.label.clone()), g.value.clone());
+            }
             self.event("faults", serde_json::to_value(FaultsText(f))?);
         }
         Ok(())
@@ -808,6 +818,20 @@ impl Serialize for FaultsText<'_> {
                 .device_plugin
                 .iter()
                 .map(|d| format!("{} {}={}", d.instance_type, d.resource, d.publishes))
+                .collect();
+        }
+        if !f.dra_driver.is_empty() {
+            text["draDriver"] = f
+                .dra_driver
+                .iter()
+                .map(|d| format!("{} {}={}", d.instance_type, d.driver, d.publishes))
+                .collect();
+        }
+        if !f.gpu_feature_discovery.is_empty() {
+            text["gpuFeatureDiscovery"] = f
+                .gpu_feature_discovery
+                .iter()
+                .map(|g| format!("{} {}={}", g.instance_type, g.label, g.value))
                 .collect();
         }
         text.serialize(s)

@@ -287,6 +287,35 @@ pub struct Faults {
     /// must notice and stop predicting.
     #[serde(default)]
     pub device_plugin: Vec<DevicePluginFault>,
+    /// DRA drivers that publish fewer devices than their templates on nodes of a type
+    /// registering from now on (a GPU fallen off the bus).
+    #[serde(default)]
+    pub dra_driver: Vec<DraDriverFault>,
+    /// gpu-feature-discovery writing another value for a label than the plan predicted on
+    /// nodes of a type registering from now on.
+    #[serde(default)]
+    pub gpu_feature_discovery: Vec<GfdFault>,
+}
+
+/// `faults.draDriver[]`: on nodes of `instanceType`, `driver` publishes only `publishes` of
+/// the devices its templates predict.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DraDriverFault {
+    pub instance_type: String,
+    /// A DRA driver, e.g. `gpu.nvidia.com`.
+    pub driver: String,
+    pub publishes: u32,
+}
+
+/// `faults.gpuFeatureDiscovery[]`: on nodes of `instanceType`, gpu-feature-discovery writes
+/// `value` for `label` (a `nvidia.com/` label).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GfdFault {
+    pub instance_type: String,
+    pub label: String,
+    pub value: String,
 }
 
 /// `faults.devicePlugin[]`: nodes of `instanceType` publish `publishes` of `resource` (0:
@@ -466,6 +495,30 @@ impl Step {
             )?;
         }
         at_most(
+            "faults.draDriver",
+            f.dra_driver.len() as u64,
+            l.interruptions as u64,
+        )?;
+        at_most(
+            "faults.gpuFeatureDiscovery",
+            f.gpu_feature_discovery.len() as u64,
+            l.interruptions as u64,
+        )?;
+        for (i, g) in f.gpu_feature_discovery.iter().enumerate() {
+            if !g.label.starts_with("nvidia.com/") {
+                return Err(format!(
+                    "faults.gpuFeatureDiscovery[{i}].label: {:?} is not a label gpu-feature-discovery writes (they start with nvidia.com/)",
+                    g.label
+                ));
+            }
+            if !joiner_model::names::is_label_value(&g.value) {
+                return Err(format!(
+                    "faults.gpuFeatureDiscovery[{i}].value: {:?} is not a label value the API server accepts",
+                    g.value
+                ));
+            }
+        }
+        at_most(
             "faults.throttle",
             u64::from(f.throttle.unwrap_or(0)),
             u64::from(l.throttle),
@@ -640,6 +693,14 @@ mod tests {
             (
                 "faults: {createTimeouts: 4000000000}",
                 "steps[0].faults.createTimeouts",
+            ),
+            (
+                "faults: {gpuFeatureDiscovery: [{instanceType: g6.xlarge, label: example.com/x, value: a}]}",
+                "steps[0].faults.gpuFeatureDiscovery[0].label",
+            ),
+            (
+                "faults: {gpuFeatureDiscovery: [{instanceType: g6.xlarge, label: nvidia.com/gpu.product, value: 'NVIDIA L4'}]}",
+                "steps[0].faults.gpuFeatureDiscovery[0].value",
             ),
         ] {
             let e = resolve(&format!("duration: 1h\nsteps:\n  - {yaml}\n")).expect_err(yaml);

@@ -170,3 +170,181 @@ fn a_node_whose_device_plugin_never_publishes_is_found_short_after_the_grace() {
         assert_eq!(c.status.allocatable.get(GPU), Some(&Quantity::ZERO));
     }
 }
+
+fn resolved(yaml: &str) -> joiner_simulate::scenario::Resolved {
+    serde_saphyr::from_str::<Scenario>(yaml)
+        .expect("a scenario")
+        .resolve()
+        .expect("resolves")
+}
+
+/// The mispredictions the run's exposition counts for this type and subject.
+fn mispredicted(
+    telemetry: &joiner_simulate::telemetry::Observer,
+    instance_type: &str,
+    subject: &str,
+) -> u64 {
+    let prefix = format!(
+        "joiner_nodeclaims_mispredicted_total{{instance_type=\"{instance_type}\",resource=\"{subject}\"}} "
+    );
+    telemetry
+        .exposition()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// A pod claims all 8 GPUs of a p5en.48xlarge through DRA; the NVIDIA DRA driver publishes only
+/// 7 there (a GPU fell off the bus). Joiner finds the node short once the driver's pool is
+/// complete, says so, and plans the pod onto a type that has 8 (p6-b200.48xlarge), never again
+/// onto a p5en.48xlarge.
+#[test]
+fn a_dra_driver_publishing_fewer_devices_is_found_and_not_planned_on_again() {
+    let mut manifests = joiner_test_support::load_example("dra-specific-gpu");
+    for t in &mut manifests.resource_claim_templates {
+        for r in t
+            .object
+            .spec
+            .spec
+            .devices
+            .iter_mut()
+            .flat_map(|d| d.requests.iter_mut().flatten())
+        {
+            if let Some(e) = r.exactly.as_mut() {
+                e.count = Some(8);
+            }
+        }
+    }
+    let values = joiner_test_support::example_values("dra-specific-gpu");
+    let (settings, _) = Settings::from_values(&values).expect("settings");
+    let scenario = resolved(
+        "name: a GPU fell off the bus
+start: 2026-01-01T00:00:00Z
+tick: 10s
+duration: 30m
+steps:
+  - at: 0s
+    faults:
+      draDriver:
+        - {instanceType: p5en.48xlarge, driver: gpu.nvidia.com, publishes: 7}
+",
+    );
+    let outcome =
+        simulate_observed(&manifests, settings, &scenario, &mut |_, _| {}, true).expect("runs");
+    // What was launched, in order (the short node goes once empty).
+    let types: Vec<&str> = outcome
+        .events
+        .iter()
+        .filter(|e| e["event"] == "created")
+        .filter_map(|e| e["instanceType"].as_str())
+        .collect();
+    assert_eq!(
+        types,
+        ["p5en.48xlarge", "p6-b200.48xlarge"],
+        "planned again on the disproved prediction, or not planned elsewhere"
+    );
+    assert_eq!(
+        outcome.summary.pods_still_pending, 0,
+        "{:#?}",
+        outcome.summary
+    );
+    let telemetry = outcome.telemetry.expect("observed");
+    assert_eq!(
+        mispredicted(&telemetry, "p5en.48xlarge", "gpu.nvidia.com"),
+        1,
+        "{}",
+        telemetry.exposition()
+    );
+    let failed: Vec<_> = telemetry
+        .events()
+        .iter()
+        .filter(|e| e.reason == "FailedConsistencyCheck")
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:#?}");
+    assert_eq!(
+        failed[0].message,
+        "expected 8 devices of DRA driver gpu.nvidia.com, but found 7 (87.5% of expected)"
+    );
+}
+
+/// gpu-feature-discovery labels the lab's g4dn.xlarge nodes `nvidia.com/gpu.product=Tesla-T4`
+/// where Joiner predicted `Tesla-T4-SHARED` (their sharing config names the resource). Joiner
+/// notices on the first nodes, and the nodes launched when the lab grows carry the label as
+/// GFD writes it, and are found consistent.
+#[test]
+fn a_label_gpu_feature_discovery_writes_otherwise_is_found_and_predicted_as_found() {
+    let manifests = joiner_test_support::load_example("time-slicing-learning-lab");
+    let scenario = resolved(
+        "name: GFD says otherwise
+start: 2026-01-01T00:00:00Z
+tick: 10s
+duration: 40m
+steps:
+  - at: 0s
+    faults:
+      gpuFeatureDiscovery:
+        - {instanceType: g4dn.xlarge, label: nvidia.com/gpu.product, value: Tesla-T4}
+  - at: 20m
+    scale: {deployment: learning-lab, replicas: 8}
+",
+    );
+    let outcome = simulate_observed(
+        &manifests,
+        Settings::default(),
+        &scenario,
+        &mut |_, _| {},
+        true,
+    )
+    .expect("runs");
+    assert_eq!(
+        outcome.summary.pods_still_pending, 0,
+        "{:#?}",
+        outcome.summary
+    );
+    let product = |c: &&joiner_model::api::NodeClaim| {
+        c.label("nvidia.com/gpu.product")
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (found, later): (Vec<_>, Vec<_>) = outcome
+        .node_claims
+        .iter()
+        .partition(|c| c.annotation(annotations::MISPREDICTED).is_some());
+    assert!(!found.is_empty(), "no NodeClaim was found mislabelled");
+    for c in &found {
+        assert_eq!(product(c), "Tesla-T4-SHARED");
+        let cond = c
+            .condition(conditions::CONSISTENT_STATE_FOUND)
+            .expect("ConsistentStateFound");
+        assert_eq!(cond.status, "False", "{}", c.name());
+        assert!(
+            cond.message.contains(
+                "expected label nvidia.com/gpu.product=Tesla-T4-SHARED, but found Tesla-T4"
+            ),
+            "{}",
+            cond.message
+        );
+    }
+    assert!(!later.is_empty(), "nothing launched after the finding");
+    for c in &later {
+        assert_eq!(
+            product(c),
+            "Tesla-T4",
+            "{} kept the disproved label",
+            c.name()
+        );
+        assert!(
+            c.is_true(conditions::CONSISTENT_STATE_FOUND),
+            "{}",
+            c.name()
+        );
+    }
+    let telemetry = outcome.telemetry.expect("observed");
+    assert_eq!(
+        mispredicted(&telemetry, "g4dn.xlarge", "nvidia.com/gpu.product"),
+        found.len() as u64,
+        "{}",
+        telemetry.exposition()
+    );
+}

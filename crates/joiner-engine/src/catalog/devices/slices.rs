@@ -44,6 +44,29 @@ impl TemplateOptions {
 }
 
 impl DeviceTemplates {
+    /// How many devices each driver the node runs will publish on it: what a running node's
+    /// slices are checked against.
+    pub fn device_counts(&self, opts: &TemplateOptions) -> BTreeMap<String, u32> {
+        let mut counts = BTreeMap::new();
+        for p in self.pools.iter().filter(|p| opts.driver_enabled(&p.driver)) {
+            let n = u32::try_from(p.devices.len()).unwrap_or(u32::MAX);
+            *counts.entry(p.driver.clone()).or_insert(0u32) += n;
+        }
+        counts
+    }
+
+    /// These templates with `driver` publishing at most `keep` devices: its pools' last devices
+    /// are dropped (nodes of the type were found to publish only that many).
+    pub fn with_at_most(&self, driver: &str, keep: u32) -> DeviceTemplates {
+        let mut out = self.clone();
+        let mut left = usize::try_from(keep).unwrap_or(usize::MAX);
+        for p in out.pools.iter_mut().filter(|p| p.driver == driver) {
+            p.devices.truncate(left);
+            left -= p.devices.len();
+        }
+        out
+    }
+
     /// The node-local slices of a node named `node_name`: one per enabled driver and template
     /// pool, complete in one slice (`resourceSliceCount: 1`, generation 0), pooled under the
     /// node's name as the real drivers do, so each hypothetical node has pools of its own. A

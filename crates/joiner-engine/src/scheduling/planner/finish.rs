@@ -94,6 +94,10 @@ impl Planner<'_> {
             if let Some(dra) = &self.dra {
                 let drivers = dra.drivers_on(&claim.name);
                 if !drivers.is_empty() {
+                    if let Some(text) = predicted_devices(&pool.input.options[opt.source], &drivers)
+                    {
+                        annotations.insert(annotations::PREDICTED_DRA_DEVICES.to_string(), text);
+                    }
                     annotations.insert(
                         annotations::REQUESTED_DRA_DRIVERS.to_string(),
                         drivers.into_iter().collect::<Vec<_>>().join(","),
@@ -209,4 +213,23 @@ impl Planner<'_> {
             }
         }
     }
+}
+
+/// The devices each of `drivers` is expected to publish on a node of `option`, as the
+/// `joiner.dev/predicted-dra-devices` annotation keeps them (`None`: no templates).
+fn predicted_devices(
+    option: &crate::scheduling::LaunchOption,
+    drivers: &std::collections::BTreeSet<String>,
+) -> Option<String> {
+    let source = option.devices.as_ref()?;
+    let counts: BTreeMap<String, u32> = source
+        .templates
+        .device_counts(&source.options)
+        .into_iter()
+        .filter(|(d, _)| drivers.contains(d))
+        .collect();
+    if counts.is_empty() {
+        return None;
+    }
+    serde_json::to_string(&counts).ok()
 }
