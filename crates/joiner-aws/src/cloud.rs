@@ -254,6 +254,7 @@ impl AwsCloud {
             return Ok(Launched {
                 instance,
                 insufficient: Vec::new(),
+                user_data_bytes: None,
             });
         }
         let node_class = request.node_class.as_str();
@@ -340,10 +341,15 @@ impl AwsCloud {
             tracing::warn!(nodeclaim = %request.node_claim, node_class, "no offering has both an AMI and a subnet");
             return Err(CloudError::NoOfferings);
         }
+        // Several templates of one class write the same figure: the last created wins, as in
+        // Karpenter.
+        let mut user_data_bytes = None;
         for t in &fleet.templates {
-            self.clients
+            let created = self
+                .clients
                 .ensure_template(&self.templates, &t.name, &t.spec)
                 .await?;
+            user_data_bytes = created.or(user_data_bytes);
         }
         let template_names: Vec<String> = fleet.templates.iter().map(|t| t.name.clone()).collect();
         let instance_tags = fleet.instance_tags.clone();
@@ -481,6 +487,7 @@ impl AwsCloud {
         Ok(Launched {
             instance,
             insufficient,
+            user_data_bytes,
         })
     }
 

@@ -284,15 +284,17 @@ pub(crate) fn in_use(t: &ExistingTemplate, current: &BTreeMap<String, String>) -
 }
 
 impl Clients {
-    /// Makes sure the template named `name` exists, creating it from `spec` if not.
+    /// Makes sure the template named `name` exists, creating it from `spec` if not. Returns
+    /// the size in bytes of the user data of a template it set out to create (Karpenter's
+    /// `karpenter_ec2nodeclasses_userdata_bytes`), `None` when the template existed.
     pub(crate) async fn ensure_template(
         &self,
         known: &KnownTemplates,
         name: &str,
         spec: &TemplateSpec,
-    ) -> Result<(), AwsError> {
+    ) -> Result<Option<usize>, AwsError> {
         if known.contains(name) {
-            return Ok(());
+            return Ok(None);
         }
         let existing = self
             .ec2
@@ -303,7 +305,7 @@ impl Clients {
         match existing {
             Ok(out) if !out.launch_templates().is_empty() => {
                 known.remember(name);
-                return Ok(());
+                return Ok(None);
             }
             Ok(_) => {}
             Err(e) => {
@@ -339,7 +341,7 @@ impl Clients {
             }
         }
         known.remember(name);
-        Ok(())
+        Ok(Some(spec.user_data.len()))
     }
 }
 

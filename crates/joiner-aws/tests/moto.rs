@@ -74,6 +74,12 @@ fn a_gpu_launch_uses_the_nvidia_ami_a_merged_user_data_and_overrides_in_price_or
     let launched = env.cloud.launch(&request("gpu-1", offers)).expect("launch");
     let i = &launched.instance;
     assert!(launched.insufficient.is_empty());
+    // It created its launch template, and says how large the user data is.
+    assert!(
+        launched.user_data_bytes.is_some_and(|n| n > 0),
+        "{:?}",
+        launched.user_data_bytes
+    );
     assert_eq!(i.instance_type, "g4dn.xlarge");
     assert_eq!(i.zone, "us-east-1b", "the first override wins");
     assert_eq!(i.capacity_type, CapacityType::OnDemand);
@@ -187,8 +193,9 @@ fn a_gpu_launch_uses_the_nvidia_ami_a_merged_user_data_and_overrides_in_price_or
         .find(|d| d.image_id() == Some(env.seeded.standard_ami.as_str()));
     assert!(cpu_template.is_some(), "no template with the standard AMI");
 
-    // The same GPU shape again re-uses its template.
-    env.cloud
+    // The same GPU shape again re-uses its template (and so creates none to measure).
+    let again = env
+        .cloud
         .launch(&request(
             "gpu-2",
             vec![offer(
@@ -199,6 +206,7 @@ fn a_gpu_launch_uses_the_nvidia_ami_a_merged_user_data_and_overrides_in_price_or
             )],
         ))
         .expect("launch");
+    assert_eq!(again.user_data_bytes, None);
     assert_eq!(template_names(&env).len(), 2);
 }
 

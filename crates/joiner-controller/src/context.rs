@@ -11,7 +11,10 @@ use joiner_model::api::nodeclass_status::{conditions, reasons};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::cloud::{CloudError, CloudInstanceType, CloudProvider, Instance, OfferingKey};
+use crate::cloud::{
+    CloudError, CloudInstanceType, CloudMethod, CloudProvider, Instance, LaunchRequest, Launched,
+    OfferingKey,
+};
 use crate::config::Config;
 use crate::consistency::Mispredictions;
 use crate::error::ControllerError;
@@ -55,6 +58,9 @@ pub struct Ctx<'a, S, C> {
     instance_types: Option<Vec<CloudInstanceType>>,
     /// The cluster's instances as listed in this step ([`Ctx::instances`]).
     instances: Option<Vec<Instance>>,
+    /// The part of the controller running now, which the cloud calls it makes are counted
+    /// against ([`Ctx::during`]).
+    during: Reconciler,
 }
 
 impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
@@ -80,7 +86,64 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
             candidates: None,
             instance_types: None,
             instances: None,
+            during: Reconciler::ClusterState,
         }
+    }
+
+    /// The part of the controller that runs from now on: its cloud calls are counted against
+    /// it.
+    pub fn during(&mut self, reconciler: Reconciler) {
+        self.during = reconciler;
+    }
+
+    /// Makes one cloud call, timed and recorded in the report ([`crate::report::CloudCall`]).
+    fn call<T>(
+        &mut self,
+        method: CloudMethod,
+        call: impl FnOnce(&C) -> Result<T, CloudError>,
+    ) -> Result<T, CloudError> {
+        let started = std::time::Instant::now();
+        let result = call(self.cloud);
+        self.report.cloud_calls.push(crate::report::CloudCall {
+            during: self.during,
+            method,
+            took: started.elapsed(),
+            error: result.as_ref().err().cloned(),
+        });
+        result
+    }
+
+    /// Launches an instance. Each offering the cloud had no capacity for on the way, whether
+    /// the launch then succeeded on another or not, is a launch failure in the report.
+    pub fn launch(&mut self, request: &LaunchRequest) -> Result<Launched, CloudError> {
+        let result = self.call(CloudMethod::Create, |c| c.launch(request));
+        if let Ok(Launched {
+            user_data_bytes: Some(bytes),
+            ..
+        }) = &result
+        {
+            self.report
+                .user_data_bytes
+                .push((request.node_class.clone(), *bytes));
+        }
+        let failed = match &result {
+            Ok(launched) => launched.insufficient.as_slice(),
+            Err(CloudError::InsufficientCapacity(offerings)) => offerings.as_slice(),
+            Err(_) => &[],
+        };
+        self.report.launch_failures.extend(failed.iter().cloned());
+        result
+    }
+
+    /// Reads one instance (see [`CloudProvider::get`]).
+    pub fn instance(&mut self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
+        self.call(CloudMethod::Get, |c| c.get(instance_id))
+    }
+
+    /// Lists the cluster's instances afresh, whatever this step listed before.
+    pub fn list_instances(&mut self) -> Result<Vec<Instance>, CloudError> {
+        let cluster = self.config.cluster_name.clone();
+        self.call(CloudMethod::List, |c| c.list(&cluster))
     }
 
     /// The instances Joiner launched for this cluster, listed from the cloud once per step (one
@@ -91,7 +154,7 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
     /// it proves nothing, and whoever would act on an absence asks for the instance itself.
     pub fn instances(&mut self) -> Result<&[Instance], ControllerError> {
         if self.instances.is_none() {
-            self.instances = Some(self.cloud.list(&self.config.cluster_name)?);
+            self.instances = Some(self.list_instances()?);
         }
         Ok(self.instances.as_deref().unwrap_or_default())
     }
@@ -99,7 +162,7 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
     /// Terminates an instance (in `zone`); a call that fails is counted by the zone, as
     /// Karpenter counts termination failures.
     pub fn terminate(&mut self, instance_id: &str, zone: &str) -> Result<(), CloudError> {
-        let result = self.cloud.terminate(instance_id);
+        let result = self.call(CloudMethod::Delete, |c| c.terminate(instance_id));
         if result.is_err() {
             self.report.termination_failures.push(zone.to_string());
         }
@@ -217,7 +280,8 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
     /// The cloud's instance types and prices, read on first use in this step.
     pub fn instance_types(&mut self) -> Result<&[CloudInstanceType], ControllerError> {
         if self.instance_types.is_none() {
-            self.instance_types = Some(self.cloud.instance_types()?);
+            self.instance_types =
+                Some(self.call(CloudMethod::GetInstanceTypes, |c| c.instance_types())?);
         }
         Ok(self.instance_types.get_or_insert_with(Vec::new))
     }

@@ -111,6 +111,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         // Interruption notices first, never behind a plan: a spot warning gives two minutes.
         // They mark NodeClaims that the disruption step, later in this step, replaces and
         // drains.
+        ctx.during(Reconciler::Interruption);
         if let Some(queue) = self.interruption.as_deref()
             && let Err(e) = crate::interruption::poll(ctx.store, queue, now, ctx.report)
         {
@@ -137,12 +138,14 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         }
         // Node class status before anything plans or launches: the view launches nothing
         // from a class that is not Ready.
+        ctx.during(Reconciler::NodeClass);
         match crate::nodeclass::reconcile(&mut ctx, &mut self.node_classes) {
             // A class that became Ready (or stopped being) changes what pending pods can get.
             Ok(true) => self.batcher.poke(),
             Ok(false) => {}
             Err(e) => ctx.error(Reconciler::NodeClass, "EC2NodeClass status", e),
         }
+        ctx.during(Reconciler::Lifecycle);
         if let Err(e) = lifecycle::reconcile(&mut ctx) {
             ctx.error(Reconciler::Lifecycle, "lifecycle", e);
         }
@@ -151,9 +154,11 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         if !ctx.report.mispredicted.is_empty() {
             self.batcher.poke();
         }
+        ctx.during(Reconciler::NodePool);
         if let Err(e) = crate::nodepool_status::reconcile(&mut ctx) {
             ctx.error(Reconciler::NodePool, "NodePool status", e);
         }
+        ctx.during(Reconciler::NodeOverlay);
         if let Err(e) = crate::nodeoverlay_status::reconcile(&mut ctx) {
             ctx.error(Reconciler::NodeOverlay, "NodeOverlay status", e);
         }
@@ -161,6 +166,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             .last_gc
             .is_none_or(|t| crate::clock::elapsed(now, t) >= self.config.gc_period);
         if gc_due {
+            ctx.during(Reconciler::GarbageCollection);
             ctx.report.collected = true;
             match gc::collect(&mut ctx, &mut self.profile_use) {
                 Ok(()) => self.last_gc = Some(now),
@@ -169,9 +175,11 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         }
         // Static pools keep their count whether or not pods are pending; their new
         // NodeClaims are machines in flight by the time pending pods are planned.
+        ctx.during(Reconciler::StaticCapacity);
         if let Err(e) = crate::statics::reconcile(&mut ctx) {
             ctx.error(Reconciler::StaticCapacity, "static NodePools", e);
         }
+        ctx.during(Reconciler::Provisioning);
         let observed = self
             .store
             .list::<Pod>()
@@ -189,6 +197,7 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             }
             Err(e) => ctx.error(Reconciler::Provisioning, "reading pods", e),
         }
+        ctx.during(Reconciler::Disruption);
         if let Err(e) = disrupt(&mut ctx, &mut self.disruption) {
             ctx.error(Reconciler::Disruption, "disruption", e);
         }

@@ -54,7 +54,7 @@ pub fn collect<S: ClusterStore, C: CloudProvider>(
         .into_iter()
         .map(|k| k.name)
         .collect();
-    let instances = ctx.cloud.list(&ctx.config.cluster_name)?;
+    let instances = ctx.list_instances()?;
     terminate_orphans(ctx, &claims, &undecodable, &instances);
     delete_claims_without_instances(ctx, &claims, &instances);
     // Launch templates and instance profiles of EC2NodeClasses that changed or went; only from
@@ -211,7 +211,7 @@ fn delete_claims_without_instances<S: ClusterStore, C: CloudProvider>(
             continue;
         }
         // The listing may trail a launch; ask for the instance itself.
-        let gone = match ctx.cloud.get(id) {
+        let gone = match ctx.instance(id) {
             Ok(Some(i)) => i.state == InstanceState::Terminated,
             Ok(None) => launched_for(ctx, c) >= ctx.config.instance_not_found_grace,
             Err(e) => {

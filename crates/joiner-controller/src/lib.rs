@@ -47,7 +47,9 @@ pub use config::Config;
 pub use context::Ctx;
 pub use controller::Controller;
 pub use error::ControllerError;
+/// A consolidation move's verdict, as the step report carries it.
+pub use joiner_engine::disruption::MoveVerdict;
 pub use report::{
-    DisruptionEvent, NodeClaimEvent, NotDrained, OfferedAt, OfferedType, PoolBudget, Reconciler,
-    StepReport,
+    CloudCall, DisruptionBlock, DisruptionEvent, DoNotDisruptNote, NodeClaimEvent, NotDrained,
+    OfferedAt, OfferedType, PoolBudget, Reconciler, StepReport, Unconsolidatable,
 };

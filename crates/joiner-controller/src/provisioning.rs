@@ -43,6 +43,8 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
         .map(|p| p.name.clone())
         .collect();
     let catalog = offered_types(view);
+    let ignored = view.ignored_pods();
+    let by_zone = view.pending_by_effective_zone().into_iter().collect();
     // A pod the plan puts on an in-flight machine waits for that NodeClaim.
     let in_flight: BTreeMap<String, String> = view
         .machines()
@@ -54,6 +56,15 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
     ctx.report.scheduling_duration = Some(started.elapsed());
     ctx.report.no_instance_types = no_instance_types;
     ctx.report.catalog = Some(catalog);
+    let placed: BTreeSet<&String> = plan
+        .bindings
+        .iter()
+        .map(|b| &b.pod)
+        .chain(plan.node_claims.iter().flat_map(|c| &c.pods))
+        .collect();
+    ctx.report.placed = placed.into_iter().cloned().collect();
+    ctx.report.ignored_pods = Some(ignored);
+    ctx.report.pending_by_zone = Some(by_zone);
     for b in &plan.bindings {
         if let Some(claim) = in_flight.get(&b.node) {
             ctx.report.nominated.push((b.pod.clone(), claim.clone()));
@@ -96,9 +107,11 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
                 .nominated
                 .push((pod.clone(), created.name().to_string()));
         }
+        ctx.during(Reconciler::Launching);
         if let Err(e) = lifecycle::launch(ctx, created) {
             ctx.error(Reconciler::Launching, "launching a NodeClaim", e);
         }
+        ctx.during(Reconciler::Provisioning);
     }
     Ok(())
 }

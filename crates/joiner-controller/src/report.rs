@@ -55,6 +55,15 @@ pub struct StepReport {
     /// Pod (`namespace/name`) and NodeClaim of every pod the plan put on a NodeClaim created in
     /// this step or still in flight: the live controller tells each pod which node it waits for.
     pub nominated: Vec<(String, String)>,
+    /// Every pod (`namespace/name`) the plan found a place for, when a batch was planned: on a
+    /// running node, one in flight or a new NodeClaim (when Karpenter's provisioning clock
+    /// starts).
+    pub placed: Vec<String>,
+    /// Pending pods the plan left out because they cannot be read, when a batch was planned.
+    pub ignored_pods: Option<usize>,
+    /// How many pending pods have each effective zone (a zone, `flexible` or `none`), when a
+    /// batch was planned.
+    pub pending_by_zone: Option<Vec<(String, usize)>>,
     /// How long planning took (snapshot and plan), when a batch was planned.
     pub scheduling_duration: Option<std::time::Duration>,
     /// What the disruption step did (consolidation, expiry).
@@ -68,12 +77,30 @@ pub struct StepReport {
     /// Pods on a draining node that the drain does not wait for, and why (each step while it
     /// goes on): the runtime says so on each pod.
     pub not_drained: Vec<(String, NotDrained)>,
+    /// NodeClaims whose node something keeps out of voluntary disruption, and what, when the
+    /// disruption step looked.
+    pub disruption_blocked: Vec<(String, DisruptionBlock)>,
+    /// NodeClaims their NodePool does not let consolidation take, and why, when the
+    /// disruption step looked.
+    pub unconsolidatable: Vec<(String, Unconsolidatable)>,
+    /// Pods (`namespace/name`) on Joiner's nodes whose `karpenter.sh/do-not-disrupt` is a
+    /// duration or cannot be read, with the value and what it comes to now.
+    pub do_not_disrupt: Vec<(String, String, DoNotDisruptNote)>,
     /// What termination has to tell about NodeClaims (a blocked drain, volumes to detach, a
     /// deadline, a failed termination), once per change: Kubernetes events on the NodeClaim.
     pub node_claim_events: Vec<NodeClaimEvent>,
     /// NodeClaims whose Node offers less than the plan predicted, by resource
     /// ([`crate::consistency`]).
     pub mispredicted: Vec<crate::consistency::Misprediction>,
+    /// How long the disruption step took to weigh each kind of move: consolidation's empty,
+    /// multi-node and single-node moves by their kind, drift as `None`.
+    pub decision_evaluations: Vec<(
+        Option<joiner_model::wellknown::ConsolidationType>,
+        std::time::Duration,
+    )>,
+    /// The consolidation moves weighed this step, per NodePool they take nodes from, with
+    /// each Balanced pool's score.
+    pub consolidation_moves: Vec<joiner_engine::disruption::MoveVerdict>,
     /// Consolidations decided and dropped before their validation period ended (no longer the
     /// decision when looked at again), by kind.
     pub failed_validations: Vec<joiner_model::wellknown::ConsolidationType>,
@@ -85,6 +112,13 @@ pub struct StepReport {
     /// For each interruption message handled, how long after its event it was (the event's
     /// `time` to now), when the event says its time.
     pub interruption_latency: Vec<std::time::Duration>,
+    /// Every call the step made to the cloud, timed ([`CloudCall`]).
+    pub cloud_calls: Vec<CloudCall>,
+    /// The user data size in bytes of each launch template a launch created, by EC2NodeClass.
+    pub user_data_bytes: Vec<(String, usize)>,
+    /// Each offering a launch found out of capacity, whether the launch then succeeded on
+    /// another or not.
+    pub launch_failures: Vec<crate::cloud::OfferingKey>,
     /// What failed and will be retried.
     pub errors: Vec<ControllerError>,
     /// The part of the controller each of `errors` happened in, in the same order, so failures
@@ -213,6 +247,70 @@ impl NotDrained {
     }
 }
 
+/// What keeps a node out of voluntary disruption now, in Karpenter's words
+/// (`DisruptionBlocked` on its NodeClaim and Node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DisruptionBlock {
+    /// The Node is annotated `karpenter.sh/do-not-disrupt: "true"`.
+    NodeAnnotated,
+    /// A pod on it (`namespace/name`) is protected by `karpenter.sh/do-not-disrupt`.
+    PodAnnotated(String),
+    /// A PodDisruptionBudget (`namespace/name`) allows none of its pods' evictions.
+    Budget(String),
+}
+
+impl DisruptionBlock {
+    pub fn message(&self) -> String {
+        match self {
+            DisruptionBlock::NodeAnnotated => {
+                r#"Disruption is blocked through the "karpenter.sh/do-not-disrupt" annotation"#
+                    .to_string()
+            }
+            DisruptionBlock::PodAnnotated(pod) => {
+                format!(r#"Pod has "karpenter.sh/do-not-disrupt" annotation (Pod={pod})"#)
+            }
+            DisruptionBlock::Budget(pdb) => {
+                format!("Pdb prevents pod evictions (PodDisruptionBudget=[{pdb}])")
+            }
+        }
+    }
+}
+
+/// Why a node consolidation could take is not consolidated, as far as its NodePool says
+/// (`Unconsolidatable` on its NodeClaim and Node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unconsolidatable {
+    /// The NodePool's `consolidateAfter` is `Never`.
+    Disabled(String),
+    /// The NodePool consolidates only empty nodes, and this one runs pods.
+    NotEmpty(String),
+}
+
+impl Unconsolidatable {
+    pub fn message(&self) -> String {
+        match self {
+            Unconsolidatable::Disabled(pool) => {
+                format!(r#"NodePool "{pool}" has consolidation disabled"#)
+            }
+            Unconsolidatable::NotEmpty(pool) => format!(
+                r#"NodePool "{pool}" has consolidation policy WhenEmpty, but node is not empty"#
+            ),
+        }
+    }
+}
+
+/// What a pod's `karpenter.sh/do-not-disrupt` annotation comes to now, as Karpenter tells the
+/// pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DoNotDisruptNote {
+    /// A duration that still protects the pod, until then.
+    Until(k8s_openapi::jiff::Timestamp),
+    /// A duration that has run out: the pod no longer holds its node.
+    Elapsed,
+    /// A value that is neither `"true"` nor a positive duration, ignored.
+    Invalid,
+}
+
 /// One NodePool's disruption budget for one reason, as the disruption step found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolBudget {
@@ -253,4 +351,16 @@ pub struct DisruptionEvent {
     /// Replacement NodeClaims (for `replacing`), pods (for `evicted`), or a note.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub detail: Vec<String>,
+}
+
+/// One call a step made to the cloud.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CloudCall {
+    /// The part of the controller that made it.
+    pub during: Reconciler,
+    pub method: crate::cloud::CloudMethod,
+    /// How long it took, answer or failure.
+    pub took: std::time::Duration,
+    /// How it failed, if it did.
+    pub error: Option<crate::cloud::CloudError>,
 }

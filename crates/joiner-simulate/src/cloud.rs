@@ -433,6 +433,7 @@ impl CloudProvider for SimulatedCloud {
             return Ok(Launched {
                 instance: instance.clone(),
                 insufficient: Vec::new(),
+                user_data_bytes: None,
             });
         }
         if !s.launch_errors.is_empty() {
@@ -510,6 +511,7 @@ impl CloudProvider for SimulatedCloud {
                         return Ok(Launched {
                             instance,
                             insufficient,
+                            user_data_bytes: None,
                         });
                     }
                 }
@@ -541,6 +543,7 @@ impl CloudProvider for SimulatedCloud {
             return Ok(Launched {
                 instance,
                 insufficient,
+                user_data_bytes: None,
             });
         }
         if insufficient.is_empty() {

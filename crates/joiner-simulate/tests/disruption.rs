@@ -15,7 +15,9 @@ use joiner_controller::cloud::InstanceState;
 use joiner_controller::disruption::allowed_disruptions;
 use joiner_controller::pods::pod_key;
 use joiner_controller::store::{ClusterStore, InMemoryCluster};
-use joiner_controller::{Controller, StepReport};
+use joiner_controller::{
+    Controller, DisruptionBlock, DoNotDisruptNote, StepReport, Unconsolidatable,
+};
 use joiner_model::Manifests;
 use joiner_model::api::NodePool;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
@@ -558,17 +560,59 @@ fn mark_do_not_disrupt_with(world: &World, key: &str, value: &str) {
 
 #[test]
 fn do_not_disrupt_pods_keep_their_node() {
-    let (lone, lone_node, now_on) = do_not_disrupt_case("true");
+    let (lone, lone_node, now_on, reports) = do_not_disrupt_case("true");
     assert_eq!(now_on, lone_node, "the do-not-disrupt pod never moved");
+    // The step says what blocks the node (Karpenter's DisruptionBlocked on it).
+    assert!(
+        reports.iter().any(|r| r
+            .disruption_blocked
+            .iter()
+            .any(|(_, b)| *b == DisruptionBlock::PodAnnotated(lone.clone()))),
+        "{lone}'s node was never said to be blocked"
+    );
     // A duration (Karpenter v1.12) counts from the pod's start, which the kubelet records:
-    // 30 minutes hold the pod through the 10 minutes run.
-    let (_, lone_node, now_on) = do_not_disrupt_case("30m");
+    // 30 minutes hold the pod through the 10 minutes run, and the pod is told until when.
+    let (lone, lone_node, now_on, reports) = do_not_disrupt_case("30m");
     assert_eq!(now_on, lone_node, "{lone}: held for 30 minutes");
+    assert!(reports.iter().any(|r| {
+        r.do_not_disrupt
+            .iter()
+            .any(|(p, v, n)| *p == lone && v == "30m" && matches!(n, DoNotDisruptNote::Until(_)))
+    }));
+    // Two minutes run out within the ten; a value Karpenter cannot read protects nothing.
+    let (lone, _, _, reports) = do_not_disrupt_case("2m");
+    assert!(reports.iter().any(|r| {
+        r.do_not_disrupt
+            .iter()
+            .any(|(p, _, n)| *p == lone && *n == DoNotDisruptNote::Elapsed)
+    }));
+    let (lone, _, _, reports) = do_not_disrupt_case("1d");
+    assert!(reports.iter().any(|r| {
+        r.do_not_disrupt
+            .iter()
+            .any(|(p, _, n)| *p == lone && *n == DoNotDisruptNote::Invalid)
+    }));
+}
+
+#[test]
+fn nodes_of_a_pool_that_never_consolidates_are_said_to_be_unconsolidatable() {
+    let world = World::new(4, |p| p.spec.disruption.consolidate_after = "Never".into());
+    let mut c = world.controller();
+    let reports = world.run(&mut c, 120);
+    settled(&world, 2);
+    let last = reports.last().expect("a step");
+    let live = world.live_names();
+    assert_eq!(last.unconsolidatable.len(), live.len(), "{last:?}");
+    for (claim, why) in &last.unconsolidatable {
+        assert!(live.contains(claim), "{claim}");
+        assert!(matches!(why, Unconsolidatable::Disabled(_)), "{why:?}");
+    }
 }
 
 /// Two nodes, one with a lone pod marked `value` and one busy; all but the lone pod and one
-/// other go. Returns the lone pod, its node, and its node after ten minutes.
-fn do_not_disrupt_case(value: &str) -> (String, String, String) {
+/// other go. Returns the lone pod, its node, its node after ten minutes, and the reports of
+/// those ten minutes.
+fn do_not_disrupt_case(value: &str) -> (String, String, String, Vec<StepReport>) {
     let world = World::new(4, |_| {});
     let mut c = world.controller();
     world.run(&mut c, 120);
@@ -619,7 +663,7 @@ fn do_not_disrupt_case(value: &str) -> (String, String, String) {
         now_on != lone_node,
         "{value}: {evicted:?}"
     );
-    (lone, lone_node, now_on)
+    (lone, lone_node, now_on, reports)
 }
 
 #[test]

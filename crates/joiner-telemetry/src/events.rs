@@ -12,7 +12,7 @@ mod recorder;
 use std::collections::{BTreeMap, BTreeSet};
 
 use joiner_controller::store::ClusterStore;
-use joiner_controller::{NotDrained, StepReport};
+use joiner_controller::{DoNotDisruptNote, NotDrained, StepReport};
 use joiner_model::api::{NodeClaim, NodePool};
 use joiner_model::wellknown::{
     DisruptionAction, DisruptionReason, InterruptionKind, TerminationEvent,
@@ -48,6 +48,13 @@ pub enum EventKind {
     NoCompatibleInstanceTypes,
     /// The NodePool's budgets allow no disruption of this reason now.
     DisruptionBlocked(DisruptionReason),
+    /// Something keeps the NodeClaim's node out of voluntary disruption (Karpenter's
+    /// `DisruptionBlocked` on a NodeClaim and its Node).
+    NodeBlocked,
+    /// The NodeClaim's NodePool does not let consolidation take it.
+    Unconsolidatable,
+    /// What a pod's `karpenter.sh/do-not-disrupt` comes to now.
+    DoNotDisrupt(DoNotDisruptNote),
     /// The NodeClaim's Node offers less than the plan predicted (Karpenter's consistency
     /// check's reason).
     FailedConsistencyCheck,
@@ -78,7 +85,11 @@ impl EventKind {
             EventKind::InsufficientCapacityError => "InsufficientCapacityError",
             EventKind::FailedConsistencyCheck => "FailedConsistencyCheck",
             EventKind::NoCompatibleInstanceTypes => "NoCompatibleInstanceTypes",
-            EventKind::DisruptionBlocked(_) => "DisruptionBlocked",
+            EventKind::DisruptionBlocked(_) | EventKind::NodeBlocked => "DisruptionBlocked",
+            EventKind::Unconsolidatable => "Unconsolidatable",
+            EventKind::DoNotDisrupt(DoNotDisruptNote::Until(_)) => "DoNotDisruptUntil",
+            EventKind::DoNotDisrupt(DoNotDisruptNote::Elapsed) => "DoNotDisruptGracePeriodElapsed",
+            EventKind::DoNotDisrupt(DoNotDisruptNote::Invalid) => "InvalidDoNotDisruptAnnotation",
             EventKind::Transitioned(type_) => type_,
             EventKind::Rival(true) => "AnotherControllerRunning",
             EventKind::Rival(false) => "NoOtherController",
@@ -96,11 +107,15 @@ impl EventKind {
             | EventKind::DisruptionLaunching(_)
             | EventKind::Transitioned(_)
             | EventKind::DisruptionBlocked(_)
+            | EventKind::NodeBlocked
+            | EventKind::Unconsolidatable
+            | EventKind::DoNotDisrupt(DoNotDisruptNote::Until(_) | DoNotDisruptNote::Elapsed)
             | EventKind::Interruption(InterruptionKind::RebalanceRecommendation) => false,
             EventKind::FailedScheduling
             | EventKind::InsufficientCapacityError
             | EventKind::FailedConsistencyCheck
             | EventKind::NoCompatibleInstanceTypes
+            | EventKind::DoNotDisrupt(DoNotDisruptNote::Invalid)
             | EventKind::Interruption(_) => true,
             EventKind::Termination(t) => t.is_warning(),
             EventKind::Rival(running) => running,
@@ -118,7 +133,10 @@ impl EventKind {
             EventKind::DisruptionLaunching(_) | EventKind::InsufficientCapacityError => "Launch",
             EventKind::FailedConsistencyCheck => "Check",
             EventKind::NoCompatibleInstanceTypes => "Schedule",
-            EventKind::DisruptionBlocked(_) => "Disrupt",
+            EventKind::DisruptionBlocked(_)
+            | EventKind::NodeBlocked
+            | EventKind::Unconsolidatable
+            | EventKind::DoNotDisrupt(_) => "Disrupt",
             EventKind::Transitioned(_) => "Transition",
             EventKind::Rival(true) => "StandDown",
             EventKind::Rival(false) => "Resume",
@@ -270,6 +288,7 @@ fn pods_named(report: &StepReport) -> impl Iterator<Item = &String> {
         .map(|(p, _)| p)
         .chain(report.unschedulable.iter().map(|(p, _)| p))
         .chain(report.not_drained.iter().map(|(p, _)| p))
+        .chain(report.do_not_disrupt.iter().map(|(p, _, _)| p))
         .chain(drained)
 }
 
@@ -285,6 +304,8 @@ fn claims_named(report: &StepReport) -> BTreeSet<&String> {
         .chain(report.node_claim_events.iter().map(|e| &e.node_claim))
         .chain(report.insufficient_capacity.iter().map(|(c, _)| c))
         .chain(report.mispredicted.iter().map(|m| &m.node_claim))
+        .chain(report.disruption_blocked.iter().map(|(c, _)| c))
+        .chain(report.unconsolidatable.iter().map(|(c, _)| c))
         .collect()
 }
 
@@ -382,6 +403,19 @@ pub fn events_of(report: &StepReport, subjects: &Subjects) -> Vec<ObjectEvent> {
         e.uid = m.uid.clone().or(e.uid);
         out.push(e);
     }
+    for (claim, block) in &report.disruption_blocked {
+        out.extend(subjects.on_claim(claim, EventKind::NodeBlocked, block.message()));
+    }
+    for (claim, why) in &report.unconsolidatable {
+        out.extend(subjects.on_claim(claim, EventKind::Unconsolidatable, why.message()));
+    }
+    for (p, value, note) in &report.do_not_disrupt {
+        out.push(subjects.event(
+            pod(p),
+            EventKind::DoNotDisrupt(*note),
+            do_not_disrupt_message(value, *note),
+        ));
+    }
     for (claim, why) in &report.insufficient_capacity {
         out.extend(subjects.on_claim(
             claim,
@@ -390,6 +424,23 @@ pub fn events_of(report: &StepReport, subjects: &Subjects) -> Vec<ObjectEvent> {
         ));
     }
     out
+}
+
+/// What Karpenter tells a pod of its `karpenter.sh/do-not-disrupt` (`value`).
+fn do_not_disrupt_message(value: &str, note: DoNotDisruptNote) -> String {
+    match note {
+        DoNotDisruptNote::Until(at) => format!(
+            "The karpenter.sh/do-not-disrupt grace period will elapse at {}",
+            at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        ),
+        DoNotDisruptNote::Elapsed => {
+            "The karpenter.sh/do-not-disrupt grace period has elapsed, pod is now disruptable"
+                .to_string()
+        }
+        DoNotDisruptNote::Invalid => format!(
+            r#"Invalid karpenter.sh/do-not-disrupt annotation: {value:?} is neither "true" nor a positive duration, ignoring annotation"#
+        ),
+    }
 }
 
 /// Karpenter's events for one thing the disruption step did.

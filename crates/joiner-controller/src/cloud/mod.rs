@@ -12,7 +12,9 @@ use joiner_model::api::EC2NodeClass;
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::jiff::Timestamp;
 
+mod calls;
 mod nodeclass;
+pub use calls::CloudMethod;
 pub use nodeclass::{NodeClassResolution, Resolved};
 
 /// One way to buy an instance type (the engine's key, which cloud errors and launches use too).
@@ -112,6 +114,9 @@ pub fn instance_id_of(provider_id: &str) -> Option<&str> {
 pub struct Launched {
     pub instance: Instance,
     pub insufficient: Vec<OfferingKey>,
+    /// The size in bytes of the user data of a launch template this launch created, `None`
+    /// when it created none (every template existed, or the cloud has none).
+    pub user_data_bytes: Option<usize>,
 }
 
 /// An instance type's offerings as the cloud sells them now.

@@ -28,7 +28,6 @@
 //! initialized; a GPU node with fewer devices than predicted never initializes in Joiner (it
 //! waits for every predicted device), so this check runs before initialization instead.
 
-pub(crate) mod check;
 pub mod devices;
 pub mod labels;
 pub mod resources;

@@ -51,6 +51,7 @@
 //! each node's pods are unchanged, the last state consolidation found nothing in) is rebuilt by a
 //! new controller, which at worst waits `consolidateAfter` again.
 
+mod blocked;
 pub mod budgets;
 pub mod consolidatable;
 pub mod drift;
@@ -101,6 +102,9 @@ pub struct DisruptionState {
     /// ([`placed_pending`]): while nothing changes, a pod no node can take is not planned again
     /// every step.
     placed: Option<(u64, BTreeSet<String>)>,
+    /// The moves consolidation last weighed: the same moves weighed again, step after step
+    /// while a decision validates, are counted once.
+    weighed: Option<u64>,
 }
 
 /// How long a consolidation decision must keep being the decision before anything is
@@ -211,6 +215,9 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
     record_pod_events(ctx, &view, state);
     ctx.report.eligible = Some(eligible_counts(ctx.now, &view, state, &drifted));
     ctx.report.budgets = Some(budgets_left(ctx.now, &view));
+    ctx.report.disruption_blocked = blocked::blocks(&view, ctx.now);
+    ctx.report.unconsolidatable = blocked::unconsolidatable(&view);
+    ctx.report.do_not_disrupt = blocked::do_not_disrupt_notes(&view, ctx.now);
 
     // 1. Interruptions, whatever else is going on.
     let interrupted: Vec<NodeClaim> = view
@@ -274,10 +281,12 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
     }
 
     // 4. Drift.
-    if let Some(claim) = drift_candidates(ctx.now, &view, &drifted)
-        .into_iter()
-        .next()
-    {
+    let started = std::time::Instant::now();
+    let drift = drift_candidates(ctx.now, &view, &drifted);
+    ctx.report
+        .decision_evaluations
+        .push((None, started.elapsed()));
+    if let Some(claim) = drift.into_iter().next() {
         let claim = claim.clone();
         return start_move(ctx, &view, &[claim], DisruptionReason::Drifted, None);
     }
@@ -589,7 +598,20 @@ fn consolidation<S: ClusterStore, C: CloudProvider>(
         return Ok(());
     }
     ctx.set_consolidation_candidates(eligible);
-    let decisions = ctx.view()?.consolidate();
+    let view_now = ctx.view()?;
+    let mut timed = Vec::new();
+    let mut last = std::time::Instant::now();
+    let (decisions, weighed) = view_now.consolidate_weighed(&mut |kind| {
+        timed.push((Some(kind), last.elapsed()));
+        last = std::time::Instant::now();
+    });
+    ctx.report.decision_evaluations.extend(timed);
+    let said: Vec<String> = weighed.iter().map(|v| format!("{v:?}")).collect();
+    let said = fnv1a(&said.iter().map(String::as_str).collect::<Vec<_>>());
+    if !weighed.is_empty() && state.weighed != Some(said) {
+        state.weighed = Some(said);
+        ctx.report.consolidation_moves.extend(weighed);
+    }
     for d in decisions {
         let reason = d.reason;
         // Within budgets: empty nodes up to what each pool allows; other moves whole or not.

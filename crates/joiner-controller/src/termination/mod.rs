@@ -200,7 +200,7 @@ fn instance_gone<S: ClusterStore, C: CloudProvider>(
     {
         return Ok(false);
     }
-    Ok(match ctx.cloud.get(id)? {
+    Ok(match ctx.instance(id)? {
         Some(i) => i.state == InstanceState::Terminated,
         None => claim.is_true(conditions::REGISTERED),
     })

@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 
 use joiner_model::Price;
+use serde::Serialize;
 
 use crate::scheduling::{Consolidation, SchedulingInput};
 
@@ -71,35 +72,89 @@ impl<'a> Balance<'a> {
         })
     }
 
-    /// Whether every Balanced pool that the removal of `removed` (node indices, with their
-    /// prices) touches approves a move saving `savings` an hour.
-    pub(super) fn approves(&self, removed: &[(usize, Price)], savings: Price) -> bool {
+    /// The score each Balanced pool that the removal of `removed` (node indices, with their
+    /// prices) touches gives a move saving `savings` an hour.
+    fn scores(&self, removed: &[(usize, Price)], savings: Price) -> Vec<(&'a str, f64)> {
         let source: f64 = removed.iter().map(|(_, p)| usd(*p)).sum();
-        let pool_of = |n: usize| self.input.nodes[n].node_pool.as_deref();
+        let input = self.input;
+        let pool_of = |n: usize| input.nodes[n].node_pool.as_deref();
         let mut touched: Vec<&str> = removed.iter().filter_map(|(n, _)| pool_of(*n)).collect();
         touched.sort_unstable();
         touched.dedup();
-        touched.into_iter().all(|pool| {
-            let Some(&(pool_cost, pool_disruption)) = self.pools.get(pool) else {
-                return true;
-            };
-            let moved = removed.iter().filter(|(n, _)| pool_of(*n) == Some(pool));
-            let (moved_source, moved_disruption) = moved.fold((0.0, 0.0), |(s, d), (n, p)| {
-                (s + usd(*p), d + self.node_cost[*n])
-            });
-            let share = if source > 0.0 {
-                moved_source / source
-            } else {
-                0.0
-            };
-            score(
-                usd(savings) * share,
-                pool_cost,
-                moved_disruption,
-                pool_disruption,
-            ) >= 1.0 / BALANCED_K
-        })
+        touched
+            .into_iter()
+            .filter_map(|pool| {
+                let &(pool_cost, pool_disruption) = self.pools.get(pool)?;
+                let moved = removed.iter().filter(|(n, _)| pool_of(*n) == Some(pool));
+                let (moved_source, moved_disruption) = moved.fold((0.0, 0.0), |(s, d), (n, p)| {
+                    (s + usd(*p), d + self.node_cost[*n])
+                });
+                let share = if source > 0.0 {
+                    moved_source / source
+                } else {
+                    0.0
+                };
+                let s = score(
+                    usd(savings) * share,
+                    pool_cost,
+                    moved_disruption,
+                    pool_disruption,
+                );
+                Some((pool, s))
+            })
+            .collect()
     }
+}
+
+/// One consolidation move weighed, for one NodePool it takes nodes from: what Karpenter's
+/// `karpenter_consolidation_moves_total` and `karpenter_consolidation_score` count.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MoveVerdict {
+    pub nodepool: String,
+    /// The pool's consolidation policy, as its NodePool names it.
+    pub policy: &'static str,
+    /// Whether the move as a whole passed (every Balanced pool it touches approved it).
+    pub approved: bool,
+    /// This pool's own score and whether it approved, for a Balanced pool.
+    pub score: Option<(f64, bool)>,
+}
+
+/// The verdicts of a move removing `removed` (node indices, with their prices) and saving
+/// `savings` an hour: one per NodePool it touches, each Balanced pool's with its score.
+pub(super) fn verdicts(
+    input: &SchedulingInput,
+    balance: Option<&Balance<'_>>,
+    removed: &[(usize, Price)],
+    savings: Price,
+) -> Vec<MoveVerdict> {
+    let scores = balance
+        .map(|b| b.scores(removed, savings))
+        .unwrap_or_default();
+    let passes = |s: f64| s >= 1.0 / BALANCED_K;
+    let approved = scores.iter().all(|(_, s)| passes(*s));
+    let mut pools: Vec<&str> = removed
+        .iter()
+        .filter_map(|(n, _)| input.nodes[*n].node_pool.as_deref())
+        .collect();
+    pools.sort_unstable();
+    pools.dedup();
+    pools
+        .into_iter()
+        .filter_map(|name| {
+            let pool = input.pools.iter().find(|p| p.name == name)?;
+            let score = scores
+                .iter()
+                .find(|(p, _)| *p == name)
+                .map(|(_, s)| (*s, passes(*s)));
+            Some(MoveVerdict {
+                nodepool: name.to_string(),
+                policy: pool.consolidation.as_str(),
+                approved,
+                score,
+            })
+        })
+        .collect()
 }
 
 /// A pool's score for a move: its savings fraction over its disruption fraction; 0 with no

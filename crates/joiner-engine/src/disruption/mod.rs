@@ -16,11 +16,13 @@
 
 use joiner_model::Price;
 use joiner_model::feature_gates::{FeatureGate, FeatureGates};
-use joiner_model::wellknown::{CapacityType, DisruptionReason, labels};
+use joiner_model::wellknown::{CapacityType, ConsolidationType, DisruptionReason, labels};
 use serde::Serialize;
 
 use crate::plan::{Binding, PlannedNodeClaim, Unschedulable};
 use crate::scheduling::{Baseline, Consolidation, SchedulingInput};
+
+pub use balanced::MoveVerdict;
 
 /// How many candidates a multi-node move considers at most (Karpenter's limit too).
 const MAX_MULTI_NODE: usize = 100;
@@ -54,19 +56,42 @@ struct Candidate {
 /// The consolidation moves for this round. `gates` switch what Karpenter's feature gates
 /// switch: spot nodes are replaced by spot nodes only under `SpotToSpotConsolidation`.
 pub fn consolidate(input: &SchedulingInput, gates: &FeatureGates) -> Vec<Decision> {
+    consolidate_weighed(input, gates, &mut |_| {}).0
+}
+
+/// [`consolidate`], with the verdicts of the moves it weighed: every single-node move that
+/// would save money, and the multi-node move chosen, as Karpenter counts them (before the
+/// move's validation, so an approved move may still be dropped). `lap` is told as each kind of
+/// move has been weighed (empty, multi-node, single-node, in that order), so a caller with a
+/// clock can time each as Karpenter times its disruption methods.
+pub fn consolidate_weighed(
+    input: &SchedulingInput,
+    gates: &FeatureGates,
+    lap: &mut dyn FnMut(ConsolidationType),
+) -> (Vec<Decision>, Vec<MoveVerdict>) {
     let candidates = candidates(input);
     let baseline = Baseline::new(input);
     let spot_to_spot = gates.enabled(FeatureGate::SpotToSpotConsolidation);
     let balance = balanced::Balance::new(input);
+    let weighed = std::cell::RefCell::new(Vec::new());
+    let removal = |removed: &[&Candidate]| -> Vec<(usize, Price)> {
+        removed.iter().map(|c| (c.node, c.price)).collect()
+    };
     let saving = |removed: &[&Candidate]| {
         evaluate(input, &baseline, removed)
             .filter(|d| spot_rule_allows(input, removed, d, spot_to_spot))
             .filter(|d| {
-                balance.as_ref().is_none_or(|b| {
-                    let nodes: Vec<(usize, Price)> =
-                        removed.iter().map(|c| (c.node, c.price)).collect();
-                    b.approves(&nodes, d.savings_per_hour)
-                })
+                let v = balanced::verdicts(
+                    input,
+                    balance.as_ref(),
+                    &removal(removed),
+                    d.savings_per_hour,
+                );
+                let approved = v.iter().all(|x| x.approved);
+                if removed.len() == 1 {
+                    weighed.borrow_mut().extend(v);
+                }
+                approved
             })
     };
     let mut decisions = Vec::new();
@@ -83,6 +108,7 @@ pub fn consolidate(input: &SchedulingInput, gates: &FeatureGates) -> Vec<Decisio
             savings_per_hour: empty.iter().map(|c| c.price).sum(),
         });
     }
+    lap(ConsolidationType::Empty);
     // Busy nodes only where the NodePool consolidates underutilized nodes.
     let busy: Vec<&Candidate> = busy
         .into_iter()
@@ -113,8 +139,10 @@ pub fn consolidate(input: &SchedulingInput, gates: &FeatureGates) -> Vec<Decisio
         .as_ref()
         .filter(|b| b.nodes.len() > 2)
         .and_then(|b| saving(&busy[..b.nodes.len() - 1]));
+    lap(ConsolidationType::Multi);
     // Single-node: the first candidate that is a saving.
     let single = busy.iter().find_map(|c| saving(std::slice::from_ref(c)));
+    lap(ConsolidationType::Single);
     // The largest saving wins; for equal savings, the move that disrupts fewer nodes.
     let chosen = [best, shorter, single]
         .into_iter()
@@ -124,8 +152,24 @@ pub fn consolidate(input: &SchedulingInput, gates: &FeatureGates) -> Vec<Decisio
                 .cmp(&a.savings_per_hour)
                 .then(a.nodes.len().cmp(&b.nodes.len()))
         });
+    // The multi-node move chosen is counted once, as Karpenter counts its final command.
+    let multi = chosen.as_ref().filter(|d| d.nodes.len() > 1).map(|d| {
+        let removed: Vec<&Candidate> = busy
+            .iter()
+            .copied()
+            .filter(|c| d.nodes.contains(&input.nodes[c.node].name))
+            .collect();
+        balanced::verdicts(
+            input,
+            balance.as_ref(),
+            &removal(&removed),
+            d.savings_per_hour,
+        )
+    });
     decisions.extend(chosen);
-    decisions
+    let mut weighed = weighed.into_inner();
+    weighed.extend(multi.into_iter().flatten());
+    (decisions, weighed)
 }
 
 fn pool_of(input: &SchedulingInput, node: usize) -> Option<&crate::scheduling::PoolInput> {

@@ -42,6 +42,10 @@ fn decide(docs: &[&str], dra: bool) -> Vec<Decision> {
 }
 
 fn decide_with(docs: &[&str], values: serde_json::Value) -> Vec<Decision> {
+    snapshot(docs, values).consolidate()
+}
+
+fn snapshot(docs: &[&str], values: serde_json::Value) -> ClusterSnapshot {
     let mut m = Manifests::default();
     for (i, text) in docs.iter().enumerate() {
         for (origin, doc) in parse_documents(&format!("doc{i}.yaml"), text).unwrap() {
@@ -50,9 +54,7 @@ fn decide_with(docs: &[&str], values: serde_json::Value) -> Vec<Decision> {
     }
     m.finish();
     let (settings, _) = Settings::from_values(&values).unwrap();
-    ClusterSnapshot::build(&m, &settings, &Options::default())
-        .unwrap()
-        .consolidate()
+    ClusterSnapshot::build(&m, &settings, &Options::default()).unwrap()
 }
 
 #[test]
@@ -392,6 +394,33 @@ fn balanced_consolidation_weighs_the_saving_against_the_disruption() {
     let d = with("Balanced", &docs[..4]);
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!(d[0].nodes, ["big"]);
+
+    // The verdicts Karpenter's metrics count: the rejected move with its score, and each kind
+    // of move timed in order.
+    let pool = POOL.replace(
+        "consolidationPolicy: WhenEmptyOrUnderutilized",
+        "consolidationPolicy: Balanced",
+    );
+    let all: Vec<&str> = std::iter::once(pool.as_str())
+        .chain(docs.iter().map(String::as_str))
+        .collect();
+    let mut laps = Vec::new();
+    let (decisions, weighed) =
+        snapshot(&all, serde_json::json!({})).consolidate_weighed(&mut |kind| laps.push(kind));
+    assert!(decisions.is_empty());
+    assert_eq!(
+        laps,
+        [
+            ConsolidationType::Empty,
+            ConsolidationType::Multi,
+            ConsolidationType::Single
+        ]
+    );
+    assert_eq!(weighed.len(), 1, "{weighed:?}");
+    let v = &weighed[0];
+    assert_eq!((v.policy, v.approved), ("Balanced", false));
+    let (score, approved) = v.score.expect("a Balanced pool is scored");
+    assert!(!approved && (0.31..0.33).contains(&score), "{score}");
 }
 
 /// A pod whose persistent volume lives in one zone only moves to nodes in that zone: the node

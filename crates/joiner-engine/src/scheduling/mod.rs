@@ -15,6 +15,7 @@ pub mod pod;
 mod resources;
 pub mod taints;
 mod topology;
+pub mod zones;
 
 use std::sync::Arc;
 
@@ -67,6 +68,17 @@ pub enum Consolidation {
     /// As `WhenEmptyOrUnderutilized`, for moves whose saving is worth their disruption
     /// (`crate::disruption::balanced`).
     Balanced,
+}
+
+impl Consolidation {
+    /// The policy as a NodePool's `consolidationPolicy` names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Consolidation::WhenEmpty => "WhenEmpty",
+            Consolidation::WhenEmptyOrUnderutilized => "WhenEmptyOrUnderutilized",
+            Consolidation::Balanced => "Balanced",
+        }
+    }
 }
 
 /// One priced way to launch an instance type: a zone and a capacity type.

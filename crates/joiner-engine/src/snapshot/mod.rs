@@ -696,6 +696,31 @@ impl ClusterSnapshot {
         &self.invalid
     }
 
+    /// How many pending pods are left out of planning because they cannot be read (an operator,
+    /// a quantity, a selector Joiner cannot parse): Karpenter's ignored pods, which wait with
+    /// their reason.
+    pub fn ignored_pods(&self) -> usize {
+        self.invalid
+            .iter()
+            .filter(|e| e.object.kind == "Pod")
+            .filter(|e| {
+                let key = pod_key(&e.object);
+                self.decided.iter().any(|d| d.pod == key)
+            })
+            .count()
+    }
+
+    /// How many pending pods have each effective zone (a zone name, `flexible` or `none`),
+    /// as Karpenter's scheduler counts them ([`crate::scheduling::zones`]).
+    pub fn pending_by_effective_zone(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for pod in self.input.pods.iter().filter(|p| p.node_name.is_none()) {
+            let zone = crate::scheduling::zones::effective_zone(pod);
+            *out.entry(zone.label().to_string()).or_insert(0) += 1;
+        }
+        out
+    }
+
     /// The NodePools, with their instance types resolved.
     pub fn pools(&self) -> &[PoolInput] {
         &self.input.pools
@@ -739,6 +764,18 @@ impl ClusterSnapshot {
     /// The consolidation moves for this round ([`crate::disruption::consolidate`]).
     pub fn consolidate(&self) -> Vec<crate::disruption::Decision> {
         crate::disruption::consolidate(&self.input, &self.feature_gates)
+    }
+
+    /// The consolidation moves for this round, with the verdicts of the moves weighed, `lap`
+    /// told as each kind is done ([`crate::disruption::consolidate_weighed`]).
+    pub fn consolidate_weighed(
+        &self,
+        lap: &mut dyn FnMut(joiner_model::wellknown::ConsolidationType),
+    ) -> (
+        Vec<crate::disruption::Decision>,
+        Vec<crate::disruption::MoveVerdict>,
+    ) {
+        crate::disruption::consolidate_weighed(&self.input, &self.feature_gates, lap)
     }
 
     /// New nodes for the pods of `nodes` ([`crate::disruption::replacements`]).

@@ -4,8 +4,9 @@
 //! - An event is keyed by its reason and the object it is about (its uid, else its name); a
 //!   few reasons add what they are about to the key (the disruption reason, the notice).
 //! - Once published, the same key is dropped for a fixed window from that first publication
-//!   (not from the last repeat): 5 minutes for `FailedScheduling`, 1 for
-//!   `NoCompatibleInstanceTypes` and a NodePool's `DisruptionBlocked`, 2 for everything else. The message is not part of the key, so a pod nominated to another
+//!   (not from the last repeat): 5 minutes for `FailedScheduling`, 15 for `Unconsolidatable`,
+//!   1 for `NoCompatibleInstanceTypes` and a NodePool's `DisruptionBlocked`, 2 for everything
+//!   else. The message is not part of the key, so a pod nominated to another
 //!   NodeClaim within the window is not told again, as in Karpenter.
 //! - `Nominated`, the one event every pending pod gets, is also rate-limited across all pods:
 //!   a token bucket of 5 a second with a burst of 10. A pod whose event the bucket refused is
@@ -26,6 +27,7 @@ pub fn window(kind: EventKind) -> Duration {
         EventKind::NoCompatibleInstanceTypes | EventKind::DisruptionBlocked(_) => {
             Duration::from_secs(60)
         }
+        EventKind::Unconsolidatable => Duration::from_secs(15 * 60),
         _ => Duration::from_secs(2 * 60),
     }
 }

@@ -451,3 +451,75 @@ fn a_pool_whose_budget_blocks_a_reason_is_told_so_when_it_has_nodes() {
     assert!(!recorder.should_publish(&events[0], at(59)));
     assert!(recorder.should_publish(&events[0], at(60)));
 }
+
+#[test]
+fn what_keeps_a_node_from_disruption_is_told_on_it_and_do_not_disrupt_on_its_pods() {
+    use joiner_controller::{DisruptionBlock, DoNotDisruptNote, Unconsolidatable};
+    let until: k8s_openapi::jiff::Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+    let report = StepReport {
+        disruption_blocked: vec![(
+            "gpu-1".into(),
+            DisruptionBlock::PodAnnotated("lab/a".into()),
+        )],
+        unconsolidatable: vec![("gpu-2".into(), Unconsolidatable::NotEmpty("gpu".into()))],
+        do_not_disrupt: vec![
+            ("lab/a".into(), "1h".into(), DoNotDisruptNote::Until(until)),
+            ("lab/b".into(), "30m".into(), DoNotDisruptNote::Elapsed),
+            ("lab/c".into(), "1d".into(), DoNotDisruptNote::Invalid),
+        ],
+        ..StepReport::default()
+    };
+    let events = events_of(&report, &subjects());
+    assert_eq!(
+        said(&events),
+        [
+            (
+                "DisruptionBlocked",
+                false,
+                Involved::NodeClaim("gpu-1".into())
+            ),
+            (
+                "DisruptionBlocked",
+                false,
+                Involved::Node("ip-10-0-0-1".into())
+            ),
+            (
+                "Unconsolidatable",
+                false,
+                Involved::NodeClaim("gpu-2".into())
+            ),
+            ("DoNotDisruptUntil", false, Involved::Pod("lab/a".into())),
+            (
+                "DoNotDisruptGracePeriodElapsed",
+                false,
+                Involved::Pod("lab/b".into())
+            ),
+            (
+                "InvalidDoNotDisruptAnnotation",
+                true,
+                Involved::Pod("lab/c".into())
+            ),
+        ]
+    );
+    let messages: Vec<&str> = events.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(
+        messages[0],
+        r#"Pod has "karpenter.sh/do-not-disrupt" annotation (Pod=lab/a)"#
+    );
+    assert_eq!(
+        messages[2],
+        r#"NodePool "gpu" has consolidation policy WhenEmpty, but node is not empty"#
+    );
+    assert_eq!(
+        messages[3],
+        "The karpenter.sh/do-not-disrupt grace period will elapse at 2026-01-01T01:00:00Z"
+    );
+    assert!(messages[5].contains(r#""1d""#), "{}", messages[5]);
+    // Unconsolidatable is told once a quarter hour, as Karpenter's recorder keeps it.
+    let mut recorder = Recorder::default();
+    assert!(recorder.should_publish(&events[2], Duration::ZERO));
+    assert!(!recorder.should_publish(&events[2], Duration::from_secs(14 * 60)));
+    assert!(recorder.should_publish(&events[2], Duration::from_secs(15 * 60)));
+    assert!(recorder.should_publish(&events[0], Duration::ZERO));
+    assert!(recorder.should_publish(&events[0], Duration::from_secs(120)));
+}

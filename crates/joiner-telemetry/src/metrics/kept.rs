@@ -61,6 +61,21 @@ fn busy() -> Metrics {
         deleted: vec!["b".into()],
         drained: vec!["b".into()],
         unschedulable: vec![("ml/p".into(), "too big".into())],
+        placed: vec!["ml/p-waiting".into(), "ml/p-placed".into()],
+        ignored_pods: Some(0),
+        pending_by_zone: Some(vec![("us-east-1a".into(), 1)]),
+        decision_evaluations: vec![(None, Duration::from_millis(1))],
+        consolidation_moves: vec![joiner_controller::MoveVerdict {
+            nodepool: "gpu".into(),
+            policy: "Balanced",
+            approved: true,
+            score: Some((0.7, true)),
+        }],
+        launch_failures: vec![joiner_controller::cloud::OfferingKey {
+            instance_type: "g6.xlarge".into(),
+            zone: "us-east-1a".into(),
+            capacity_type: joiner_model::wellknown::CapacityType::OnDemand,
+        }],
         scheduling_duration: Some(Duration::from_millis(5)),
         eviction_refused: vec!["ml/q".into()],
         disruption: vec![
@@ -106,6 +121,12 @@ fn busy() -> Metrics {
         failed_validations: vec![joiner_model::wellknown::ConsolidationType::Single],
         interruption_deleted: 1,
         interruption_latency: vec![Duration::from_secs(4)],
+        cloud_calls: vec![joiner_controller::CloudCall {
+            during: Reconciler::Launching,
+            method: joiner_controller::cloud::CloudMethod::Create,
+            took: Duration::from_secs(1),
+            error: Some(CloudError::Throttled),
+        }],
         ..StepReport::default()
     };
     report.error(
@@ -161,12 +182,13 @@ fn busy() -> Metrics {
         bound,
         started,
     };
-    first.pod_times = vec![pod("p-waiting", None, false)];
+    first.pod_times = vec![pod("p-waiting", None, false), pod("p-placed", None, false)];
     m.set_state(&first);
     let mut then = cluster_later();
     then.pod_times = vec![
         pod("p-waiting", Some(then.at - 10.0), false),
         pod("p-pending", None, false),
+        pod("p-placed", None, false),
     ];
     then.claims.clear();
     // Others still terminate at the second look.
@@ -183,8 +205,18 @@ fn busy() -> Metrics {
         .iter()
         .map(|t| (t.kind, t.name.clone()))
         .collect();
-    then.started = vec![("p-old".into(), 3.0), ("p-new".into(), 7.0)];
+    then.started = vec![
+        ("p-old".into(), 3.0),
+        ("p-new".into(), 7.0),
+        ("p-waiting".into(), 55.0),
+    ];
     m.set_state(&then);
+    // A launch template created after the last look (the class of `cluster` is gone from it).
+    let created = StepReport {
+        user_data_bytes: vec![("default".into(), 1024)],
+        ..StepReport::default()
+    };
+    record_outcomes(&created, &BTreeMap::new(), &m);
     m
 }
 

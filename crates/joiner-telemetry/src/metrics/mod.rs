@@ -12,11 +12,14 @@
 //! by NodeClaim, pod or instance.
 
 mod catalog;
+mod cloud;
 pub mod conditions;
+mod consolidation;
 mod gauges;
 mod interruption;
 pub mod lifetimes;
 mod objects;
+mod provisioning;
 mod record;
 pub mod state;
 pub mod termination;
@@ -103,7 +106,6 @@ pub struct Metrics {
     interruption_messages: Counters,
     scheduling_duration: Family<Labels, Histogram>,
     unschedulable_pods: Family<Labels, Gauge>,
-    cloudprovider_errors: Counters,
     termination_failures: Counters,
     nodeclaims_launched: Counters,
     nodeclaims_registered: Counters,
@@ -124,6 +126,9 @@ pub struct Metrics {
     termination: termination::TerminationMetrics,
     catalog: catalog::CatalogGauges,
     interruption: interruption::InterruptionMetrics,
+    provisioning: provisioning::ProvisioningMetrics,
+    cloud: cloud::CloudMetrics,
+    consolidation: consolidation::ConsolidationMetrics,
 }
 
 /// Buckets from 5 ms to about 80 s: a step or a plan of a few pods takes milliseconds, a
@@ -188,10 +193,6 @@ impl Metrics {
         let interruption_messages = counters(
             "karpenter_interruption_received_messages",
             "Interruption notices acted on, by message type",
-        );
-        let cloudprovider_errors = counters(
-            "karpenter_cloudprovider_errors",
-            "Errors from the cloud provider, by controller (what the step was doing), provider and error",
         );
         let termination_failures = counters(
             "karpenter_cloudprovider_instance_termination_failures",
@@ -283,6 +284,9 @@ impl Metrics {
         let termination = termination::TerminationMetrics::register(&mut registry);
         let catalog = catalog::CatalogGauges::register(&mut registry);
         let interruption = interruption::InterruptionMetrics::register(&mut registry);
+        let provisioning = provisioning::ProvisioningMetrics::register(&mut registry);
+        let cloud = cloud::CloudMetrics::register(&mut registry);
+        let consolidation = consolidation::ConsolidationMetrics::register(&mut registry);
         Metrics {
             registry,
             provider,
@@ -300,7 +304,6 @@ impl Metrics {
             interruption_messages,
             scheduling_duration,
             unschedulable_pods,
-            cloudprovider_errors,
             termination_failures,
             nodeclaims_launched,
             nodeclaims_registered,
@@ -321,6 +324,9 @@ impl Metrics {
             termination,
             catalog,
             interruption,
+            provisioning,
+            cloud,
+            consolidation,
         }
     }
 
@@ -334,7 +340,15 @@ impl Metrics {
         self.conditions.set(&state.conditions);
         self.lifetimes
             .set(&state.claims, &state.started, &state.pod_times, state.at);
+        self.provisioning
+            .set(&state.pod_times, &state.started, state.at);
         let present = |kind, name: &str| state.present.contains(&(kind, name.to_string()));
+        // A gone class loses its user data series (Karpenter deletes it with the class); an
+        // unsynced look proves nothing gone.
+        if state.synced {
+            self.cloud
+                .keep_classes(|class| present(conditions::ConditionKind::EC2NodeClass, class));
+        }
         self.termination.set(&state.terminating, &present, state.at);
         self.catalog.set_costs(
             state.pool_limits.keys().map(String::as_str),

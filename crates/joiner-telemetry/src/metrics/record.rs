@@ -4,8 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use joiner_controller::cloud::CloudError;
-use joiner_controller::{ControllerError, StepReport};
+use joiner_controller::StepReport;
 use joiner_model::wellknown::{
     ConsolidationType, DisruptionAction, DisruptionReason, InterruptionKind,
 };
@@ -30,15 +29,6 @@ pub(super) fn reason_label(reason: &str) -> String {
 }
 
 /// Karpenter's `error` label: the cloud provider errors it has a type for, else empty.
-fn cloud_error_label(e: &CloudError) -> &'static str {
-    match e {
-        CloudError::InsufficientCapacity(_) | CloudError::NoOfferings => {
-            "InsufficientCapacityError"
-        }
-        CloudError::Throttled | CloudError::Rejected(_) | CloudError::Other(_) => "",
-    }
-}
-
 /// The `message_type` of Karpenter's interruption counter for a notice.
 fn message_type(kind: InterruptionKind) -> &'static str {
     match kind {
@@ -78,6 +68,9 @@ pub fn record_outcomes(report: &StepReport, claims: &Claims, metrics: &Metrics) 
     }
     metrics.pods_nominated.inc_by(report.nominated.len() as u64);
     metrics.interruption.record(report);
+    metrics.provisioning.record(report);
+    metrics.cloud.record(report, metrics.provider);
+    metrics.consolidation.record(report);
     for kind in &report.failed_validations {
         metrics
             .failed_validations
@@ -326,24 +319,16 @@ fn record_decision(
 }
 
 fn record_errors(report: &StepReport, metrics: &Metrics) {
-    for (i, e) in report.errors.iter().enumerate() {
-        let during = report
-            .errors_during
-            .get(i)
-            .map_or("unknown", |r| r.as_str());
+    // One reconciler per error; an error without one counts as `unknown`.
+    let during = report
+        .errors_during
+        .iter()
+        .map(|r| r.as_str())
+        .chain(std::iter::repeat("unknown"));
+    for during in during.take(report.errors.len()) {
         metrics
             .errors
             .get_or_create(&labels(&[("reconciler", during)]))
             .inc();
-        if let ControllerError::Cloud(c) = e {
-            metrics
-                .cloudprovider_errors
-                .get_or_create(&labels(&[
-                    ("controller", during),
-                    ("provider", metrics.provider),
-                    ("error", cloud_error_label(c)),
-                ]))
-                .inc();
-        }
     }
 }

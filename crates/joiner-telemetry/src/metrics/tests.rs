@@ -4,9 +4,10 @@ use joiner_controller::{DisruptionEvent, Reconciler};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use joiner_controller::CloudCall;
 use joiner_controller::ControllerError;
 use joiner_controller::StepReport;
-use joiner_controller::cloud::CloudError;
+use joiner_controller::cloud::{CloudError, CloudMethod};
 use joiner_model::wellknown::{DisruptionAction, DisruptionReason};
 
 use super::*;
@@ -94,6 +95,9 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
         }]),
         unschedulable: vec![("lab/big".into(), "too big".into())],
         nominated: vec![("lab/p1".into(), "gpu-a".into())],
+        placed: s(&["lab/p1"]),
+        ignored_pods: Some(1),
+        pending_by_zone: Some(vec![("us-east-1a".into(), 2), ("flexible".into(), 3)]),
         scheduling_duration: Some(Duration::from_millis(30)),
         disruption: vec![
             event(
@@ -111,12 +115,56 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
             event(DisruptionAction::Decided, "Empty", &["cpu-x"], &[]),
         ],
         not_drained: Vec::new(),
+        disruption_blocked: Vec::new(),
+        unconsolidatable: Vec::new(),
+        do_not_disrupt: Vec::new(),
         node_claim_events: Vec::new(),
         errors: vec![
             ControllerError::Cloud(CloudError::Throttled),
             ControllerError::Store(StoreError::Unavailable("down".into())),
         ],
         errors_during: vec![Reconciler::Launching, Reconciler::Lifecycle],
+        decision_evaluations: vec![
+            (
+                Some(joiner_model::wellknown::ConsolidationType::Single),
+                Duration::from_millis(40),
+            ),
+            (None, Duration::from_millis(2)),
+        ],
+        consolidation_moves: vec![
+            joiner_controller::MoveVerdict {
+                nodepool: "gpu".into(),
+                policy: "Balanced",
+                approved: false,
+                score: Some((0.3, false)),
+            },
+            joiner_controller::MoveVerdict {
+                nodepool: "cpu".into(),
+                policy: "WhenEmptyOrUnderutilized",
+                approved: true,
+                score: None,
+            },
+        ],
+        user_data_bytes: vec![("gpu".into(), 1834)],
+        launch_failures: vec![joiner_controller::cloud::OfferingKey {
+            instance_type: "g6.xlarge".into(),
+            zone: "us-east-1b".into(),
+            capacity_type: joiner_model::wellknown::CapacityType::Spot,
+        }],
+        cloud_calls: vec![
+            CloudCall {
+                during: Reconciler::Launching,
+                method: CloudMethod::Create,
+                took: Duration::from_millis(300),
+                error: Some(CloudError::Throttled),
+            },
+            CloudCall {
+                during: Reconciler::Lifecycle,
+                method: CloudMethod::List,
+                took: Duration::from_millis(20),
+                error: None,
+            },
+        ],
         termination_failures: vec!["us-east-1a".into()],
         failed_validations: vec![joiner_model::wellknown::ConsolidationType::Multi],
         interruption_deleted: 2,
@@ -174,7 +222,54 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
     );
     has(
         &lines,
-        r#"karpenter_cloudprovider_errors_total{controller="launching",provider="aws",error=""} 1"#,
+        r#"karpenter_cloudprovider_errors_total{controller="launching",method="Create",provider="aws",error=""} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_cloudprovider_duration_seconds_sum{controller="launching",method="Create",provider="aws"} 0.3"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_cloudprovider_instance_launch_failures_total{zone="us-east-1b",zone_id="",capacity_type="spot",reason="LaunchFailed"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_scheduler_pending_pods_by_effective_zone_count{controller="provisioner",zone="flexible"} 3.0"#,
+    );
+    has(&lines, "karpenter_scheduler_ignored_pods_count 1");
+    has(
+        &lines,
+        r#"karpenter_ec2nodeclasses_userdata_bytes{nodeclass="gpu"} 1834.0"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_consolidation_moves_total{decision="rejected",nodepool="gpu",policy="Balanced"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_consolidation_moves_total{decision="approved",nodepool="cpu",policy="WhenEmptyOrUnderutilized"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_consolidation_score_bucket{le="0.33",decision="rejected",nodepool="gpu",policy="Balanced"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_voluntary_disruption_decision_evaluation_duration_seconds_count{reason="underutilized",consolidation_type="single"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_voluntary_disruption_decision_evaluation_duration_seconds_count{reason="drifted",consolidation_type=""} 1"#,
+    );
+    // Only Balanced pools are scored.
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.starts_with("karpenter_consolidation_score") && l.contains("cpu"))
+    );
+    has(
+        &lines,
+        r#"karpenter_cloudprovider_duration_seconds_bucket{le="0.025",controller="lifecycle",method="List",provider="aws"} 1"#,
     );
     has(
         &lines,
@@ -243,7 +338,7 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
         &lines,
         r#"joiner_offerings_unavailable_total{instance_type="g4dn.xlarge",zone="us-east-1a",capacity_type="spot"} 1"#,
     );
-    // Only the cloud error counts as a cloud provider error.
+    // Only the failed cloud call counts as a cloud provider error.
     assert_eq!(
         lines
             .iter()
@@ -301,6 +396,12 @@ fn error_series_stay_bounded_whatever_fails() {
             ControllerError::Store(StoreError::Unavailable(format!("NodeClaim gpu-{i}")))
         };
         report.error(reconciler, &format!("NodeClaim gpu-{i}"), e);
+        report.cloud_calls.push(CloudCall {
+            during: reconciler,
+            method: CloudMethod::Get,
+            took: Duration::from_millis(1),
+            error: Some(CloudError::Other(format!("instance i-{i:08x} failed"))),
+        });
     }
     record(&report, &BTreeMap::new(), Duration::from_millis(1), &m);
     let series = |name: &str| samples(&m).iter().filter(|l| l.starts_with(name)).count();
@@ -308,7 +409,14 @@ fn error_series_stay_bounded_whatever_fails() {
         series("joiner_controller_errors_total{"),
         Reconciler::ALL.len()
     );
-    assert!(series("karpenter_cloudprovider_errors_total{") <= Reconciler::ALL.len());
+    assert_eq!(
+        series("karpenter_cloudprovider_errors_total{"),
+        Reconciler::ALL.len()
+    );
+    assert_eq!(
+        series("karpenter_cloudprovider_duration_seconds_count{"),
+        Reconciler::ALL.len()
+    );
     assert!(
         samples(&m).iter().all(|l| !l.contains("gpu-")),
         "no object names in labels"
@@ -429,4 +537,33 @@ fn instance_type_gauges_follow_the_last_plan() {
         &samples(&m),
         "karpenter_cloudprovider_instance_type_cpu_cores{instance_type=\"g6.xlarge\"} 4.0",
     );
+}
+
+/// A class's user data size stays until the class is gone, and an unsynced look proves nothing
+/// gone.
+#[test]
+fn user_data_series_go_with_their_class() {
+    let m = Metrics::new("aws");
+    let report = StepReport {
+        user_data_bytes: vec![("gpu".into(), 2048)],
+        ..StepReport::default()
+    };
+    record(&report, &BTreeMap::new(), Duration::from_millis(1), &m);
+    let series = |m: &Metrics| {
+        samples(m)
+            .iter()
+            .filter(|l| l.starts_with("karpenter_ec2nodeclasses_userdata_bytes{"))
+            .count()
+    };
+    assert_eq!(series(&m), 1);
+    m.set_state(&state::ClusterState {
+        synced: false,
+        ..Default::default()
+    });
+    assert_eq!(series(&m), 1, "an unsynced look proves nothing gone");
+    m.set_state(&state::ClusterState {
+        synced: true,
+        ..Default::default()
+    });
+    assert_eq!(series(&m), 0);
 }

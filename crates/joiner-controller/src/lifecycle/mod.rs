@@ -27,6 +27,8 @@ use crate::store::{ClusterStore, StoreError};
 use crate::termination;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 
+mod predictions;
+
 /// One lifecycle pass over every NodeClaim.
 pub fn reconcile<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
@@ -118,7 +120,7 @@ fn step_claim<S: ClusterStore, C: CloudProvider>(
         initialize(ctx, claim, nodes)
     } else {
         keep_finalizer(ctx, &claim, nodes)?;
-        consistency::check::gfd_labels(ctx, claim, nodes)
+        predictions::gfd_labels(ctx, claim, nodes)
     }
 }
 
@@ -260,7 +262,7 @@ pub fn launch<S: ClusterStore, C: CloudProvider>(
                 return delete(ctx, &claim);
             }
             let request = launch_request(ctx, &claim, offers)?;
-            match ctx.cloud.launch(&request) {
+            match ctx.launch(&request) {
                 Ok(launched) => {
                     mark_unavailable(ctx, &launched.insufficient);
                     ctx.learn_instance(&launched.instance);
@@ -593,7 +595,7 @@ fn initialize<S: ClusterStore, C: CloudProvider>(
                 .is_some_and(|have| have >= *want)
         });
     if ready && !starting && !resources_ready {
-        return consistency::check::extended_resources(ctx, claim, &allocatable);
+        return predictions::extended_resources(ctx, claim, &allocatable);
     }
     if !(ready && !starting && resources_ready) {
         return Ok(());
@@ -611,7 +613,7 @@ fn initialize<S: ClusterStore, C: CloudProvider>(
             .filter(|c| !consistency::already_found(&claim, &c.subject))
             .collect::<Vec<_>>();
         if !short.is_empty() {
-            return consistency::check::contradicted(ctx, claim, &short);
+            return predictions::contradicted(ctx, claim, &short);
         }
     }
     let mut node = node.clone();

@@ -1,15 +1,16 @@
-//! The checks as the NodeClaim lifecycle runs them, and what a contradiction does: the step
-//! reports it, the NodeClaim records it, plans learn it.
+//! The prediction checks ([`crate::consistency`]) as the NodeClaim lifecycle runs them, and
+//! what a contradiction does: the step reports it, the NodeClaim records it, plans learn it.
 
 use joiner_model::api::nodeclaim::NodeClaim;
 use joiner_model::wellknown::labels;
 use k8s_openapi::api::core::v1::Node;
 
+use super::update_claim;
 use crate::clock::k8s_time;
 use crate::cloud::CloudProvider;
+use crate::consistency;
 use crate::context::Ctx;
 use crate::error::ControllerError;
-use crate::lifecycle::update_claim;
 use crate::store::ClusterStore;
 use crate::termination;
 
@@ -27,12 +28,15 @@ pub(crate) fn extended_resources<S: ClusterStore, C: CloudProvider>(
     let Ok(offered) = joiner_model::resources::parse_resource_list(allocatable) else {
         return Ok(());
     };
-    let registered_for = super::registered_for(&claim, ctx.now);
+    let registered_for = consistency::registered_for(&claim, ctx.now);
     let predicted = claim.status.allocatable.clone();
-    let Some(short) = super::shortfalls(&predicted, &offered, registered_for) else {
+    let Some(short) = consistency::shortfalls(&predicted, &offered, registered_for) else {
         return Ok(());
     };
-    let found: Vec<_> = short.iter().map(super::Shortfall::contradiction).collect();
+    let found: Vec<_> = short
+        .iter()
+        .map(consistency::Shortfall::contradiction)
+        .collect();
     contradicted(ctx, claim, &found)
 }
 
@@ -41,7 +45,7 @@ pub(crate) fn extended_resources<S: ClusterStore, C: CloudProvider>(
 pub(crate) fn contradicted<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     claim: NodeClaim,
-    found: &[super::Contradiction],
+    found: &[consistency::Contradiction],
 ) -> Result<(), ControllerError> {
     if found.is_empty() {
         return Ok(());
@@ -57,7 +61,7 @@ pub(crate) fn contradicted<S: ClusterStore, C: CloudProvider>(
             instance_type,
             "{message}: planning on what the node offers from now on"
         );
-        ctx.report.mispredicted.push(super::Misprediction {
+        ctx.report.mispredicted.push(consistency::Misprediction {
             node_claim: claim.name().to_string(),
             uid: claim.metadata.uid.clone(),
             instance_type: instance_type.clone(),
@@ -68,7 +72,7 @@ pub(crate) fn contradicted<S: ClusterStore, C: CloudProvider>(
     }
     let now = k8s_time(ctx.now);
     let mut marked = claim.clone();
-    super::mark(&mut marked, found, now);
+    consistency::mark(&mut marked, found, now);
     ctx.learn_mispredicted(&marked);
     let update = marked.clone();
     update_claim(ctx, claim, move |c| {
@@ -85,7 +89,7 @@ pub(crate) fn contradicted<S: ClusterStore, C: CloudProvider>(
 }
 
 /// A running NodeClaim whose Node gpu-feature-discovery labelled otherwise than predicted
-/// ([`super::labels`]).
+/// ([`consistency::labels`]).
 pub(crate) fn gfd_labels<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     claim: NodeClaim,
@@ -94,6 +98,7 @@ pub(crate) fn gfd_labels<S: ClusterStore, C: CloudProvider>(
     let Some(node) = termination::node_of(&claim, nodes) else {
         return Ok(());
     };
-    let found = super::labels::mismatches(&claim, node, |k| super::already_found(&claim, k));
+    let found =
+        consistency::labels::mismatches(&claim, node, |k| consistency::already_found(&claim, k));
     contradicted(ctx, claim, &found)
 }
