@@ -32,7 +32,7 @@ use crate::cloud::{CloudError, OfferingKey, instance_id_of};
 use crate::context::Ctx;
 use crate::error::ControllerError;
 use crate::report::Reconciler;
-use crate::report::{DisruptionEvent, StepReport};
+use crate::report::{DisruptionCause, DisruptionEvent, StepReport};
 use crate::store::{ClusterStore, StoreError};
 use joiner_model::api::EC2NodeClass;
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
@@ -194,7 +194,7 @@ pub fn mark_ending_capacity_blocks<S: ClusterStore, C>(
         tracing::warn!(nodeclaim = claim.name(), reservation = %id, "Capacity Block ending: replacing and draining now");
         ctx.report.disruption.push(DisruptionEvent {
             action: DisruptionAction::Interrupted,
-            reason: InterruptionKind::CapacityReservationEnding.reason().into(),
+            reason: DisruptionCause::Notice(InterruptionKind::CapacityReservationEnding),
             node_claims: vec![claim.name().to_string()],
             detail: vec![id],
         });
@@ -260,7 +260,7 @@ fn act<S: ClusterStore>(
             tracing::info!(nodeclaim = claim.name(), instance = %id, "{reason}");
             report.disruption.push(DisruptionEvent {
                 action: DisruptionAction::Recommended,
-                reason: reason.into(),
+                reason: DisruptionCause::Notice(kind),
                 node_claims: vec![claim.name().to_string()],
                 detail: vec![id],
             });
@@ -282,7 +282,7 @@ fn act<S: ClusterStore>(
         tracing::warn!(nodeclaim = claim.name(), instance = %id, deadline = ?deadline, "{reason}: replacing and draining");
         report.disruption.push(DisruptionEvent {
             action: DisruptionAction::Interrupted,
-            reason: reason.into(),
+            reason: DisruptionCause::Notice(kind),
             node_claims: vec![claim.name().to_string()],
             detail: vec![id],
         });

@@ -50,6 +50,6 @@ pub use error::ControllerError;
 /// A consolidation move's verdict, as the step report carries it.
 pub use joiner_engine::disruption::MoveVerdict;
 pub use report::{
-    CloudCall, DisruptionBlock, DisruptionEvent, DoNotDisruptNote, NodeClaimEvent, NotDrained,
-    OfferedAt, OfferedType, PoolBudget, Reconciler, StepReport, Unconsolidatable,
+    CloudCall, DisruptionBlock, DisruptionCause, DisruptionEvent, DoNotDisruptNote, NodeClaimEvent,
+    NotDrained, OfferedAt, OfferedType, PoolBudget, Reconciler, StepReport, Unconsolidatable,
 };

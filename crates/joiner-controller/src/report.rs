@@ -1,7 +1,9 @@
 //! The account of one step: what each reconciler did, for logs, metrics, events, the
 //! simulation timeline and tests.
 
-use joiner_model::wellknown::{DisruptionAction, TerminationEvent};
+use joiner_model::wellknown::{
+    DisruptionAction, DisruptionReason, DriftReason, InterruptionKind, TerminationEvent,
+};
 use serde::Serialize;
 
 use crate::error::ControllerError;
@@ -334,6 +336,76 @@ pub struct NodeClaimEvent {
     pub message: String,
 }
 
+/// Why a [`DisruptionEvent`] happened, in the one closed set the disruption step speaks:
+/// metrics and events take it as it is, never parse it back from text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DisruptionCause {
+    /// One of Karpenter's disruption reasons.
+    Reason(DisruptionReason),
+    /// Deleted by hand (or with its NodePool): a termination with no disruption reason.
+    Deleted,
+    /// A drift found, by the `Drifted` condition's reason.
+    Drift(DriftReason),
+    /// The cloud's notice about the instance.
+    Notice(InterruptionKind),
+}
+
+impl DisruptionCause {
+    /// As the timeline and events write it: the reason, `Deleted`, the drift's condition
+    /// reason, or the notice's recorded reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DisruptionCause::Reason(r) => r.as_str(),
+            DisruptionCause::Deleted => "Deleted",
+            DisruptionCause::Drift(d) => d.as_str(),
+            DisruptionCause::Notice(k) => k.reason(),
+        }
+    }
+
+    /// The cause a text names, as [`DisruptionCause::as_str`] writes it.
+    pub fn parse(text: &str) -> Option<DisruptionCause> {
+        if text == "Deleted" {
+            return Some(DisruptionCause::Deleted);
+        }
+        DisruptionReason::parse(text)
+            .map(DisruptionCause::Reason)
+            .or_else(|| {
+                DriftReason::ALL
+                    .into_iter()
+                    .find(|d| d.as_str() == text)
+                    .map(DisruptionCause::Drift)
+            })
+            .or_else(|| InterruptionKind::from_reason(text).map(DisruptionCause::Notice))
+    }
+
+    /// The disruption reason, when it is one.
+    pub fn reason(self) -> Option<DisruptionReason> {
+        match self {
+            DisruptionCause::Reason(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for DisruptionCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A cause equals its text (`cause == "Expired"`), as the timeline writes it.
+impl PartialEq<&str> for DisruptionCause {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for DisruptionCause {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// One thing the disruption step did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -343,9 +415,9 @@ pub struct DisruptionEvent {
     /// warned that it takes an instance), `recommended` (a rebalance recommendation: recorded
     /// only).
     pub action: DisruptionAction,
-    /// `Empty`, `Underutilized`, `Expired`, `Drifted`, `Interrupted`; for `drifted` the kind of
-    /// drift, for `interrupted` and `recommended` the notice.
-    pub reason: String,
+    /// Why: the disruption reason; for `drifted` the kind of drift, for `interrupted` and
+    /// `recommended` the notice; `Deleted` for a NodeClaim deleted by hand.
+    pub reason: DisruptionCause,
     /// The NodeClaims disrupted.
     pub node_claims: Vec<String>,
     /// Replacement NodeClaims (for `replacing`), pods (for `evicted`), or a note.
@@ -363,4 +435,40 @@ pub struct CloudCall {
     pub took: std::time::Duration,
     /// How it failed, if it did.
     pub error: Option<crate::cloud::CloudError>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every cause reads back from the text the timeline writes, so the three vocabularies it
+    /// spans never collide.
+    #[test]
+    fn every_cause_reads_back_from_its_text() {
+        let reasons = [
+            DisruptionReason::Empty,
+            DisruptionReason::Underutilized,
+            DisruptionReason::Expired,
+            DisruptionReason::Drifted,
+            DisruptionReason::Interrupted,
+        ];
+        let causes = reasons
+            .into_iter()
+            .map(DisruptionCause::Reason)
+            .chain(DriftReason::ALL.into_iter().map(DisruptionCause::Drift))
+            .chain(
+                InterruptionKind::ALL
+                    .into_iter()
+                    .map(DisruptionCause::Notice),
+            )
+            .chain([DisruptionCause::Deleted]);
+        for cause in causes {
+            assert_eq!(
+                DisruptionCause::parse(cause.as_str()),
+                Some(cause),
+                "{cause}"
+            );
+        }
+        assert_eq!(DisruptionCause::parse("Whatever"), None);
+    }
 }

@@ -429,6 +429,38 @@ impl ConsolidationType {
     }
 }
 
+/// Why a NodeClaim has drifted, as its `Drifted` condition's reason says (Karpenter's, and
+/// its AWS provider's for placement groups).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DriftReason {
+    NodePool,
+    NodeClass,
+    Requirements,
+    Ami,
+    PlacementGroup,
+}
+
+impl DriftReason {
+    pub const ALL: [DriftReason; 5] = [
+        DriftReason::NodePool,
+        DriftReason::NodeClass,
+        DriftReason::Requirements,
+        DriftReason::Ami,
+        DriftReason::PlacementGroup,
+    ];
+
+    /// The condition's reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriftReason::NodePool => "NodePoolDrifted",
+            DriftReason::NodeClass => "NodeClassDrifted",
+            DriftReason::Requirements => "RequirementsDrifted",
+            DriftReason::Ami => "AMIDrifted",
+            DriftReason::PlacementGroup => "PlacementGroupDrift",
+        }
+    }
+}
+
 /// What the cloud said is happening to an instance, by the kind of notice. Each kind is handled
 /// its own way ([`InterruptionKind::replaces`], [`InterruptionKind::drains_at_once`],
 /// [`InterruptionKind::honours_do_not_disrupt`]); the text ([`InterruptionKind::reason`]) is

@@ -957,7 +957,7 @@ pub fn simulate_observed(
             .iter()
             .filter(|d| d.action == DisruptionAction::Decided)
         {
-            *disruptions.entry(d.reason.clone()).or_default() += 1;
+            *disruptions.entry(d.reason.to_string()).or_default() += 1;
         }
         sim.record(&report);
         sim.kubelet.step(&sim.store, &sim.cloud, clock.now())?;

@@ -12,7 +12,7 @@ mod recorder;
 use std::collections::{BTreeMap, BTreeSet};
 
 use joiner_controller::store::ClusterStore;
-use joiner_controller::{DoNotDisruptNote, NotDrained, StepReport};
+use joiner_controller::{DisruptionCause, DoNotDisruptNote, NotDrained, StepReport};
 use joiner_model::api::{NodeClaim, NodePool};
 use joiner_model::wellknown::{
     DisruptionAction, DisruptionReason, InterruptionKind, TerminationEvent,
@@ -450,7 +450,7 @@ fn disruption_events(
     out: &mut Vec<ObjectEvent>,
 ) {
     let pod = |key: &String| Involved::Pod(key.clone());
-    let reason = DisruptionReason::parse(&d.reason);
+    let reason = d.reason.reason();
     match (d.action, reason) {
         (DisruptionAction::Evicted, _) => {
             for p in &d.detail {
@@ -501,7 +501,7 @@ fn disruption_events(
             }
         }
         (DisruptionAction::Interrupted | DisruptionAction::Recommended, _) => {
-            let Some(kind) = InterruptionKind::from_reason(&d.reason) else {
+            let DisruptionCause::Notice(kind) = d.reason else {
                 return;
             };
             for claim in &d.node_claims {

@@ -25,7 +25,7 @@ use joiner_engine::requirements::Requirement;
 use joiner_model::api::NodePool;
 use joiner_model::api::ec2nodeclass::EC2NodeClass;
 use joiner_model::api::nodeclaim::NodeClaim;
-use joiner_model::wellknown::{annotations, labels};
+use joiner_model::wellknown::{DriftReason, annotations, labels};
 
 use crate::nodeclaim::stamp::{node_class_hash, node_pool_hash, stamp_differs};
 
@@ -42,16 +42,20 @@ pub enum Drift {
 }
 
 impl Drift {
+    /// What kind of drift it is.
+    pub fn kind(&self) -> DriftReason {
+        match self {
+            Drift::NodePoolDrifted => DriftReason::NodePool,
+            Drift::NodeClassDrifted => DriftReason::NodeClass,
+            Drift::RequirementsDrifted(_) => DriftReason::Requirements,
+            Drift::AmiDrifted(_) => DriftReason::Ami,
+            Drift::PlacementGroupDrifted(_) => DriftReason::PlacementGroup,
+        }
+    }
+
     /// The condition's reason.
     pub fn reason(&self) -> &'static str {
-        match self {
-            Drift::NodePoolDrifted => "NodePoolDrifted",
-            Drift::NodeClassDrifted => "NodeClassDrifted",
-            Drift::RequirementsDrifted(_) => "RequirementsDrifted",
-            Drift::AmiDrifted(_) => "AMIDrifted",
-            // Karpenter's reason, as its AWS provider writes it.
-            Drift::PlacementGroupDrifted(_) => "PlacementGroupDrift",
-        }
+        self.kind().as_str()
     }
 
     /// The condition's message.

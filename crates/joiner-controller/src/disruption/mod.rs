@@ -82,7 +82,7 @@ use crate::nodeclaim::node_claim_for;
 use crate::nodeclaim::stamp::{restamp, stamp};
 use crate::pods::{bound_to, is_held, is_node_held, is_pending, pod_key};
 use crate::report::Reconciler;
-use crate::report::{DisruptionEvent, StepReport};
+use crate::report::{DisruptionCause, DisruptionEvent, StepReport};
 use crate::store::{ClusterStore, StoreError};
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 
@@ -334,7 +334,7 @@ fn mark_drift<S: ClusterStore, C: CloudProvider>(
                 );
                 ctx.report.disruption.push(DisruptionEvent {
                     action: DisruptionAction::Drifted,
-                    reason: d.reason().into(),
+                    reason: DisruptionCause::Drift(d.kind()),
                     node_claims: vec![claim.name().to_string()],
                     detail: vec![d.message()],
                 });
@@ -746,7 +746,7 @@ fn settling<S: ClusterStore, C: CloudProvider>(
         tracing::info!(excluded = ?excluded, "consolidation goes on without what cannot progress");
         ctx.report.disruption.push(DisruptionEvent {
             action: DisruptionAction::Excluded,
-            reason: DisruptionReason::Underutilized.as_str().into(),
+            reason: DisruptionCause::Reason(DisruptionReason::Underutilized),
             node_claims: Vec::new(),
             detail: excluded,
         });
@@ -909,7 +909,7 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
     };
     ctx.report.disruption.push(DisruptionEvent {
         action: DisruptionAction::Decided,
-        reason: reason.as_str().into(),
+        reason: DisruptionCause::Reason(reason),
         node_claims: names.clone(),
         detail: Vec::new(),
     });
@@ -967,7 +967,7 @@ fn start_move<S: ClusterStore, C: CloudProvider>(
     if !created.is_empty() {
         ctx.report.disruption.push(DisruptionEvent {
             action: DisruptionAction::Replacing,
-            reason: reason.as_str().into(),
+            reason: DisruptionCause::Reason(reason),
             node_claims: names.clone(),
             detail: created.clone(),
         });
@@ -1085,7 +1085,7 @@ fn continue_move<S: ClusterStore, C: CloudProvider>(
         untaint(ctx, claim)?;
         ctx.report.disruption.push(DisruptionEvent {
             action: DisruptionAction::Aborted,
-            reason: reason.as_str().into(),
+            reason: DisruptionCause::Reason(reason),
             node_claims: vec![claim.name().to_string()],
             detail: vec!["a replacement NodeClaim went away".into()],
         });

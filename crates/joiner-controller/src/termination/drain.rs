@@ -23,7 +23,7 @@ use crate::context::Ctx;
 use crate::error::ControllerError;
 use crate::pods::{grace_period_of, is_daemon_pod, is_finished, is_held, pod_key};
 use crate::report::Reconciler;
-use crate::report::{DisruptionEvent, NotDrained};
+use crate::report::{DisruptionCause, DisruptionEvent, NotDrained};
 use crate::store::{ClusterStore, Deleted, Preconditions, StoreError};
 use joiner_model::wellknown::DisruptionAction;
 
@@ -89,8 +89,8 @@ pub struct Terms<'a> {
     pub claim: &'a str,
     /// The node's name.
     pub node: &'a str,
-    /// The reason events carry.
-    pub reason: &'a str,
+    /// Why the node goes, which events carry.
+    pub cause: DisruptionCause,
     /// When every pod must be gone and the instance goes: the end of the NodeClaim's
     /// `terminationGracePeriod` or the interruption's deadline, whichever comes first; `None`
     /// without either.
@@ -306,7 +306,7 @@ impl Outcome {
             tracing::warn!(nodeclaim = terms.claim, pods = ?self.deleted, "deleting pods whatever blocks them: the termination grace period or the interruption leaves no time");
             ctx.report.disruption.push(DisruptionEvent {
                 action: DisruptionAction::Forced,
-                reason: terms.reason.to_string(),
+                reason: terms.cause,
                 node_claims: vec![terms.claim.to_string()],
                 detail: self.deleted,
             });
@@ -315,7 +315,7 @@ impl Outcome {
             ctx.invalidate_view();
             ctx.report.disruption.push(DisruptionEvent {
                 action: DisruptionAction::Evicted,
-                reason: terms.reason.to_string(),
+                reason: terms.cause,
                 node_claims: vec![terms.claim.to_string()],
                 detail: self.evicted,
             });

@@ -39,7 +39,7 @@ use crate::cloud::{CloudProvider, InstanceState, instance_id_of};
 use crate::context::Ctx;
 use crate::error::ControllerError;
 use crate::interruption::is_interrupted;
-use crate::report::{DisruptionEvent, NodeClaimEvent};
+use crate::report::{DisruptionCause, DisruptionEvent, NodeClaimEvent};
 use crate::store::{ClusterStore, StoreError};
 use drain::{Drain, Terms};
 use joiner_model::api::nodeclaim::conditions;
@@ -64,9 +64,15 @@ impl Cause {
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Cause::Disrupted(r) => r.as_str(),
-            Cause::Deleted => "Deleted",
+        DisruptionCause::from(self).as_str()
+    }
+}
+
+impl From<Cause> for DisruptionCause {
+    fn from(cause: Cause) -> DisruptionCause {
+        match cause {
+            Cause::Disrupted(r) => DisruptionCause::Reason(r),
+            Cause::Deleted => DisruptionCause::Deleted,
         }
     }
 }
@@ -120,7 +126,7 @@ pub fn finalize<S: ClusterStore, C: CloudProvider>(
         let terms = Terms {
             claim: claim.name(),
             node: node.metadata.name.as_deref().unwrap_or_default(),
-            reason: cause.as_str(),
+            cause: cause.into(),
             deadline,
             rushed: interruption.is_some_and(|i| !i.kind.honours_do_not_disrupt()),
         };
@@ -174,7 +180,7 @@ pub fn finalize<S: ClusterStore, C: CloudProvider>(
     ctx.invalidate_view();
     ctx.report.disruption.push(DisruptionEvent {
         action: DisruptionAction::Deleted,
-        reason: cause.as_str().into(),
+        reason: cause.into(),
         node_claims: vec![claim.name().to_string()],
         detail: Vec::new(),
     });

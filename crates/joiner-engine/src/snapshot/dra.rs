@@ -57,6 +57,7 @@ pub(super) fn build(
     m: &Manifests,
     settings: &Settings,
     catalog: &Catalog,
+    pools: &[crate::scheduling::PoolInput],
     machines: &[ExistingNode],
     pods: &[Option<&Sourced<Pod>>],
     template_options: &BTreeMap<String, TemplateOptions>,
@@ -91,7 +92,16 @@ pub(super) fn build(
             continue;
         }
         let name = n.name.clone();
-        if let (Some(templates), Some(opts)) = (
+        // The pool's own prediction for the type (what running nodes proved wrong corrected,
+        // [`super::corrections`]), else the catalog's.
+        let corrected = pools
+            .iter()
+            .find(|p| &p.name == pool)
+            .and_then(|p| p.options.iter().find(|o| &o.instance_type == it))
+            .and_then(|o| o.devices.as_ref());
+        if let Some(source) = corrected {
+            slices.extend(source.templates.node_slices(&name, &source.options));
+        } else if let (Some(templates), Some(opts)) = (
             catalog.get(it).and_then(|t| t.devices.clone()),
             template_options.get(pool),
         ) {

@@ -468,6 +468,7 @@ impl<'a> SnapshotBuilder<'a> {
                 m,
                 settings,
                 &catalog,
+                &pools,
                 &nodes,
                 &with_claims,
                 &template_options,

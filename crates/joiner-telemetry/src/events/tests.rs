@@ -44,7 +44,7 @@ fn disruption(
 ) -> DisruptionEvent {
     DisruptionEvent {
         action,
-        reason: reason.into(),
+        reason: joiner_controller::DisruptionCause::parse(reason).expect("a cause"),
         node_claims: s(claims),
         detail: s(detail),
     }

@@ -50,7 +50,7 @@ fn busy() -> Metrics {
     let m = Metrics::new("aws");
     let event = |action, reason: &str, claims: &[&str], detail: &[&str]| DisruptionEvent {
         action,
-        reason: reason.into(),
+        reason: joiner_controller::DisruptionCause::parse(reason).expect("a cause"),
         node_claims: claims.iter().map(|s| s.to_string()).collect(),
         detail: detail.iter().map(|s| s.to_string()).collect(),
     };

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use joiner_controller::StepReport;
+use joiner_controller::{DisruptionCause, StepReport};
 use joiner_model::wellknown::{
     ConsolidationType, DisruptionAction, DisruptionReason, InterruptionKind,
 };
@@ -137,8 +137,12 @@ fn record_lifecycle(report: &StepReport, claims: &Claims, metrics: &Metrics) {
     let replacements: BTreeMap<&String, String> = report
         .disruption
         .iter()
-        .filter(|e| e.action == DisruptionAction::Replacing && is_voluntary(&e.reason))
-        .flat_map(|e| e.detail.iter().map(|c| (c, reason_label(&e.reason))))
+        .filter(|e| e.action == DisruptionAction::Replacing && is_voluntary(e.reason))
+        .flat_map(|e| {
+            e.detail
+                .iter()
+                .map(|c| (c, reason_label(e.reason.as_str())))
+        })
         .collect();
     for name in &report.created {
         let reason = replacements.get(name).map_or("provisioned", String::as_str);
@@ -229,7 +233,7 @@ fn record_disruption(report: &StepReport, claims: &Claims, metrics: &Metrics) {
                     .inc_by(d.detail.len() as u64);
                 metrics
                     .pods_drained
-                    .get_or_create(&labels(&[("reason", &d.reason)]))
+                    .get_or_create(&labels(&[("reason", d.reason.as_str())]))
                     .inc_by(d.detail.len() as u64);
             }
             DisruptionAction::Forced => {
@@ -239,7 +243,7 @@ fn record_disruption(report: &StepReport, claims: &Claims, metrics: &Metrics) {
                     .inc_by(d.detail.len() as u64);
             }
             DisruptionAction::Interrupted | DisruptionAction::Recommended => {
-                if let Some(kind) = InterruptionKind::from_reason(&d.reason) {
+                if let DisruptionCause::Notice(kind) = d.reason {
                     metrics
                         .interruption_messages
                         .get_or_create(&labels(&[("message_type", message_type(kind))]))
@@ -259,8 +263,8 @@ fn record_disruption(report: &StepReport, claims: &Claims, metrics: &Metrics) {
 
 /// Whether Karpenter counts a disruption of this reason as voluntary (budgeted: empty,
 /// underutilized, drifted); expiry and interruption are forceful.
-fn is_voluntary(reason: &str) -> bool {
-    DisruptionReason::parse(reason).is_some_and(DisruptionReason::is_budgeted)
+fn is_voluntary(cause: DisruptionCause) -> bool {
+    cause.reason().is_some_and(DisruptionReason::is_budgeted)
 }
 
 fn record_decision(
@@ -269,7 +273,7 @@ fn record_decision(
     claims: &Claims,
     metrics: &Metrics,
 ) {
-    let reason = reason_label(&decided.reason);
+    let reason = reason_label(decided.reason.as_str());
     for name in &decided.node_claims {
         let c = claim(claims, name);
         metrics
@@ -281,7 +285,7 @@ fn record_decision(
             ]))
             .inc();
     }
-    if !is_voluntary(&decided.reason) {
+    if !is_voluntary(decided.reason) {
         return;
     }
     let replaced = report
@@ -289,7 +293,9 @@ fn record_decision(
         .iter()
         .any(|e| e.action == DisruptionAction::Replacing && e.node_claims == decided.node_claims);
     let decision = if replaced { "replace" } else { "delete" };
-    let consolidation_type = DisruptionReason::parse(&decided.reason)
+    let consolidation_type = decided
+        .reason
+        .reason()
         .and_then(|r| ConsolidationType::of(r, decided.node_claims.len()))
         .map_or("", ConsolidationType::as_str);
     metrics

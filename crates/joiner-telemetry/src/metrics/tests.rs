@@ -20,7 +20,7 @@ fn event(
 ) -> DisruptionEvent {
     DisruptionEvent {
         action,
-        reason: reason.into(),
+        reason: joiner_controller::DisruptionCause::parse(reason).expect("a cause"),
         node_claims: claims.iter().map(|s| s.to_string()).collect(),
         detail: detail.iter().map(|s| s.to_string()).collect(),
     }
