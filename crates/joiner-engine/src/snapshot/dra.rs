@@ -50,19 +50,30 @@ pub(super) struct Built {
     pub invalid: Vec<InputError>,
 }
 
+/// Where the devices of nodes not yet initialized come from: each NodePool's own prediction
+/// for a type (corrected by what running nodes proved wrong), else the catalog's templates
+/// with the pool's `options` (how its nodes publish devices).
+pub(super) struct Predicted<'a> {
+    pub catalog: &'a Catalog,
+    pub pools: &'a [crate::scheduling::PoolInput],
+    pub options: &'a BTreeMap<String, TemplateOptions>,
+}
+
 /// Builds the DRA inputs. `pods` are aligned with the scheduler's pods: the pending ones with
-/// claims are given, others are `None`. `template_options` gives, per NodePool, how its nodes
-/// publish devices.
+/// claims are given, others are `None`.
 pub(super) fn build(
     m: &Manifests,
     settings: &Settings,
-    catalog: &Catalog,
-    pools: &[crate::scheduling::PoolInput],
+    predicted: &Predicted<'_>,
     machines: &[ExistingNode],
     pods: &[Option<&Sourced<Pod>>],
-    template_options: &BTreeMap<String, TemplateOptions>,
     warnings: &mut Vec<String>,
 ) -> Built {
+    let Predicted {
+        catalog,
+        pools,
+        options: template_options,
+    } = *predicted;
     let mut classes: Vec<_> = m.device_classes.iter().map(|c| c.object.clone()).collect();
     for default in default_device_classes() {
         let name = default.metadata.name.clone().unwrap_or_default();

@@ -464,16 +464,12 @@ impl<'a> SnapshotBuilder<'a> {
             pods.push(info);
         }
         let dra = if dra_on {
-            let built = dra::build(
-                m,
-                settings,
-                &catalog,
-                &pools,
-                &nodes,
-                &with_claims,
-                &template_options,
-                &mut warnings,
-            );
+            let predicted = dra::Predicted {
+                catalog: &catalog,
+                pools: &pools,
+                options: &template_options,
+            };
+            let built = dra::build(m, settings, &predicted, &nodes, &with_claims, &mut warnings);
             let mut input = built.input;
             invalid.extend(built.invalid);
             // Pods whose claims lead nowhere wait, as kube-scheduler keeps them waiting.
