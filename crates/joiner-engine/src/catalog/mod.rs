@@ -18,6 +18,7 @@
 mod builtin;
 pub mod devices;
 mod ec2;
+pub mod mig;
 pub mod names;
 mod overhead;
 mod price;
