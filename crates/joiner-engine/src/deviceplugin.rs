@@ -29,8 +29,10 @@ use joiner_model::{InputError, ObjectRef, Source};
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::Value;
 
+mod mig;
 mod node;
 
+pub use mig::mig_node_resources;
 pub use node::{NodeGpuResources, NodeGpus, node_resources};
 
 /// The key the plugin's config manager falls back to when no default is set (Helm chart's
@@ -58,8 +60,9 @@ impl SharingStrategy {
     }
 }
 
-/// `flags.migStrategy`: how MIG devices are exposed. Recorded only: EC2 GPUs start with MIG
-/// disabled, so whole GPUs are what nodes advertise.
+/// `flags.migStrategy`: how MIG devices are exposed. EC2 GPUs start with MIG disabled, so
+/// whole GPUs are what nodes advertise unless the GPU operator's MIG manager splits them (the
+/// node's `nvidia.com/mig.config`, [`mig_node_resources`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MigStrategy {
     #[default]

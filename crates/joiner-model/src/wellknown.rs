@@ -140,6 +140,9 @@ pub mod labels {
 
     /// The NVIDIA device plugin picks its config by this node label.
     pub const NVIDIA_DEVICE_PLUGIN_CONFIG: &str = "nvidia.com/device-plugin.config";
+    /// The GPU operator's MIG manager label: which of its MIG configs (`all-1g.5gb`,
+    /// `all-balanced`, ...) to apply to the node's GPUs.
+    pub const NVIDIA_MIG_CONFIG: &str = "nvidia.com/mig.config";
 
     /// Joiner's own: the need (NodePool and pods) a NodeClaim was created for, as a hash. The
     /// same need always gives the same NodeClaim name, so a retried create conflicts instead of

@@ -15,8 +15,11 @@ use joiner_model::{InputError, ObjectRef, Quantity, Sourced};
 use k8s_openapi::api::core::v1::Taint;
 
 use crate::catalog::devices::TemplateOptions;
+use crate::catalog::mig::{MigConfig, MigGpu, mig_gpu};
 use crate::catalog::{Catalog, InstanceType, NodeShape, OfferingKey};
-use crate::deviceplugin::{DevicePluginConfigs, NodeGpus, Selection, node_resources};
+use crate::deviceplugin::{
+    DevicePluginConfigs, MigStrategy, NodeGpus, Selection, mig_node_resources, node_resources,
+};
 use crate::requirements::{Requirement, Requirements};
 use crate::scheduling::allowed::type_allowed;
 use crate::scheduling::taints::first_untolerated;
@@ -297,6 +300,15 @@ pub(super) fn build_pool(
                     e,
                 )),
                 OptionError::DevicePlugin(e) => PoolError::DevicePlugin(e),
+                OptionError::Mig(why) => PoolError::Invalid(InputError::new(
+                    &np.origin,
+                    &ObjectRef::new("NodePool", None, &name),
+                    format!(
+                        "spec.template.metadata.labels[{}]",
+                        labels::NVIDIA_MIG_CONFIG
+                    ),
+                    format!("{why} (instance type {})", it.name),
+                )),
             })?;
         if !subnet_zones.is_empty() {
             option
@@ -356,8 +368,45 @@ struct Sold<'a> {
 /// Why a type cannot be offered: its kubelet settings leave nothing, or the device-plugin
 /// config its GPUs would use cannot be read.
 enum OptionError {
+    /// The node's MIG layout cannot be predicted (its `nvidia.com/mig.config`).
+    Mig(String),
     Catalog(crate::catalog::CatalogError),
     DevicePlugin(InputError),
+}
+
+/// MIG instances per GPU, by profile name.
+type MigLayout = BTreeMap<String, u32>;
+
+/// The MIG layout the GPU operator's MIG manager gives each GPU of a node labelled
+/// `nvidia.com/mig.config`: `None` without the label, for a GPU that is not MIG-capable, or for
+/// `all-disabled`. Configs of a mig-parted ConfigMap are not read yet: a name that is not one
+/// of the operator's defaults is refused.
+fn mig_layout(
+    gpu: &crate::catalog::GpuInfo,
+    node_labels: &BTreeMap<String, String>,
+) -> Result<Option<(&'static MigGpu, MigLayout)>, String> {
+    let Some(name) = node_labels.get(labels::NVIDIA_MIG_CONFIG) else {
+        return Ok(None);
+    };
+    let Some(mig) = gpu.product_name.as_deref().and_then(mig_gpu) else {
+        return Ok(None);
+    };
+    match mig.default_config(name) {
+        Some(MigConfig::Disabled) => Ok(None),
+        Some(MigConfig::Enabled(layout)) => mig
+            .check_layout(&layout)
+            .map(|()| Some((mig, layout)))
+            .map_err(|e| e.to_string()),
+        None => Err(format!(
+            "{name:?} is not one of the GPU operator's default MIG configs for the {} (all-disabled, all-enabled, all-balanced, or all-<profile> of {}); configs of a mig-parted ConfigMap are not read yet",
+            mig.model,
+            mig.profiles
+                .iter()
+                .map(|p| p.name.replace('+', "."))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
 }
 
 fn launch_option(
@@ -385,7 +434,17 @@ fn launch_option(
             Some(Selection::Unreadable(e)) => return Err(OptionError::DevicePlugin(e.clone())),
             selection => selection.and_then(|s| s.config()),
         };
-        let gpus = node_resources(&NodeGpus::of(gpu, &it.name), config);
+        let node_gpus = NodeGpus::of(gpu, &it.name);
+        let gpus = match mig_layout(gpu, &node_labels).map_err(OptionError::Mig)? {
+            Some((mig, layout)) => mig_node_resources(
+                &node_gpus,
+                mig,
+                &layout,
+                config.map_or(MigStrategy::None, |c| c.mig_strategy),
+            )
+            .map_err(OptionError::Mig)?,
+            None => node_resources(&node_gpus, config),
+        };
         gpus.apply(&mut allocatable);
         if gpus.fail_requests_greater_than_one {
             at_most_one.extend(gpus.resources.keys().cloned());

@@ -1,0 +1,150 @@
+//! What the NVIDIA device plugin and gpu-feature-discovery advertise on a node whose GPUs the
+//! GPU operator's MIG manager has split (the node's `nvidia.com/mig.config`), by the plugin's
+//! `flags.migStrategy`:
+//!
+//! - `mixed`: one resource per profile, `nvidia.com/mig-<profile>` (`+me` written `.me`), as many
+//!   as the layout makes on all the node's GPUs; GFD adds `nvidia.com/mig-<profile>.count`.
+//! - `single`: every GPU split the same way, its instances advertised as `nvidia.com/gpu`; GFD's
+//!   `nvidia.com/gpu.product` gets `-MIG-<profile>`, and `gpu.count` and `gpu.memory` are the
+//!   instances'.
+//! - `none`: the plugin ignores MIG, so the split GPUs advertise nothing usable: refused, with
+//!   what to set.
+//!
+//! Time-slicing of MIG resources is not modelled yet.
+
+use std::collections::BTreeMap;
+
+use joiner_model::Quantity;
+use joiner_model::wellknown::resources;
+
+use super::MigStrategy;
+use super::node::{NodeGpuResources, NodeGpus, node_resources};
+use crate::catalog::mig::MigGpu;
+
+/// The resources and labels of a node whose `count` GPUs each carry `layout` (profile name to
+/// instances per GPU), or why the plugin would advertise none.
+pub fn mig_node_resources(
+    gpus: &NodeGpus,
+    mig: &MigGpu,
+    layout: &BTreeMap<String, u32>,
+    strategy: MigStrategy,
+) -> Result<NodeGpuResources, String> {
+    // What GFD says of the whole GPUs (product, memory, compute capability) still holds under
+    // `mixed`; `single` rewrites some of it.
+    let mut out = node_resources(gpus, None);
+    out.resources.clear();
+    let count = i64::from(gpus.count);
+    match strategy {
+        MigStrategy::None => Err(format!(
+            "the device plugin's migStrategy is none, so the MIG devices of the {} are not advertised: set flags.migStrategy to mixed or single",
+            mig.model
+        )),
+        MigStrategy::Mixed => {
+            out.labels
+                .insert("nvidia.com/mig.strategy".into(), "mixed".into());
+            for (name, per_gpu) in layout.iter().filter(|(_, n)| **n > 0) {
+                let Some(profile) = mig.profile(name) else {
+                    continue;
+                };
+                let total = i64::from(*per_gpu) * count;
+                let resource = profile.resource_name();
+                out.labels
+                    .insert(format!("{resource}.count"), total.to_string());
+                out.resources.insert(resource, Quantity::from_units(total));
+            }
+            Ok(out)
+        }
+        MigStrategy::Single => {
+            let used: Vec<(&String, &u32)> = layout.iter().filter(|(_, n)| **n > 0).collect();
+            let [(name, per_gpu)] = used.as_slice() else {
+                return Err(format!(
+                    "the device plugin's migStrategy is single, which needs every GPU split into one profile; the layout has {}",
+                    used.iter()
+                        .map(|(n, c)| format!("{c}x {n}"))
+                        .collect::<Vec<_>>()
+                        .join(" + ")
+                ));
+            };
+            let Some(profile) = mig.profile(name) else {
+                return Err(format!("the {} has no MIG profile {name}", mig.model));
+            };
+            let total = i64::from(**per_gpu) * count;
+            out.resources
+                .insert(resources::NVIDIA_GPU.into(), Quantity::from_units(total));
+            let product = out
+                .labels
+                .get("nvidia.com/gpu.product")
+                .cloned()
+                .unwrap_or_else(|| mig.model.clone());
+            let labels = [
+                ("nvidia.com/mig.strategy", "single".to_string()),
+                (
+                    "nvidia.com/gpu.product",
+                    format!("{product}-MIG-{}", profile.name),
+                ),
+                ("nvidia.com/gpu.count", total.to_string()),
+                (
+                    "nvidia.com/gpu.memory",
+                    (u64::from(profile.memory_gib) * 1024).to_string(),
+                ),
+            ];
+            for (k, v) in labels {
+                out.labels.insert(k.to_string(), v);
+            }
+            Ok(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::mig::{MigConfig, mig_gpu};
+
+    fn a100s() -> (NodeGpus<'static>, &'static MigGpu) {
+        let mig = mig_gpu("NVIDIA A100-SXM4-40GB").expect("A100");
+        let gpus = NodeGpus {
+            count: 8,
+            product_name: Some("NVIDIA A100-SXM4-40GB"),
+            memory_mib: Some(40960),
+            compute_capability: Some((8, 0)),
+            machine: Some("p4d.24xlarge"),
+        };
+        (gpus, mig)
+    }
+
+    fn layout(mig: &MigGpu, config: &str) -> BTreeMap<String, u32> {
+        match mig.default_config(config) {
+            Some(MigConfig::Enabled(l)) => l,
+            other => panic!("{config}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn mixed_advertises_each_profile_and_single_advertises_gpus() {
+        let (gpus, mig) = a100s();
+        let balanced = layout(mig, "all-balanced");
+        let mixed = mig_node_resources(&gpus, mig, &balanced, MigStrategy::Mixed).expect("mixed");
+        let units = |r: &NodeGpuResources, k: &str| r.resources.get(k).map(|q| q.units_ceil());
+        assert_eq!(units(&mixed, "nvidia.com/mig-1g.5gb"), Some(16));
+        assert_eq!(units(&mixed, "nvidia.com/mig-2g.10gb"), Some(8));
+        assert_eq!(units(&mixed, "nvidia.com/mig-3g.20gb"), Some(8));
+        assert_eq!(units(&mixed, resources::NVIDIA_GPU), None);
+        assert_eq!(mixed.labels["nvidia.com/mig-1g.5gb.count"], "16");
+
+        let single =
+            mig_node_resources(&gpus, mig, &layout(mig, "all-1g.5gb"), MigStrategy::Single)
+                .expect("single");
+        assert_eq!(units(&single, resources::NVIDIA_GPU), Some(56));
+        assert_eq!(
+            single.labels["nvidia.com/gpu.product"],
+            "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
+        );
+        assert_eq!(single.labels["nvidia.com/mig.strategy"], "single");
+        // Single needs one profile per GPU; none advertises nothing.
+        let e = mig_node_resources(&gpus, mig, &balanced, MigStrategy::Single).unwrap_err();
+        assert!(e.contains("one profile"), "{e}");
+        let e = mig_node_resources(&gpus, mig, &balanced, MigStrategy::None).unwrap_err();
+        assert!(e.contains("set flags.migStrategy"), "{e}");
+    }
+}
