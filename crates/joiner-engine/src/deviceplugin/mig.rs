@@ -10,20 +10,41 @@
 //! - `none`: the plugin ignores MIG, so the split GPUs advertise nothing usable: refused, with
 //!   what to set.
 //!
-//! Time-slicing of MIG resources is not modelled yet.
+//! A sharing config that replicates an advertised MIG resource (time-slicing or MPS of
+//! `nvidia.com/mig-1g.5gb`, or of `nvidia.com/gpu` under `single`) multiplies it by its
+//! replicas, renamed where it says, as the plugin does.
 
 use std::collections::BTreeMap;
 
 use joiner_model::Quantity;
 use joiner_model::wellknown::resources;
 
-use super::MigStrategy;
 use super::node::{NodeGpuResources, NodeGpus, node_resources};
+use super::{DevicePluginConfig, MigStrategy};
 use crate::catalog::mig::MigGpu;
 
 /// The resources and labels of a node whose `count` GPUs each carry `layout` (profile name to
 /// instances per GPU), or why the plugin would advertise none.
 pub fn mig_node_resources(
+    gpus: &NodeGpus,
+    mig: &MigGpu,
+    layout: &BTreeMap<String, u32>,
+    config: Option<&DevicePluginConfig>,
+) -> Result<NodeGpuResources, String> {
+    let mut out = split(
+        gpus,
+        mig,
+        layout,
+        config.map_or(MigStrategy::None, |c| c.mig_strategy),
+    )?;
+    if let Some(config) = config {
+        share(&mut out, config);
+    }
+    Ok(out)
+}
+
+/// What the plugin advertises of the split GPUs before any sharing.
+fn split(
     gpus: &NodeGpus,
     mig: &MigGpu,
     layout: &BTreeMap<String, u32>,
@@ -96,6 +117,33 @@ pub fn mig_node_resources(
     }
 }
 
+/// Replicates each advertised resource the config shares: its count times the replicas,
+/// under its new name if renamed, with GFD's `<resource>.replicas` label.
+fn share(out: &mut NodeGpuResources, config: &DevicePluginConfig) {
+    let advertised = std::mem::take(&mut out.resources);
+    for (resource, q) in advertised {
+        match config.replication(&resource) {
+            Some((sharing, r)) if r.replicas > 1 => {
+                let name = r.rename.clone().unwrap_or_else(|| resource.clone());
+                let units = q.units_ceil().saturating_mul(i128::from(r.replicas));
+                let units = i64::try_from(units).unwrap_or(i64::MAX);
+                out.resources.insert(name, Quantity::from_units(units));
+                out.labels
+                    .insert(format!("{resource}.replicas"), r.replicas.to_string());
+                out.labels.insert(
+                    super::SHARING_STRATEGY_LABEL.to_string(),
+                    sharing.strategy.as_str().to_string(),
+                );
+                out.sharing = Some(sharing.strategy);
+                out.fail_requests_greater_than_one |= sharing.fail_requests_greater_than_one;
+            }
+            _ => {
+                out.resources.insert(resource, q);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +161,13 @@ mod tests {
         (gpus, mig)
     }
 
+    fn with(mig_strategy: MigStrategy) -> DevicePluginConfig {
+        DevicePluginConfig {
+            mig_strategy,
+            sharing: None,
+        }
+    }
+
     fn layout(mig: &MigGpu, config: &str) -> BTreeMap<String, u32> {
         match mig.default_config(config) {
             Some(MigConfig::Enabled(l)) => l,
@@ -124,7 +179,8 @@ mod tests {
     fn mixed_advertises_each_profile_and_single_advertises_gpus() {
         let (gpus, mig) = a100s();
         let balanced = layout(mig, "all-balanced");
-        let mixed = mig_node_resources(&gpus, mig, &balanced, MigStrategy::Mixed).expect("mixed");
+        let mixed = mig_node_resources(&gpus, mig, &balanced, Some(&with(MigStrategy::Mixed)))
+            .expect("mixed");
         let units = |r: &NodeGpuResources, k: &str| r.resources.get(k).map(|q| q.units_ceil());
         assert_eq!(units(&mixed, "nvidia.com/mig-1g.5gb"), Some(16));
         assert_eq!(units(&mixed, "nvidia.com/mig-2g.10gb"), Some(8));
@@ -132,9 +188,13 @@ mod tests {
         assert_eq!(units(&mixed, resources::NVIDIA_GPU), None);
         assert_eq!(mixed.labels["nvidia.com/mig-1g.5gb.count"], "16");
 
-        let single =
-            mig_node_resources(&gpus, mig, &layout(mig, "all-1g.5gb"), MigStrategy::Single)
-                .expect("single");
+        let single = mig_node_resources(
+            &gpus,
+            mig,
+            &layout(mig, "all-1g.5gb"),
+            Some(&with(MigStrategy::Single)),
+        )
+        .expect("single");
         assert_eq!(units(&single, resources::NVIDIA_GPU), Some(56));
         assert_eq!(
             single.labels["nvidia.com/gpu.product"],
@@ -142,9 +202,38 @@ mod tests {
         );
         assert_eq!(single.labels["nvidia.com/mig.strategy"], "single");
         // Single needs one profile per GPU; none advertises nothing.
-        let e = mig_node_resources(&gpus, mig, &balanced, MigStrategy::Single).unwrap_err();
+        let e = mig_node_resources(&gpus, mig, &balanced, Some(&with(MigStrategy::Single)))
+            .unwrap_err();
         assert!(e.contains("one profile"), "{e}");
-        let e = mig_node_resources(&gpus, mig, &balanced, MigStrategy::None).unwrap_err();
+        let e = mig_node_resources(&gpus, mig, &balanced, None).unwrap_err();
         assert!(e.contains("set flags.migStrategy"), "{e}");
+    }
+
+    #[test]
+    fn time_slicing_a_mig_resource_multiplies_it_by_its_replicas() {
+        let (gpus, mig) = a100s();
+        let config = DevicePluginConfig {
+            mig_strategy: MigStrategy::Mixed,
+            sharing: Some(super::super::Sharing {
+                strategy: super::super::SharingStrategy::TimeSlicing,
+                fail_requests_greater_than_one: false,
+                resources: vec![super::super::ReplicatedResource {
+                    name: "nvidia.com/mig-1g.5gb".into(),
+                    rename: None,
+                    replicas: 2,
+                }],
+            }),
+        };
+        let out = mig_node_resources(&gpus, mig, &layout(mig, "all-balanced"), Some(&config))
+            .expect("mixed");
+        let units = |k: &str| out.resources.get(k).map(|q| q.units_ceil());
+        // 16 1g.5gb instances, each time-sliced two ways; the others are not shared.
+        assert_eq!(units("nvidia.com/mig-1g.5gb"), Some(32));
+        assert_eq!(units("nvidia.com/mig-2g.10gb"), Some(8));
+        assert_eq!(out.labels["nvidia.com/mig-1g.5gb.replicas"], "2");
+        assert_eq!(
+            out.labels["nvidia.com/gpu.sharing-strategy"],
+            "time-slicing"
+        );
     }
 }

@@ -18,7 +18,7 @@ use crate::catalog::devices::TemplateOptions;
 use crate::catalog::mig::{MigConfig, MigGpu, mig_gpu};
 use crate::catalog::{Catalog, InstanceType, NodeShape, OfferingKey};
 use crate::deviceplugin::{
-    DevicePluginConfigs, MigStrategy, NodeGpus, Selection, mig_node_resources, node_resources,
+    DevicePluginConfigs, NodeGpus, Selection, mig_node_resources, node_resources,
 };
 use crate::requirements::{Requirement, Requirements};
 use crate::scheduling::allowed::type_allowed;
@@ -436,13 +436,9 @@ fn launch_option(
         };
         let node_gpus = NodeGpus::of(gpu, &it.name);
         let gpus = match mig_layout(gpu, &node_labels).map_err(OptionError::Mig)? {
-            Some((mig, layout)) => mig_node_resources(
-                &node_gpus,
-                mig,
-                &layout,
-                config.map_or(MigStrategy::None, |c| c.mig_strategy),
-            )
-            .map_err(OptionError::Mig)?,
+            Some((mig, layout)) => {
+                mig_node_resources(&node_gpus, mig, &layout, config).map_err(OptionError::Mig)?
+            }
             None => node_resources(&node_gpus, config),
         };
         gpus.apply(&mut allocatable);
