@@ -222,14 +222,17 @@ impl SimulatedKubelet {
             .labels
             .as_ref()
             .is_some_and(|l| l.contains_key(GFD_TIMESTAMP));
+        if labelled {
+            return BTreeMap::new();
+        }
         let mut out: BTreeMap<String, String> = claim
             .map(NodeClaim::labels)
             .unwrap_or_default()
             .into_iter()
             .filter(|(k, _)| k.starts_with("nvidia.com/"))
             .collect();
-        if labelled || out.is_empty() {
-            return BTreeMap::new();
+        if out.is_empty() {
+            return out;
         }
         for ((of_type, label), value) in &self.gfd_labels {
             if of_type == instance_type {
@@ -280,12 +283,16 @@ impl SimulatedKubelet {
             uid: node.metadata.uid.clone().unwrap_or_default(),
             ..OwnerReference::default()
         };
-        let mut templates = (*templates).clone();
+        // A driver fault of the type publishes fewer devices (copied only then: this runs for
+        // every node on every step).
+        let mut faulted = None;
         for ((of_type, driver), keep) in &self.dra_devices {
             if of_type == instance_type {
-                templates = templates.with_at_most(driver, *keep);
+                let base = faulted.as_ref().unwrap_or(&*templates);
+                faulted = Some(base.with_at_most(driver, *keep));
             }
         }
+        let templates = faulted.as_ref().unwrap_or(&*templates);
         for mut slice in templates.node_slices(node_name, &options) {
             if self.silent_dra_drivers.contains(&slice.spec.driver) {
                 continue;

@@ -31,9 +31,12 @@ pub fn mismatches<'a>(
     claim
         .labels()
         .into_iter()
-        .filter(|(key, _)| key.starts_with(GFD_PREFIX) && key != GFD_TIMESTAMP && !known(key))
+        .filter(|(key, _)| key.starts_with(GFD_PREFIX) && key != GFD_TIMESTAMP)
         .filter_map(|(key, want)| {
             let found = on_node.get(&key).filter(|v| **v != want)?;
+            if known(&key) {
+                return None;
+            }
             Some(Contradiction {
                 of: Predicted::Label,
                 subject: key,

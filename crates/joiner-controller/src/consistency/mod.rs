@@ -115,7 +115,6 @@ pub struct Misprediction {
     pub node_claim: String,
     pub uid: Option<String>,
     pub instance_type: String,
-    pub of: Predicted,
     /// The resource, DRA driver or label.
     pub resource: String,
     /// Karpenter's wording of it.

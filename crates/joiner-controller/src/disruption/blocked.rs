@@ -15,7 +15,7 @@ use joiner_model::wellknown::annotations;
 use k8s_openapi::jiff::Timestamp;
 
 use super::View;
-use crate::pods::{bound_to, is_daemon_pod, is_held, is_node_held, pod_key};
+use crate::pods::{is_daemon_pod, is_held, is_node_held, pod_key};
 use crate::report::{DisruptionBlock, DoNotDisruptNote, Unconsolidatable};
 
 /// The NodeClaims the disruption step looks at: live, initialized, not being disrupted, with
@@ -42,7 +42,7 @@ pub(super) fn blocks(view: &View, now: Timestamp) -> Vec<(String, DisruptionBloc
                 .any(|n| n.metadata.name.as_deref() == Some(node) && is_node_held(&n.metadata));
             let block = if node_held {
                 DisruptionBlock::NodeAnnotated
-            } else if let Some(pod) = bound_to(&view.pods, node).find(|p| is_held(p, now)) {
+            } else if let Some(pod) = view.pods_on(node).find(|p| is_held(p, now)) {
                 DisruptionBlock::PodAnnotated(pod_key(pod))
             } else {
                 DisruptionBlock::Budget(view.blocked_by_budget(claim)?)
@@ -63,7 +63,7 @@ pub(super) fn unconsolidatable(view: &View) -> Vec<(String, Unconsolidatable)> {
             let why = if disruption.consolidate_after == "Never" {
                 Unconsolidatable::Disabled(name)
             } else if disruption.consolidation_policy == ConsolidationPolicy::WhenEmpty
-                && bound_to(&view.pods, node).any(|p| !is_daemon_pod(p))
+                && view.pods_on(node).any(|p| !is_daemon_pod(p))
             {
                 Unconsolidatable::NotEmpty(name)
             } else {
@@ -82,7 +82,7 @@ pub(super) fn do_not_disrupt_notes(
 ) -> Vec<(String, String, DoNotDisruptNote)> {
     let mut out = Vec::new();
     for (_, node) in looked_at(view) {
-        for pod in bound_to(&view.pods, node) {
+        for pod in view.pods_on(node) {
             let note = match DoNotDisrupt::of(&pod.metadata) {
                 Some(DoNotDisrupt::For(d)) => match protected_until(pod, d) {
                     Some(until) if now < until => DoNotDisruptNote::Until(until),

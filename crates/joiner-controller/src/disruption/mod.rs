@@ -80,7 +80,7 @@ use crate::interruption::is_interrupted;
 use crate::lifecycle;
 use crate::nodeclaim::node_claim_for;
 use crate::nodeclaim::stamp::{restamp, stamp};
-use crate::pods::{bound_to, is_held, is_node_held, is_pending, pod_key};
+use crate::pods::{is_held, is_node_held, is_pending, pod_key};
 use crate::report::Reconciler;
 use crate::report::{DisruptionCause, DisruptionEvent, StepReport};
 use crate::store::{ClusterStore, StoreError};
@@ -119,12 +119,23 @@ struct View {
     nodes: Vec<Node>,
     pods: Vec<Pod>,
     pdbs: Vec<PodDisruptionBudget>,
+    /// Each node's pods (indices into `pods`, those being deleted left out, as
+    /// [`crate::pods::bound_to`]), built once per step: every pass over the nodes asks for them.
+    by_node: BTreeMap<String, Vec<usize>>,
     /// Karpenter's `StaticCapacity` gate: off, static pools' nodes are left alone
     /// ([`statics`]).
     static_capacity: bool,
 }
 
 impl View {
+    /// The pods bound to `node`, less those being deleted.
+    fn pods_on<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a Pod> + 'a {
+        self.by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|&i| self.pods.get(i))
+    }
     fn claim_of_node(&self, node: &str) -> Option<&NodeClaim> {
         self.claims
             .iter()
@@ -162,7 +173,7 @@ impl View {
     /// a node is no candidate for a graceful move (drift, consolidation), as in Karpenter.
     fn blocked_by_budget(&self, claim: &NodeClaim) -> Option<String> {
         let node = claim.status.node_name.as_deref()?;
-        bound_to(&self.pods, node)
+        self.pods_on(node)
             .filter(|p| !crate::pods::is_daemon_pod(p))
             .find_map(|p| crate::store::pdb::blocking(&self.pdbs, &self.pods, p))
     }
@@ -175,8 +186,22 @@ impl View {
         self.nodes
             .iter()
             .any(|n| n.metadata.name.as_deref() == Some(node) && is_node_held(&n.metadata))
-            || bound_to(&self.pods, node).any(|p| is_held(p, now))
+            || self.pods_on(node).any(|p| is_held(p, now))
     }
+}
+
+/// Each node's pods, as indices into `pods`: those [`crate::pods::bound_to`] it.
+fn pods_by_node(pods: &[Pod]) -> BTreeMap<String, Vec<usize>> {
+    let mut out: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, p) in pods.iter().enumerate() {
+        if p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            out.entry(node.to_string()).or_default().push(i);
+        }
+    }
+    out
 }
 
 fn by_name<T>(items: Vec<T>, name: impl Fn(&T) -> Option<String>) -> BTreeMap<String, T> {
@@ -202,11 +227,16 @@ pub fn disrupt<S: ClusterStore, C: CloudProvider>(
         nodes: ctx.store.list::<Node>()?,
         pods: ctx.store.list::<Pod>()?,
         pdbs: ctx.store.list::<PodDisruptionBudget>()?,
+        by_node: BTreeMap::new(),
         static_capacity: ctx
             .config
             .settings
             .feature_gates
             .enabled(joiner_model::feature_gates::FeatureGate::StaticCapacity),
+    };
+    let view = View {
+        by_node: pods_by_node(&view.pods),
+        ..view
     };
     track_pods(ctx.now, &view, state);
 
@@ -471,7 +501,7 @@ fn eligible_counts(
     let empty = candidates
         .iter()
         .filter(|node| {
-            !crate::pods::bound_to(&view.pods, node).any(|p| {
+            !view.pods_on(node).any(|p| {
                 !crate::pods::is_daemon_pod(p)
                     && !matches!(
                         p.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -507,7 +537,7 @@ fn track_pods(now: Timestamp, view: &View, state: &mut DisruptionState) {
         let Some(name) = node.metadata.name.clone() else {
             continue;
         };
-        let keys: Vec<String> = bound_to(&view.pods, &name).map(pod_key).collect();
+        let keys: Vec<String> = view.pods_on(&name).map(pod_key).collect();
         let parts: Vec<&str> = keys.iter().map(String::as_str).collect();
         let hash = fnv1a(&parts);
         let entry = match state.pods_since.get(&name) {

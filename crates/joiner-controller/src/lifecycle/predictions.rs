@@ -65,7 +65,6 @@ pub(crate) fn contradicted<S: ClusterStore, C: CloudProvider>(
             node_claim: claim.name().to_string(),
             uid: claim.metadata.uid.clone(),
             instance_type: instance_type.clone(),
-            of: c.of,
             resource: c.subject.clone(),
             message,
         });

@@ -171,9 +171,7 @@ impl ProvisioningMetrics {
             let k = key(p);
             let ready_at = ready.get(p.uid.as_str()).map(|took| p.created + took);
             self.observe_pod(c, p, &k, ready_at, now);
-            if ready_at.is_some() {
-                forget(c, &k);
-            } else {
+            if ready_at.is_none() {
                 live.insert(k);
             }
         }
@@ -225,13 +223,6 @@ impl ProvisioningMetrics {
 
 fn key(p: &PodTimes) -> String {
     format!("{}/{}", p.namespace, p.name)
-}
-
-fn forget(c: &mut Clocks, k: &str) {
-    c.acknowledged.remove(k);
-    c.decided.remove(k);
-    c.schedulable.remove(k);
-    c.bound.remove(k);
 }
 
 #[cfg(test)]
