@@ -45,6 +45,12 @@ instead of crash-looping the controller. Included by configmap.yaml; renders not
 {{- fail "settings.nvidiaDevicePlugin.configMap: expected namespace/name, such as kube-system/nvidia-device-plugin" }}
 {{- end }}
 {{- end }}
+{{- $migCm := $s.nvidiaMigManager.configMap }}
+{{- if not (kindIs "invalid" $migCm) }}
+{{- if not (and (kindIs "string" $migCm) (regexMatch "^[^/]+/[^/]+$" $migCm)) }}
+{{- fail "settings.nvidiaMigManager.configMap: expected namespace/name, such as gpu-operator/default-mig-parted-config" }}
+{{- end }}
+{{- end }}
 {{- $overhead := $s.vmMemoryOverheadPercent }}
 {{- if not (kindIs "invalid" $overhead) }}
 {{- if not (and (or (kindIs "float64" $overhead) (kindIs "int64" $overhead)) (ge (float64 $overhead) (float64 0)) (lt (float64 $overhead) (float64 1))) }}

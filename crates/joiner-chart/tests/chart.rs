@@ -61,6 +61,8 @@ fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 
 /// The Role (and binding) reading the NVIDIA device plugin's ConfigMap.
 const DEVICE_CONFIG_ROLE: &str = "joiner-device-plugin-config";
+/// The Role (and binding) reading the GPU operator MIG manager's ConfigMap, in its namespace.
+const MIG_CONFIG_ROLE: &str = "joiner-mig-manager-config";
 const CLUSTER_DNS_ROLE: &str = "joiner-cluster-dns";
 
 fn container(docs: &[Value]) -> &Value {
@@ -85,13 +87,19 @@ fn the_seed_install_renders_each_object_once_in_the_release_namespace() {
             "ServiceAccount",
         ])
     );
-    // One of each, but for the Roles and RoleBindings of the device-plugin ConfigMap and the
-    // cluster DNS Service.
-    assert_eq!(docs.len(), kinds.len() + 4);
+    // One of each, but for the Roles and RoleBindings of the device-plugin and MIG manager
+    // ConfigMaps and the cluster DNS Service.
+    assert_eq!(docs.len(), kinds.len() + 6);
     for d in &docs {
         let name = d["metadata"]["name"].as_str().unwrap_or_default();
         assert!(
-            name == "joiner" || name == DEVICE_CONFIG_ROLE || name == CLUSTER_DNS_ROLE,
+            [
+                "joiner",
+                DEVICE_CONFIG_ROLE,
+                MIG_CONFIG_ROLE,
+                CLUSTER_DNS_ROLE
+            ]
+            .contains(&name),
             "{} {name}",
             d["kind"]
         );
@@ -101,6 +109,9 @@ fn the_seed_install_renders_each_object_once_in_the_release_namespace() {
         );
         let expected_ns = if cluster_scoped {
             Value::Null
+        } else if name == MIG_CONFIG_ROLE {
+            // The GPU operator's namespace, where its MIG manager's ConfigMap lives.
+            json!("gpu-operator")
         } else {
             json!(NAMESPACE)
         };
@@ -852,6 +863,14 @@ fn render_time_validation_mirrors_the_controller() {
             vec!["settings.nvidiaDevicePlugin.configMap=just-a-name"],
         ),
         (
+            json!({}),
+            vec!["settings.nvidiaMigManager.configMap=gpu-operator/custom-mig-config"],
+        ),
+        (
+            json!({}),
+            vec!["settings.nvidiaMigManager.configMap=just-a-name"],
+        ),
+        (
             json!({"settings": {"vmMemoryOverheadPercent": 0.1}}),
             vec![],
         ),
@@ -901,7 +920,7 @@ fn render_time_validation_mirrors_the_controller() {
             ),
         }
     }
-    assert_eq!(failures, 16, "the table covers refusals and acceptances");
+    assert_eq!(failures, 17, "the table covers refusals and acceptances");
 }
 
 #[test]
@@ -971,6 +990,12 @@ fn irsa_service_monitor_and_names_follow_the_values() {
     assert_eq!(
         device_config["rules"][0]["resourceNames"],
         json!(["time-slicing-config"])
+    );
+    let mig_config = named(&docs, "Role", "prod-joiner-mig-manager-config");
+    assert_eq!(mig_config["metadata"]["namespace"], "gpu-operator");
+    assert_eq!(
+        mig_config["rules"][0]["resourceNames"],
+        json!(["default-mig-parted-config"])
     );
 
     // Without serviceMonitor.enabled there is no ServiceMonitor (the CRD may not exist).

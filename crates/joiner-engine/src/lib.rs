@@ -18,6 +18,7 @@ pub mod catalog;
 pub mod deviceplugin;
 pub mod disruption;
 pub mod listing;
+pub mod migmanager;
 pub mod plan;
 pub mod requirements;
 pub mod scheduling;

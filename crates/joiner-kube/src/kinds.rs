@@ -29,10 +29,14 @@ pub(crate) fn watch_all(b: &mut Registry) {
             Kind::Node => b.watch::<Node>(Scope::All, required),
             Kind::DaemonSet => b.watch::<DaemonSet>(Scope::All, required),
             Kind::ConfigMap => {
-                // Only the device-plugin config the settings name.
-                let (ns, name) = b.options().device_plugin_config_map.clone();
-                let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
-                b.watch::<ConfigMap>(Scope::Namespace(&ns, by_name), required);
+                // Only the device-plugin and MIG manager configs the settings name, each by name.
+                let named: Vec<(String, String)> =
+                    b.options().config_maps().into_iter().cloned().collect();
+                for (ns, name) in named {
+                    let by_name =
+                        watcher::Config::default().fields(&format!("metadata.name={name}"));
+                    b.watch::<ConfigMap>(Scope::Namespace(&ns, by_name), required);
+                }
             }
             Kind::NodePool => b.watch::<NodePool>(Scope::All, required),
             Kind::NodeClaim => b.watch::<NodeClaim>(Scope::All, required),

@@ -119,7 +119,7 @@ pub async fn list_cluster(client: &Client, options: &StoreOptions) -> Result<Lis
             None => continue,
         };
         let scope = match row.kind {
-            Kind::ConfigMap => Scope::Named(&options.device_plugin_config_map),
+            Kind::ConfigMap => Scope::Named(options.config_maps()),
             _ => Scope::All,
         };
         match list_first_served(client, &resources, &scope).await {
@@ -158,13 +158,20 @@ pub fn listed(options: &StoreOptions) -> Vec<Listed> {
     KINDS
         .iter()
         .filter(|row| !matches!(row.live, Live::NotRead(_)))
-        .filter_map(|row| {
-            let first = resources_of(row.kind)?.into_iter().next()?;
-            Some(Listed {
-                group: first.group,
-                plural: first.plural,
-                name: (row.kind == Kind::ConfigMap)
-                    .then(|| options.device_plugin_config_map.1.clone()),
+        .filter_map(|row| Some((row.kind, resources_of(row.kind)?.into_iter().next()?)))
+        .flat_map(|(kind, first)| {
+            let names: Vec<Option<String>> = match kind {
+                Kind::ConfigMap => options
+                    .config_maps()
+                    .into_iter()
+                    .map(|(_, name)| Some(name.clone()))
+                    .collect(),
+                _ => vec![None],
+            };
+            names.into_iter().map(move |name| Listed {
+                group: first.group.clone(),
+                plural: first.plural.clone(),
+                name,
             })
         })
         .collect()
@@ -173,8 +180,8 @@ pub fn listed(options: &StoreOptions) -> Vec<Listed> {
 /// Where a kind is listed.
 enum Scope<'a> {
     All,
-    /// One object by namespace and name (a field selector on its name).
-    Named(&'a (String, String)),
+    /// Objects by namespace and name (a field selector on each name).
+    Named(Vec<&'a (String, String)>),
 }
 
 /// The API resources a kind may be served as, in the order tried; `None` for kinds the live
@@ -238,23 +245,36 @@ async fn list_first_served(
     Ok(None)
 }
 
-/// Every page of one resource's list. A continue token that expired mid-way (410) starts the
-/// list again from its first page, at most [`RESTARTS`] times.
+/// Every object of one resource in `scope`.
 async fn list_all(
     client: &Client,
     resource: &ApiResource,
     scope: &Scope<'_>,
 ) -> Result<Vec<Value>, kube::Error> {
-    let (api, params): (Api<DynamicObject>, ListParams) = match scope {
-        Scope::All => (
-            Api::all_with(client.clone(), resource),
-            ListParams::default(),
-        ),
-        Scope::Named((namespace, name)) => (
-            Api::namespaced_with(client.clone(), namespace, resource),
-            ListParams::default().fields(&format!("metadata.name={name}")),
-        ),
-    };
+    match scope {
+        Scope::All => {
+            let api = Api::all_with(client.clone(), resource);
+            list_pages(&api, ListParams::default(), resource).await
+        }
+        Scope::Named(named) => {
+            let mut objects = Vec::new();
+            for (namespace, name) in named {
+                let api = Api::namespaced_with(client.clone(), namespace, resource);
+                let params = ListParams::default().fields(&format!("metadata.name={name}"));
+                objects.extend(list_pages(&api, params, resource).await?);
+            }
+            Ok(objects)
+        }
+    }
+}
+
+/// Every page of one list. A continue token that expired mid-way (410) starts the list again
+/// from its first page, at most [`RESTARTS`] times.
+async fn list_pages(
+    api: &Api<DynamicObject>,
+    params: ListParams,
+    resource: &ApiResource,
+) -> Result<Vec<Value>, kube::Error> {
     let mut restarts = 0;
     'list: loop {
         let mut objects = Vec::new();

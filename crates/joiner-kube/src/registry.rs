@@ -41,8 +41,9 @@ pub(crate) struct Registry {
     pub(crate) client: Client,
     pub(crate) handle: Handle,
     pub(crate) options: StoreOptions,
-    /// `Arc<KindCache<K>>` by `TypeId::of::<K>()`.
-    pub(crate) caches: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+    /// `Arc<KindCache<K>>` by `TypeId::of::<K>()`: one per watch of the kind (two ConfigMaps
+    /// by name are two watches).
+    pub(crate) caches: HashMap<TypeId, Vec<Arc<dyn Any + Send + Sync>>>,
     pub(crate) watched: Vec<Arc<dyn Watched>>,
     pub(crate) changes: watch::Sender<u64>,
     pub(crate) tasks: Vec<AbortHandle>,
@@ -88,7 +89,10 @@ impl Registry {
             self.changes.clone(),
         ));
         self.tasks.push(task.abort_handle());
-        self.caches.insert(TypeId::of::<K>(), cache.clone());
+        self.caches
+            .entry(TypeId::of::<K>())
+            .or_default()
+            .push(cache.clone());
         self.watched.push(cache);
     }
 

@@ -164,11 +164,19 @@ impl FakeApi {
             .iter()
             .any(|(m, p, _)| *m == r.method && *p == r.path);
         if r.method == "GET" && !scripted {
-            let (code, body) = s
+            let (code, mut body) = s
                 .lists
                 .get(&r.path)
                 .cloned()
                 .unwrap_or_else(|| (200, list_of(Vec::new(), "1")));
+            // The API server applies a field selector on the name; so does the double.
+            if let (Some(name), Some(items)) = (
+                r.param("fieldSelector")
+                    .and_then(|f| f.strip_prefix("metadata.name=").map(str::to_string)),
+                body.get_mut("items").and_then(Value::as_array_mut),
+            ) {
+                items.retain(|o| o["metadata"]["name"] == name.as_str());
+            }
             return Outcome::Respond(response(code, &body));
         }
         match s

@@ -22,6 +22,15 @@ pub enum SettingsError {
     Set { expr: String, message: String },
 }
 
+/// A `namespace/name` setting, split.
+fn namespaced_name(path: &str, value: &str) -> Result<(String, String), SettingsError> {
+    value
+        .split_once('/')
+        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
+        .map(|(ns, name)| (ns.to_string(), name.to_string()))
+        .ok_or_else(|| invalid(path, format!("{value:?} is not namespace/name")))
+}
+
 fn invalid(path: &str, message: impl Into<String>) -> SettingsError {
     SettingsError::Invalid {
         path: path.to_string(),
@@ -240,6 +249,8 @@ pub struct Settings {
     pub cluster_cidr: Option<String>,
     pub interruption_queue: Option<String>,
     pub nvidia_device_plugin: NvidiaDevicePlugin,
+    /// Where the GPU operator's MIG manager keeps its MIG configs.
+    pub nvidia_mig_manager: NvidiaMigManager,
     /// How long the batcher waits for another pending pod before planning.
     pub batch_idle_duration: Duration,
     /// The longest the batcher waits in all.
@@ -267,6 +278,15 @@ pub struct NvidiaDevicePlugin {
     pub config_map_name: String,
     /// The key of the ConfigMap used for nodes without a `nvidia.com/device-plugin.config` label.
     pub default_config: Option<String>,
+}
+
+/// Where the GPU operator's MIG manager reads the layouts a node's `nvidia.com/mig.config`
+/// names: its mig-parted ConfigMap (`settings.nvidiaMigManager.configMap`). When the cluster has
+/// no such ConfigMap, the operator's built-in default configs stand in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvidiaMigManager {
+    pub config_map_namespace: String,
+    pub config_map_name: String,
 }
 
 /// What Joiner must know of the cluster it plans for.
@@ -305,6 +325,10 @@ impl Default for Settings {
                 config_map_namespace: "kube-system".to_string(),
                 config_map_name: "nvidia-device-plugin".to_string(),
                 default_config: None,
+            },
+            nvidia_mig_manager: NvidiaMigManager {
+                config_map_namespace: "gpu-operator".to_string(),
+                config_map_name: "default-mig-parted-config".to_string(),
             },
             batch_idle_duration: Duration::from_secs(1),
             batch_max_duration: Duration::from_secs(10),
@@ -508,20 +532,20 @@ impl Settings {
 
         let mut ndp = s.section("nvidiaDevicePlugin")?;
         if let Some(cm) = ndp.string("configMap")? {
-            let (ns, name) = cm
-                .split_once('/')
-                .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
-                .ok_or_else(|| {
-                    invalid(
-                        "settings.nvidiaDevicePlugin.configMap",
-                        format!("{cm:?} is not namespace/name"),
-                    )
-                })?;
-            out.nvidia_device_plugin.config_map_namespace = ns.to_string();
-            out.nvidia_device_plugin.config_map_name = name.to_string();
+            let (ns, name) = namespaced_name("settings.nvidiaDevicePlugin.configMap", &cm)?;
+            out.nvidia_device_plugin.config_map_namespace = ns;
+            out.nvidia_device_plugin.config_map_name = name;
         }
         out.nvidia_device_plugin.default_config = ndp.string("defaultConfig")?;
         ndp.unknown_keys(&[], &mut warnings);
+
+        let mut nmm = s.section("nvidiaMigManager")?;
+        if let Some(cm) = nmm.string("configMap")? {
+            let (ns, name) = namespaced_name("settings.nvidiaMigManager.configMap", &cm)?;
+            out.nvidia_mig_manager.config_map_namespace = ns;
+            out.nvidia_mig_manager.config_map_name = name;
+        }
+        nmm.unknown_keys(&[], &mut warnings);
 
         let mut cluster = s.section("cluster")?;
         if let Some(v) = cluster.get("kubernetesVersion") {
@@ -816,6 +840,7 @@ settings:
   clusterEndpoint: https://example
   interruptionQueue: demo-q
   nvidiaDevicePlugin: {configMap: gpu-operator/time-slicing, defaultConfig: any}
+  nvidiaMigManager: {configMap: gpu-operator/custom-mig-parted-config}
   batchIdleDuration: 2s
   batchMaxDuration: 1m30s
   featureGates: {spotToSpotConsolidation: true}
@@ -834,6 +859,10 @@ settings:
         assert_eq!(
             s.nvidia_device_plugin.default_config.as_deref(),
             Some("any")
+        );
+        assert_eq!(
+            s.nvidia_mig_manager.config_map_name,
+            "custom-mig-parted-config"
         );
         assert_eq!(s.batch_max_duration, Duration::from_secs(90));
         assert!(
@@ -896,6 +925,10 @@ settings:
             (
                 "settings: {nvidiaDevicePlugin: {configMap: just-a-name}}",
                 "settings.nvidiaDevicePlugin.configMap",
+            ),
+            (
+                "settings: {nvidiaMigManager: {configMap: a/b/c}}",
+                "settings.nvidiaMigManager.configMap",
             ),
             (
                 "settings: {cluster: {featureGates: {DRAAdminAccess: maybe}}}",

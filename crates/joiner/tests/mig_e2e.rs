@@ -1,7 +1,8 @@
 //! End-to-end: MIG before launch. The `mig-p4d-lab` example's NodePool labels its nodes
 //! `nvidia.com/mig.config: all-1g.5gb`, and the device plugin runs with `migStrategy: mixed`:
 //! `joiner plan` must know before launch that a p4d.24xlarge advertises 56 `1g.5gb` instances,
-//! and refuse, saying why, a layout or a strategy that cannot be served.
+//! and refuse, saying why, a layout or a strategy that cannot be served. With the MIG manager's
+//! mig-parted ConfigMap in the input, the label names one of its configs instead.
 
 use std::process::{Command, Output};
 
@@ -92,6 +93,72 @@ fn a_layout_or_strategy_the_node_cannot_serve_is_refused_with_why() {
     assert!(
         stderr.contains(r#""all-2g.20gb" is not one of the GPU operator's default MIG configs for the A100-SXM4-40GB"#)
             && stderr.contains("1g.5gb, 1g.5gb.me, 1g.10gb"),
+        "{stderr}"
+    );
+}
+
+/// NVIDIA's DRA quickstart config (`demo/specs/quickstart/mig-parted-config.yaml`) as the GPU
+/// operator's ConfigMap: the first four GPUs split, the last four whole.
+const MIG_PARTED: &str = r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: default-mig-parted-config
+  namespace: gpu-operator
+data:
+  config.yaml: |
+    version: v1
+    mig-configs:
+      all-disabled:
+        - devices: all
+          mig-enabled: false
+      half-balanced:
+        - devices: [0, 1, 2, 3]
+          mig-enabled: true
+          mig-devices:
+            "1g.5gb": 2
+            "2g.10gb": 1
+            "3g.20gb": 1
+        - devices: [4, 5, 6, 7]
+          mig-enabled: false
+"#;
+
+#[test]
+fn the_mig_managers_config_map_names_the_layouts() {
+    let dir = example_with(|file, text| {
+        if file == "nodepool.yaml" {
+            text.replace("all-1g.5gb", "half-balanced")
+        } else {
+            text
+        }
+    });
+    dir.write("mig-parted-config.yaml", MIG_PARTED);
+    let (plan, _) = plan_of(&dir.path().display().to_string());
+    let claims = plan["nodeClaims"].as_array().expect("claims");
+    // Eight 1g.5gb instances a node: seven nodes for 56 pods.
+    assert_eq!(claims.len(), 7, "{claims:#?}");
+    let allocatable = &claims[0]["resources"]["allocatable"];
+    assert_eq!(allocatable["nvidia.com/mig-1g.5gb"], "8");
+    assert_eq!(allocatable["nvidia.com/mig-2g.10gb"], "4");
+    assert_eq!(allocatable["nvidia.com/mig-3g.20gb"], "4");
+    assert_eq!(allocatable["nvidia.com/gpu"], "4", "the whole GPUs");
+
+    // With the ConfigMap there, the operator's defaults are not: the example's label is refused.
+    let defaults = example_with(|_, text| text);
+    defaults.write("mig-parted-config.yaml", MIG_PARTED);
+    let stderr = refused(&defaults);
+    assert!(
+        stderr.contains(r#""all-1g.5gb" is not a config of the MIG manager's ConfigMap/gpu-operator/default-mig-parted-config (it has all-disabled, half-balanced)"#),
+        "{stderr}"
+    );
+    // A ConfigMap mig-parted would not read is refused naming its key.
+    dir.write(
+        "mig-parted-config.yaml",
+        &MIG_PARTED.replace("version: v1", "version: v2"),
+    );
+    let stderr = refused(&dir);
+    assert!(
+        stderr.contains("mig-parted-config.yaml")
+            && stderr.contains("ConfigMap/gpu-operator/default-mig-parted-config: data[config.yaml]: version \"v2\""),
         "{stderr}"
     );
 }

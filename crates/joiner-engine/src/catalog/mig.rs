@@ -37,6 +37,9 @@ pub struct MigProfile {
     pub memory_slices: u8,
     /// Whether it carries the GPU's media engines (`+me`: at most one per GPU).
     pub media_extensions: bool,
+    /// NVML's GPU-instance profile ID (`nvidia-smi mig -lgip`), which the NVIDIA DRA driver
+    /// puts in a MIG device's name.
+    pub gi_profile_id: u8,
 }
 
 impl MigProfile {
@@ -55,6 +58,8 @@ pub struct MigGpu {
     pub model: String,
     /// The driver's product name, as the catalog has it (`NVIDIA A100-SXM4-40GB`).
     pub product_name: String,
+    /// PCI device and vendor IDs as mig-parted's `device-filter` writes them (`0x20B010DE`).
+    pub pci_device_ids: Vec<String>,
     pub profiles: Vec<MigProfile>,
 }
 
@@ -81,6 +86,31 @@ pub fn mig_gpus() -> &'static [MigGpu] {
 /// The MIG facts of a GPU by the driver's product name (`None`: not MIG-capable, or not known).
 pub fn mig_gpu(product_name: &str) -> Option<&'static MigGpu> {
     mig_gpus().iter().find(|g| g.product_name == product_name)
+}
+
+/// MIG instances on one GPU: profile name (as `nvidia-smi` writes it) to count.
+pub type MigLayout = BTreeMap<String, u32>;
+
+/// What the MIG manager makes of each GPU of one node, by GPU index: `None` for a GPU whose MIG
+/// mode stays off (whole). A config may split some GPUs and not others (NVIDIA's
+/// `half-balanced`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeMigLayout {
+    pub gpus: Vec<Option<MigLayout>>,
+}
+
+impl NodeMigLayout {
+    /// Every one of `count` GPUs split the same way.
+    pub fn uniform(count: u32, layout: MigLayout) -> NodeMigLayout {
+        NodeMigLayout {
+            gpus: vec![Some(layout); count as usize],
+        }
+    }
+
+    /// Whether no GPU is split.
+    pub fn is_whole(&self) -> bool {
+        self.gpus.iter().all(Option::is_none)
+    }
 }
 
 /// Why a layout cannot be made on one GPU.
@@ -115,8 +145,32 @@ pub enum MigConfig {
 }
 
 impl MigGpu {
+    /// A profile by name, as `nvidia-smi` writes it or with `+me` written `.me` (as the GPU
+    /// operator's config names do).
     pub fn profile(&self, name: &str) -> Option<&MigProfile> {
-        self.profiles.iter().find(|p| p.name == name)
+        self.profiles
+            .iter()
+            .find(|p| p.name == name || p.name.replace('+', ".") == name)
+    }
+
+    /// Whether a mig-parted `device-filter` entry (`0x20B010DE`, optionally with `:<subsystem>`,
+    /// which the catalog does not know and so never matches) names this GPU.
+    pub fn matches_device_filter(&self, filter: &str) -> bool {
+        self.pci_device_ids
+            .iter()
+            .any(|id| id.eq_ignore_ascii_case(filter.trim()))
+    }
+
+    /// Where each instance of `layout` sits on one GPU: `(profile, first memory slice)`,
+    /// largest first; `None` if it does not fit (see [`MigGpu::check_layout`]).
+    pub fn placements(&self, layout: &MigLayout) -> Option<Vec<(&MigProfile, u8)>> {
+        let mut instances: Vec<&MigProfile> = Vec::new();
+        for (name, &count) in layout {
+            instances.extend(std::iter::repeat_n(self.profile(name)?, count as usize));
+        }
+        instances.sort_by_key(|p| (std::cmp::Reverse(p.memory_slices), p.name.clone()));
+        let mut starts = Vec::with_capacity(instances.len());
+        place_at(&instances, 0, &mut starts).then(|| instances.into_iter().zip(starts).collect())
     }
 
     /// What the GPU operator's default config `name` (its `default-mig-parted-config`) makes
@@ -141,10 +195,7 @@ impl MigGpu {
             _ => {}
         }
         let profile = name.strip_prefix("all-")?;
-        let p = self
-            .profiles
-            .iter()
-            .find(|p| p.name == profile || p.name.replace('+', ".") == profile)?;
+        let p = self.profile(profile)?;
         Some(MigConfig::Enabled(
             [(p.name.clone(), u32::from(p.max_instances))].into(),
         ))
@@ -198,6 +249,11 @@ impl MigGpu {
 /// Whether `instances` can each be given a placement without overlapping the memory slices in
 /// `taken` (a bit per slice): a search over at most 7 instances and 8 placements each.
 fn place(instances: &[&MigProfile], taken: u8) -> bool {
+    place_at(instances, taken, &mut Vec::new())
+}
+
+/// [`place`], recording in `starts` where each instance went.
+fn place_at(instances: &[&MigProfile], taken: u8, starts: &mut Vec<u8>) -> bool {
     let Some((first, rest)) = instances.split_first() else {
         return true;
     };
@@ -207,7 +263,15 @@ fn place(instances: &[&MigProfile], taken: u8) -> bool {
             return false;
         }
         let span = (((1u16 << first.memory_slices) - 1) << start) as u8;
-        taken & span == 0 && place(rest, taken | span)
+        if taken & span != 0 {
+            return false;
+        }
+        starts.push(start);
+        if place_at(rest, taken | span, starts) {
+            return true;
+        }
+        starts.pop();
+        false
     })
 }
 

@@ -3,7 +3,8 @@
 //! `flags.migStrategy`:
 //!
 //! - `mixed`: one resource per profile, `nvidia.com/mig-<profile>` (`+me` written `.me`), as many
-//!   as the layout makes on all the node's GPUs; GFD adds `nvidia.com/mig-<profile>.count`.
+//!   as the layout makes on all the node's GPUs; GFD adds `nvidia.com/mig-<profile>.count`. GPUs
+//!   the config leaves whole are still `nvidia.com/gpu`.
 //! - `single`: every GPU split the same way, its instances advertised as `nvidia.com/gpu`; GFD's
 //!   `nvidia.com/gpu.product` gets `-MIG-<profile>`, and `gpu.count` and `gpu.memory` are the
 //!   instances'.
@@ -21,14 +22,14 @@ use joiner_model::wellknown::resources;
 
 use super::node::{NodeGpuResources, NodeGpus, node_resources};
 use super::{DevicePluginConfig, MigStrategy};
-use crate::catalog::mig::MigGpu;
+use crate::catalog::mig::{MigGpu, NodeMigLayout};
 
-/// The resources and labels of a node whose `count` GPUs each carry `layout` (profile name to
-/// instances per GPU), or why the plugin would advertise none.
+/// The resources and labels of a node whose GPUs the MIG manager split as `layout` says, or why
+/// the plugin would advertise none.
 pub fn mig_node_resources(
     gpus: &NodeGpus,
     mig: &MigGpu,
-    layout: &BTreeMap<String, u32>,
+    layout: &NodeMigLayout,
     config: Option<&DevicePluginConfig>,
 ) -> Result<NodeGpuResources, String> {
     let mut out = split(
@@ -47,14 +48,13 @@ pub fn mig_node_resources(
 fn split(
     gpus: &NodeGpus,
     mig: &MigGpu,
-    layout: &BTreeMap<String, u32>,
+    layout: &NodeMigLayout,
     strategy: MigStrategy,
 ) -> Result<NodeGpuResources, String> {
     // What GFD says of the whole GPUs (product, memory, compute capability) still holds under
     // `mixed`; `single` rewrites some of it.
     let mut out = node_resources(gpus, None);
     out.resources.clear();
-    let count = i64::from(gpus.count);
     match strategy {
         MigStrategy::None => Err(format!(
             "the device plugin's migStrategy is none, so the MIG devices of the {} are not advertised: set flags.migStrategy to mixed or single",
@@ -63,12 +63,19 @@ fn split(
         MigStrategy::Mixed => {
             out.labels
                 .insert("nvidia.com/mig.strategy".into(), "mixed".into());
-            for (name, per_gpu) in layout.iter().filter(|(_, n)| **n > 0) {
-                let Some(profile) = mig.profile(name) else {
-                    continue;
-                };
-                let total = i64::from(*per_gpu) * count;
-                let resource = profile.resource_name();
+            let whole = layout.gpus.iter().filter(|g| g.is_none()).count();
+            if whole > 0 {
+                let whole = i64::try_from(whole).unwrap_or(i64::MAX);
+                out.resources
+                    .insert(resources::NVIDIA_GPU.into(), Quantity::from_units(whole));
+            }
+            let mut totals: BTreeMap<String, i64> = BTreeMap::new();
+            for (name, n) in layout.gpus.iter().flatten().flatten() {
+                if let Some(profile) = mig.profile(name) {
+                    *totals.entry(profile.resource_name()).or_default() += i64::from(*n);
+                }
+            }
+            for (resource, total) in totals.into_iter().filter(|(_, t)| *t > 0) {
                 out.labels
                     .insert(format!("{resource}.count"), total.to_string());
                 out.resources.insert(resource, Quantity::from_units(total));
@@ -76,7 +83,14 @@ fn split(
             Ok(out)
         }
         MigStrategy::Single => {
-            let used: Vec<(&String, &u32)> = layout.iter().filter(|(_, n)| **n > 0).collect();
+            let Some(Some(first)) = layout.gpus.first() else {
+                return Err(single_needs_one_layout());
+            };
+            if layout.gpus.iter().any(|g| g.as_ref() != Some(first)) {
+                return Err(single_needs_one_layout());
+            }
+            let count = i64::try_from(layout.gpus.len()).unwrap_or(i64::MAX);
+            let used: Vec<(&String, &u32)> = first.iter().filter(|(_, n)| **n > 0).collect();
             let [(name, per_gpu)] = used.as_slice() else {
                 return Err(format!(
                     "the device plugin's migStrategy is single, which needs every GPU split into one profile; the layout has {}",
@@ -115,6 +129,10 @@ fn split(
             Ok(out)
         }
     }
+}
+
+fn single_needs_one_layout() -> String {
+    "the device plugin's migStrategy is single, which needs every GPU of the node split the same way; the config leaves some whole or splits them differently: use migStrategy mixed".to_string()
 }
 
 /// Replicates each advertised resource the config shares: its count times the replicas,
@@ -168,9 +186,9 @@ mod tests {
         }
     }
 
-    fn layout(mig: &MigGpu, config: &str) -> BTreeMap<String, u32> {
+    fn layout(mig: &MigGpu, config: &str) -> NodeMigLayout {
         match mig.default_config(config) {
-            Some(MigConfig::Enabled(l)) => l,
+            Some(MigConfig::Enabled(l)) => NodeMigLayout::uniform(8, l),
             other => panic!("{config}: {other:?}"),
         }
     }
@@ -207,6 +225,24 @@ mod tests {
         assert!(e.contains("one profile"), "{e}");
         let e = mig_node_resources(&gpus, mig, &balanced, None).unwrap_err();
         assert!(e.contains("set flags.migStrategy"), "{e}");
+    }
+
+    #[test]
+    fn gpus_a_config_leaves_whole_stay_gpus_under_mixed_and_refuse_single() {
+        let (gpus, mig) = a100s();
+        let mut half = layout(mig, "all-balanced");
+        for g in &mut half.gpus[4..] {
+            *g = None;
+        }
+        let out =
+            mig_node_resources(&gpus, mig, &half, Some(&with(MigStrategy::Mixed))).expect("mixed");
+        let units = |k: &str| out.resources.get(k).map(|q| q.units_ceil());
+        assert_eq!(units(resources::NVIDIA_GPU), Some(4));
+        assert_eq!(units("nvidia.com/mig-1g.5gb"), Some(8));
+        assert_eq!(units("nvidia.com/mig-3g.20gb"), Some(4));
+        let e =
+            mig_node_resources(&gpus, mig, &half, Some(&with(MigStrategy::Single))).unwrap_err();
+        assert!(e.contains("split the same way"), "{e}");
     }
 
     #[test]

@@ -40,11 +40,12 @@ use crate::catalog::{
     CapacityType, Catalog, InstanceType, Offering, OfferingKey, user_instance_type,
 };
 use crate::deviceplugin::DevicePluginConfigs;
+use crate::migmanager::MigConfigs;
 use crate::plan::{Plan, Unschedulable};
 use crate::scheduling::{
     DaemonInput, ExistingNode, LaunchOption, PodInfo, PoolInput, SchedulingInput, schedule,
 };
-use pools::{PoolCatalog, PoolError, UnreadyPool, build_pool};
+use pools::{GpuSoftware, PoolCatalog, PoolError, UnreadyPool, build_pool};
 
 /// How to build a snapshot beyond what the settings say.
 #[derive(Debug, Clone)]
@@ -197,12 +198,29 @@ impl<'a> SnapshotBuilder<'a> {
             &mut invalid,
         );
         let plugin = device_plugin_configs(m, settings);
-        for e in plugin.iter().flat_map(DevicePluginConfigs::errors) {
+        let mig = MigConfigs::find(
+            m.config_maps.iter().map(|cm| (&cm.object, &cm.origin)),
+            &settings.nvidia_mig_manager.config_map_namespace,
+            &settings.nvidia_mig_manager.config_map_name,
+        );
+        let unreadable_mig = match &mig {
+            MigConfigs::Unreadable(e) => Some(e),
+            _ => None,
+        };
+        for e in plugin
+            .iter()
+            .flat_map(DevicePluginConfigs::errors)
+            .chain(unreadable_mig)
+        {
             warnings.push(format!(
                 "{e}; NodePools whose GPU nodes would use this config launch nothing until it is fixed"
             ));
             invalid.push(e.clone());
         }
+        let gpu_software = GpuSoftware {
+            plugin: plugin.as_ref(),
+            mig: &mig,
+        };
         let classes: BTreeMap<&str, &Sourced<EC2NodeClass>> = m
             .node_classes
             .iter()
@@ -294,7 +312,7 @@ impl<'a> SnapshotBuilder<'a> {
                 np,
                 class,
                 &pool_catalog,
-                plugin.as_ref(),
+                gpu_software,
                 devices,
                 unavailable,
                 &reserved_free,
@@ -316,15 +334,15 @@ impl<'a> SnapshotBuilder<'a> {
                     invalid.push(e);
                 }
                 // Reported above, once for every NodePool it holds back.
-                Err(PoolError::DevicePlugin(e)) => {
+                Err(PoolError::GpuConfig(e)) => {
                     warnings.push(format!(
-                        "{}: NodePool/{name}: the device-plugin config its GPU nodes would use cannot be read ({}: {}); the NodePool launches nothing until it is fixed",
+                        "{}: NodePool/{name}: the NVIDIA config its GPU nodes would use cannot be read ({}: {}); the NodePool launches nothing until it is fixed",
                         np.origin, e.object, e.field
                     ));
                     unready.push(UnreadyPool::new(
                         np,
                         format!(
-                            "the device-plugin config its GPU nodes would use cannot be read: {}: {}: {}",
+                            "the NVIDIA config its GPU nodes would use cannot be read: {}: {}: {}",
                             e.object, e.field, e.message
                         ),
                     ));

@@ -15,11 +15,12 @@ use joiner_model::{InputError, ObjectRef, Quantity, Sourced};
 use k8s_openapi::api::core::v1::Taint;
 
 use crate::catalog::devices::TemplateOptions;
-use crate::catalog::mig::{MigConfig, MigGpu, mig_gpu};
+use crate::catalog::mig::{MigGpu, NodeMigLayout, mig_gpu};
 use crate::catalog::{Catalog, InstanceType, NodeShape, OfferingKey};
 use crate::deviceplugin::{
     DevicePluginConfigs, NodeGpus, Selection, mig_node_resources, node_resources,
 };
+use crate::migmanager::{LayoutProblem, MigConfigs};
 use crate::requirements::{Requirement, Requirements};
 use crate::scheduling::allowed::type_allowed;
 use crate::scheduling::taints::first_untolerated;
@@ -182,9 +183,18 @@ pub(super) fn placement_group<'a>(
 pub(super) enum PoolError {
     /// The NodePool or its class cannot be used as written.
     Invalid(InputError),
-    /// The device-plugin config its GPU nodes would use cannot be read: an error of the
-    /// ConfigMap's, reported once with it, that holds back every NodePool that would use it.
-    DevicePlugin(InputError),
+    /// The device-plugin config or MIG manager config its GPU nodes would use cannot be read:
+    /// an error of the ConfigMap's, reported once with it, that holds back every NodePool that
+    /// would use it.
+    GpuConfig(InputError),
+}
+
+/// What the NVIDIA software on a GPU node is configured with: the device plugin's configs (if the
+/// cluster has its ConfigMap) and the MIG manager's.
+#[derive(Clone, Copy)]
+pub(super) struct GpuSoftware<'a> {
+    pub plugin: Option<&'a DevicePluginConfigs>,
+    pub mig: &'a MigConfigs,
 }
 
 /// The NodePool joined with its class: every catalog type its requirements allow (by the
@@ -195,7 +205,7 @@ pub(super) fn build_pool(
     np: &Sourced<NodePool>,
     class: &Sourced<EC2NodeClass>,
     pool_catalog: &PoolCatalog,
-    plugin: Option<&DevicePluginConfigs>,
+    gpu_software: GpuSoftware<'_>,
     devices: Option<TemplateOptions>,
     unavailable: &BTreeSet<OfferingKey>,
     reserved_free: &BTreeMap<String, u32>,
@@ -291,15 +301,15 @@ pub(super) fn build_pool(
             reserved,
             zone_ids: &zone_ids,
         };
-        let mut option =
-            launch_option(it, &shape, &labels, plugin, devices, sold).map_err(|e| match e {
+        let mut option = launch_option(it, &shape, &labels, gpu_software, devices, sold).map_err(
+            |e| match e {
                 OptionError::Catalog(e) => PoolError::Invalid(InputError::new(
                     &class.origin,
                     &class_ref,
                     format!("spec.kubelet.{}", e.field()),
                     e,
                 )),
-                OptionError::DevicePlugin(e) => PoolError::DevicePlugin(e),
+                OptionError::GpuConfig(e) => PoolError::GpuConfig(e),
                 OptionError::Mig(why) => PoolError::Invalid(InputError::new(
                     &np.origin,
                     &ObjectRef::new("NodePool", None, &name),
@@ -309,7 +319,8 @@ pub(super) fn build_pool(
                     ),
                     format!("{why} (instance type {})", it.name),
                 )),
-            })?;
+            },
+        )?;
         if !subnet_zones.is_empty() {
             option
                 .offerings
@@ -371,41 +382,27 @@ enum OptionError {
     /// The node's MIG layout cannot be predicted (its `nvidia.com/mig.config`).
     Mig(String),
     Catalog(crate::catalog::CatalogError),
-    DevicePlugin(InputError),
+    GpuConfig(InputError),
 }
-
-/// MIG instances per GPU, by profile name.
-type MigLayout = BTreeMap<String, u32>;
 
 /// The MIG layout the GPU operator's MIG manager gives each GPU of a node labelled
 /// `nvidia.com/mig.config`: `None` without the label, for a GPU that is not MIG-capable, or for
-/// `all-disabled`. Configs of a mig-parted ConfigMap are not read yet: a name that is not one
-/// of the operator's defaults is refused.
+/// a config that splits none of its GPUs.
 fn mig_layout(
     gpu: &crate::catalog::GpuInfo,
     node_labels: &BTreeMap<String, String>,
-) -> Result<Option<(&'static MigGpu, MigLayout)>, String> {
+    configs: &MigConfigs,
+) -> Result<Option<(&'static MigGpu, NodeMigLayout)>, OptionError> {
     let Some(name) = node_labels.get(labels::NVIDIA_MIG_CONFIG) else {
         return Ok(None);
     };
     let Some(mig) = gpu.product_name.as_deref().and_then(mig_gpu) else {
         return Ok(None);
     };
-    match mig.default_config(name) {
-        Some(MigConfig::Disabled) => Ok(None),
-        Some(MigConfig::Enabled(layout)) => mig
-            .check_layout(&layout)
-            .map(|()| Some((mig, layout)))
-            .map_err(|e| e.to_string()),
-        None => Err(format!(
-            "{name:?} is not one of the GPU operator's default MIG configs for the {} (all-disabled, all-enabled, all-balanced, or all-<profile> of {}); configs of a mig-parted ConfigMap are not read yet",
-            mig.model,
-            mig.profiles
-                .iter()
-                .map(|p| p.name.replace('+', "."))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+    match configs.layout(name, mig, gpu.count) {
+        Ok(layout) => Ok(layout.map(|l| (mig, l))),
+        Err(LayoutProblem::Unreadable(e)) => Err(OptionError::GpuConfig(e)),
+        Err(LayoutProblem::Invalid(why)) => Err(OptionError::Mig(why)),
     }
 }
 
@@ -413,7 +410,7 @@ fn launch_option(
     it: &InstanceType,
     shape: &NodeShape,
     template_labels: &BTreeMap<String, String>,
-    plugin: Option<&DevicePluginConfigs>,
+    gpu_software: GpuSoftware<'_>,
     devices: Option<TemplateOptions>,
     sold: Sold,
 ) -> Result<LaunchOption, OptionError> {
@@ -430,12 +427,12 @@ fn launch_option(
         // The device plugin picks its config by the node's labels, which come from the template.
         let mut node_labels = labels.clone();
         node_labels.extend(template_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let config = match plugin.map(|p| p.select(&node_labels)) {
-            Some(Selection::Unreadable(e)) => return Err(OptionError::DevicePlugin(e.clone())),
+        let config = match gpu_software.plugin.map(|p| p.select(&node_labels)) {
+            Some(Selection::Unreadable(e)) => return Err(OptionError::GpuConfig(e.clone())),
             selection => selection.and_then(|s| s.config()),
         };
         let node_gpus = NodeGpus::of(gpu, &it.name);
-        let gpus = match mig_layout(gpu, &node_labels).map_err(OptionError::Mig)? {
+        let gpus = match mig_layout(gpu, &node_labels, gpu_software.mig)? {
             Some((mig, layout)) => {
                 mig_node_resources(&node_gpus, mig, &layout, config).map_err(OptionError::Mig)?
             }

@@ -55,8 +55,8 @@ struct Inner {
     client: Client,
     handle: Handle,
     options: StoreOptions,
-    /// `Arc<KindCache<K>>` by `TypeId::of::<K>()`.
-    caches: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+    /// `Arc<KindCache<K>>`s by `TypeId::of::<K>()`, one per watch of the kind.
+    caches: HashMap<TypeId, Vec<Arc<dyn Any + Send + Sync>>>,
     watched: Vec<Arc<dyn Watched>>,
     changes: watch::Sender<u64>,
     tasks: Vec<AbortHandle>,
@@ -92,11 +92,15 @@ impl KubeStore {
         timeout: Duration,
         options: StoreOptions,
     ) -> Result<KubeStore, KubeError> {
-        let (ns, name) = &options.device_plugin_config_map;
-        if ns.is_empty() || name.is_empty() {
-            return Err(KubeError::Options(format!(
-                "the device-plugin ConfigMap needs a namespace and a name, got {ns:?}/{name:?}"
-            )));
+        for (what, (ns, name)) in [
+            ("device-plugin", &options.device_plugin_config_map),
+            ("MIG manager", &options.mig_parted_config_map),
+        ] {
+            if ns.is_empty() || name.is_empty() {
+                return Err(KubeError::Options(format!(
+                    "the {what} ConfigMap needs a namespace and a name, got {ns:?}/{name:?}"
+                )));
+            }
         }
         let (changes, _) = watch::channel(0);
         let mut registry = Registry::new(client, handle, options, changes);
@@ -170,13 +174,32 @@ impl KubeStore {
         }
     }
 
+    /// The cache of kind `K` that writes go through: its first watch.
     pub(crate) fn cache<K: Resource>(&self) -> Result<Arc<KindCache<K>>, StoreError> {
-        self.inner
+        self.caches::<K>()?
+            .into_iter()
+            .next()
+            .ok_or_else(|| not_watched::<K>())
+    }
+
+    /// Every cache of kind `K`: more than one where the kind is watched by name in several
+    /// places (the ConfigMaps). Nothing writes those kinds, so reads join them.
+    pub(crate) fn caches<K: Resource>(&self) -> Result<Vec<Arc<KindCache<K>>>, StoreError> {
+        let caches: Vec<Arc<KindCache<K>>> = self
+            .inner
             .caches
             .get(&TypeId::of::<K>())
-            .and_then(|c| c.clone().downcast::<KindCache<K>>().ok())
-            .ok_or_else(|| {
-                StoreError::Unavailable(format!("{} is not watched by this store", K::KIND))
-            })
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.clone().downcast::<KindCache<K>>().ok())
+            .collect();
+        if caches.is_empty() {
+            return Err(not_watched::<K>());
+        }
+        Ok(caches)
     }
+}
+
+fn not_watched<K: Resource>() -> StoreError {
+    StoreError::Unavailable(format!("{} is not watched by this store", K::KIND))
 }

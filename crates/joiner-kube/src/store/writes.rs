@@ -217,7 +217,16 @@ fn still_there(meta: &ObjectMeta) -> bool {
 
 impl ClusterStore for KubeStore {
     fn list<K: Resource>(&self) -> Result<Vec<K>, StoreError> {
-        self.cache::<K>()?.list()
+        let mut caches = self.caches::<K>()?;
+        if caches.len() == 1 {
+            return caches.remove(0).list();
+        }
+        let mut all = Vec::new();
+        for cache in caches {
+            all.extend(cache.list()?);
+        }
+        all.sort_by_cached_key(ObjectKey::for_object);
+        Ok(all)
     }
 
     fn get<K: Resource>(
@@ -225,7 +234,13 @@ impl ClusterStore for KubeStore {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<K>, StoreError> {
-        self.cache::<K>()?.get(&ObjectKey::of::<K>(namespace, name))
+        let key = ObjectKey::of::<K>(namespace, name);
+        for cache in self.caches::<K>()? {
+            if let Some(found) = cache.get(&key)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
     }
 
     /// `GET` of the object from the API server (a quorum read), within the write timeout. The
@@ -276,7 +291,12 @@ impl ClusterStore for KubeStore {
 
     /// The objects the cache holds that do not decode (their keys, in name order).
     fn undecodable<K: Resource>(&self) -> Result<Vec<ObjectKey>, StoreError> {
-        self.cache::<K>()?.undecodable()
+        let mut all = Vec::new();
+        for cache in self.caches::<K>()? {
+            all.extend(cache.undecodable()?);
+        }
+        all.sort();
+        Ok(all)
     }
 
     /// `POST pods/<name>/eviction`, so the API server enforces PodDisruptionBudgets: a

@@ -81,7 +81,17 @@ async fn the_settings_name_the_device_plugin_config_map() {
     let path = "/api/v1/namespaces/gpu-operator/configmaps";
     let mut config = object("v1", "ConfigMap", Some("gpu-operator"), "time-slicing", "4");
     config["data"] = json!({"any": "version: v1\n"});
-    fake.set_list(path, 200, list_of(vec![config], "4"));
+    // The MIG manager's ConfigMap, in the same namespace, and one nothing reads.
+    let mut mig = object(
+        "v1",
+        "ConfigMap",
+        Some("gpu-operator"),
+        "default-mig-parted-config",
+        "4",
+    );
+    mig["data"] = json!({"config.yaml": "version: v1\n"});
+    let other = object("v1", "ConfigMap", Some("gpu-operator"), "unrelated", "4");
+    fake.set_list(path, 200, list_of(vec![config, mig, other], "4"));
     let store = KubeStore::start_with(
         client,
         tokio::runtime::Handle::current(),
@@ -90,14 +100,30 @@ async fn the_settings_name_the_device_plugin_config_map() {
     )
     .await
     .expect("starts");
-    let listed = &fake.calls("GET", path)[0];
-    assert_eq!(
-        listed.param("fieldSelector").as_deref(),
-        Some("metadata.name=time-slicing")
-    );
+    let selectors: Vec<Option<String>> = fake
+        .calls("GET", path)
+        .iter()
+        .map(|c| c.param("fieldSelector"))
+        .collect();
+    for name in ["time-slicing", "default-mig-parted-config"] {
+        let selector = format!("metadata.name={name}");
+        assert!(selectors.contains(&Some(selector)), "{selectors:?}");
+    }
     let s = store.clone();
     let maps = blocking(move || s.list::<ConfigMap>()).await.expect("list");
-    assert_eq!(names(&maps), ["gpu-operator/time-slicing"]);
+    assert_eq!(
+        names(&maps),
+        [
+            "gpu-operator/default-mig-parted-config",
+            "gpu-operator/time-slicing"
+        ]
+    );
+    let s = store.clone();
+    let mig =
+        blocking(move || s.get::<ConfigMap>(Some("gpu-operator"), "default-mig-parted-config"))
+            .await
+            .expect("get");
+    assert!(mig.is_some());
 
     let (_, client) = FakeApi::start();
     let nameless = StoreOptions {
