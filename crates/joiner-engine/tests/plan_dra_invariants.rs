@@ -153,6 +153,7 @@ fn option(r: &mut Rng, i: usize) -> LaunchOption {
                 nvidia_gpu: true,
                 efa: true,
                 consumable: ConsumableCapacity::Disabled,
+                dynamic_mig: false,
             },
         }),
     }

@@ -182,6 +182,10 @@ pub mod annotations {
     pub const INSTANCE_PROFILE: &str = "karpenter.k8s.aws/instance-profile-name";
     /// On an EC2NodeClass: how the NVIDIA DRA driver shares a GPU's capacity.
     pub const NVIDIA_CONSUMABLE_CAPACITY: &str = "karpenter.k8s.aws/nvidia-consumable-capacity";
+    /// Joiner's own, on an EC2NodeClass: `"true"` when its nodes run the NVIDIA DRA driver with
+    /// its `DynamicMIG` gate, which publishes every MIG profile of a GPU as partitionable devices
+    /// and creates the instance a claim is allocated.
+    pub const NVIDIA_DYNAMIC_MIG: &str = "joiner.dev/nvidia-dynamic-mig";
 
     /// Joiner's own, on a NodeClaim: the pods (`namespace/name`, comma separated) the plan put
     /// there.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use joiner_engine::catalog::devices::{ConsumableCapacity, TemplateOptions, builtin_templates};
 use joiner_model::api::EC2NodeClass;
 use joiner_model::wellknown::{annotations, labels, tags};
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, NodeSpec, NodeStatus};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -271,11 +271,20 @@ impl SimulatedKubelet {
             tracing::debug!("{}: {e}", annotations::NVIDIA_CONSUMABLE_CAPACITY);
             ConsumableCapacity::Disabled
         });
+        let annotation = |key: &str| {
+            class
+                .as_ref()
+                .and_then(|c| c.metadata.annotations.as_ref())
+                .and_then(|a| a.get(key))
+                .cloned()
+        };
         let options = TemplateOptions {
             nvidia_gpu: true,
             efa: true,
             consumable,
+            dynamic_mig: annotation(annotations::NVIDIA_DYNAMIC_MIG).as_deref() == Some("true"),
         };
+        let templates = mig_templates(store, node, templates, options.dynamic_mig)?;
         let owner = OwnerReference {
             api_version: "v1".into(),
             kind: "Node".into(),
@@ -329,3 +338,59 @@ impl SimulatedKubelet {
         Ok(())
     }
 }
+
+/// The templates as the NVIDIA driver publishes them on `node`: its GPUs split by the MIG
+/// manager's config its `nvidia.com/mig.config` label names (from the cluster's mig-parted
+/// ConfigMap at its default place, else the operator's defaults), or every MIG profile under
+/// dynamic MIG. A config that cannot be applied leaves the GPUs whole, as mig-parted would fail.
+fn mig_templates<S: ClusterStore>(
+    store: &S,
+    node: &Node,
+    templates: std::sync::Arc<joiner_engine::catalog::devices::DeviceTemplates>,
+    dynamic: bool,
+) -> Result<std::sync::Arc<joiner_engine::catalog::devices::DeviceTemplates>, StoreError> {
+    use joiner_engine::catalog::mig::mig_gpu;
+    use joiner_engine::migmanager::MigConfigs;
+    let gpus: Vec<&k8s_openapi::api::resource::v1::Device> = templates
+        .pools_of(joiner_engine::catalog::devices::NVIDIA_GPU_DRIVER)
+        .flat_map(|p| p.devices.iter())
+        .collect();
+    let Some(mig) = gpus
+        .first()
+        .and_then(|d| d.attributes.as_ref()?.get("productName")?.string.as_deref())
+        .and_then(mig_gpu)
+    else {
+        return Ok(templates);
+    };
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let config = labels.get(labels::NVIDIA_MIG_CONFIG);
+    if config.is_none() && !dynamic {
+        return Ok(templates);
+    }
+    let count = gpus.len();
+    let defaults = joiner_model::settings::Settings::default().nvidia_mig_manager;
+    let config_maps = store.list::<ConfigMap>()?;
+    let configs = MigConfigs::find(
+        config_maps.iter().map(|cm| (cm, &NO_SOURCE)),
+        &defaults.config_map_namespace,
+        &defaults.config_map_name,
+    );
+    let layout = config.and_then(|name| {
+        configs
+            .layout(name, mig, u32::try_from(count).unwrap_or(u32::MAX))
+            .ok()
+            .flatten()
+    });
+    Ok(joiner_engine::catalog::devices::with_mig(
+        templates,
+        mig,
+        layout.as_ref(),
+        dynamic,
+    ))
+}
+
+/// Objects read from the store have no file.
+static NO_SOURCE: joiner_model::Source = joiner_model::Source {
+    file: String::new(),
+    document: 0,
+};

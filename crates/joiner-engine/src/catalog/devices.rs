@@ -15,14 +15,16 @@
 mod builtin;
 mod classes;
 mod consumable;
+mod mig;
 mod slices;
 mod spec;
 
 use k8s_openapi::api::resource::v1::{CounterSet, Device};
 
 pub use builtin::builtin_templates;
-pub use classes::{EFA_DEVICE_CLASS, GPU_DEVICE_CLASS, default_device_classes};
+pub use classes::{EFA_DEVICE_CLASS, GPU_DEVICE_CLASS, MIG_DEVICE_CLASS, default_device_classes};
 pub use consumable::{ConsumableCapacity, ConsumableCapacityError};
+pub use mig::with_mig;
 pub use slices::{RUNTIME_PLACEHOLDER, TemplateOptions};
 
 /// The NVIDIA GPU DRA driver.
@@ -62,8 +64,8 @@ pub struct TemplatePool {
     /// several template pools).
     pub published: Option<String>,
     pub devices: Vec<Device>,
-    /// Counters that partitionable devices of this pool draw from (none on built-in types:
-    /// Karpenter does not model MIG partitions).
+    /// Counters that partitionable devices of this pool draw from (on built-in types, only
+    /// the GPUs' under dynamic MIG: Karpenter does not model MIG partitions).
     pub shared_counters: Vec<CounterSet>,
 }
 

@@ -226,7 +226,8 @@ fn key(namespace: Option<&str>, name: Option<&str>) -> String {
 }
 
 /// How a NodePool's nodes publish devices, from the settings' driver gates and the EC2NodeClass
-/// consumable-capacity annotation (a bad value is reported and treated as disabled).
+/// consumable-capacity and dynamic-MIG annotations (a bad value is reported and treated as
+/// disabled).
 pub(super) fn template_options(
     settings: &Settings,
     class: &Sourced<joiner_model::api::EC2NodeClass>,
@@ -242,9 +243,30 @@ pub(super) fn template_options(
         ));
         ConsumableCapacity::Disabled
     });
+    let dynamic_mig = match class
+        .object
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotations::NVIDIA_DYNAMIC_MIG))
+        .map(String::as_str)
+    {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            warnings.push(format!(
+                "{}: EC2NodeClass/{}: metadata.annotations.{key}: {other:?} is not \"true\" or \"false\"; dynamic MIG is off for its nodes",
+                class.origin,
+                class.object.metadata.name.as_deref().unwrap_or_default(),
+                key = annotations::NVIDIA_DYNAMIC_MIG,
+            ));
+            false
+        }
+    };
     TemplateOptions {
         nvidia_gpu: settings.dra_nvidia_gpu,
         efa: settings.dra_efa,
         consumable,
+        dynamic_mig,
     }
 }

@@ -14,11 +14,11 @@ use joiner_model::wellknown::labels;
 use joiner_model::{InputError, ObjectRef, Quantity, Sourced};
 use k8s_openapi::api::core::v1::Taint;
 
-use crate::catalog::devices::TemplateOptions;
+use crate::catalog::devices::{TemplateOptions, with_mig};
 use crate::catalog::mig::{MigGpu, NodeMigLayout, mig_gpu};
 use crate::catalog::{Catalog, InstanceType, NodeShape, OfferingKey};
 use crate::deviceplugin::{
-    DevicePluginConfigs, NodeGpus, Selection, mig_node_resources, node_resources,
+    DevicePluginConfigs, NodeGpuResources, NodeGpus, Selection, mig_node_resources, node_resources,
 };
 use crate::migmanager::{LayoutProblem, MigConfigs};
 use crate::requirements::{Requirement, Requirements};
@@ -423,26 +423,16 @@ fn launch_option(
     let capacity = it.capacity_for(shape).map_err(OptionError::Catalog)?;
     let mut labels = it.labels.clone();
     let mut at_most_one = Vec::new();
+    let mut mig = None;
     if let Some(gpu) = &it.gpu {
-        // The device plugin picks its config by the node's labels, which come from the template.
-        let mut node_labels = labels.clone();
-        node_labels.extend(template_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let config = match gpu_software.plugin.map(|p| p.select(&node_labels)) {
-            Some(Selection::Unreadable(e)) => return Err(OptionError::GpuConfig(e.clone())),
-            selection => selection.and_then(|s| s.config()),
-        };
-        let node_gpus = NodeGpus::of(gpu, &it.name);
-        let gpus = match mig_layout(gpu, &node_labels, gpu_software.mig)? {
-            Some((mig, layout)) => {
-                mig_node_resources(&node_gpus, mig, &layout, config).map_err(OptionError::Mig)?
-            }
-            None => node_resources(&node_gpus, config),
-        };
+        let dra_gpus = devices.is_some_and(|o| o.nvidia_gpu);
+        let (gpus, split) = gpu_resources(it, gpu, template_labels, gpu_software, dra_gpus)?;
         gpus.apply(&mut allocatable);
         if gpus.fail_requests_greater_than_one {
             at_most_one.extend(gpus.resources.keys().cloned());
         }
         labels.extend(gpus.labels);
+        mig = split;
     }
     Ok(LaunchOption {
         instance_type: it.name.clone(),
@@ -473,9 +463,53 @@ fn launch_option(
             .collect(),
         at_most_one_per_pod: at_most_one,
         devices: devices.and_then(|options| {
-            it.devices
-                .clone()
-                .map(|templates| DeviceSource { templates, options })
+            let templates = it.devices.clone()?;
+            let templates = match &mig {
+                Some((gpu, layout)) => {
+                    with_mig(templates, gpu, layout.as_ref(), options.dynamic_mig)
+                }
+                None => templates,
+            };
+            Some(DeviceSource { templates, options })
         }),
     })
+}
+
+/// A node's MIG-capable GPU model, and how the MIG manager splits its GPUs (`None`: whole).
+type NodeMig = (&'static MigGpu, Option<NodeMigLayout>);
+
+/// What the device plugin and GPU feature discovery advertise on a node of `it`, and the MIG
+/// model and layout of its GPUs when they are MIG-capable.
+fn gpu_resources(
+    it: &InstanceType,
+    gpu: &crate::catalog::GpuInfo,
+    template_labels: &BTreeMap<String, String>,
+    gpu_software: GpuSoftware<'_>,
+    dra_gpus: bool,
+) -> Result<(NodeGpuResources, Option<NodeMig>), OptionError> {
+    // The device plugin picks its config by the node's labels, which come from the template.
+    let mut node_labels = it.labels.clone();
+    node_labels.extend(template_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let config = match gpu_software.plugin.map(|p| p.select(&node_labels)) {
+        Some(Selection::Unreadable(e)) => return Err(OptionError::GpuConfig(e.clone())),
+        selection => selection.and_then(|s| s.config()),
+    };
+    let node_gpus = NodeGpus::of(gpu, &it.name);
+    let mig = gpu.product_name.as_deref().and_then(mig_gpu);
+    let split = mig_layout(gpu, &node_labels, gpu_software.mig)?;
+    let gpus = match &split {
+        Some((mig, layout)) => match mig_node_resources(&node_gpus, mig, layout, config) {
+            Ok(gpus) => gpus,
+            // GPUs that DRA serves, with no device-plugin config: the plugin is not expected
+            // to run, so it advertises nothing, and claims get the MIG devices.
+            Err(_) if config.is_none() && dra_gpus => {
+                let mut gpus = node_resources(&node_gpus, None);
+                gpus.resources.clear();
+                gpus
+            }
+            Err(why) => return Err(OptionError::Mig(why)),
+        },
+        None => node_resources(&node_gpus, config),
+    };
+    Ok((gpus, mig.map(|m| (m, split.map(|(_, layout)| layout)))))
 }

@@ -9,12 +9,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The class of whole NVIDIA GPUs (NVIDIA `dra-driver-gpu` chart, `deviceclass-gpu.yaml`).
 pub const GPU_DEVICE_CLASS: &str = "gpu.nvidia.com";
+/// The class of MIG devices (NVIDIA `dra-driver-gpu` chart, `deviceclass-mig.yaml`).
+pub const MIG_DEVICE_CLASS: &str = "mig.nvidia.com";
 /// The class of EFA interfaces (the `aws-dranet` chart of `aws/eks-charts`, as the EKS and
 /// Karpenter DRA guides show it). DRANET publishes every network interface; the class keeps
 /// the EFAs.
 pub const EFA_DEVICE_CLASS: &str = "efa.networking.k8s.aws";
 
-/// `gpu.nvidia.com` and `efa.networking.k8s.aws`, with the charts' selectors. The GPU class
+/// `gpu.nvidia.com`, `mig.nvidia.com` and `efa.networking.k8s.aws`, with the charts' selectors. The GPU class
 /// also names `nvidia.com/gpu` as its extended resource, as the chart does for
 /// `resource.k8s.io/v1` clusters: with the DRAExtendedResource feature, pods asking for
 /// `nvidia.com/gpu` are then served from DRA GPUs.
@@ -24,6 +26,11 @@ pub fn default_device_classes() -> Vec<DeviceClass> {
             GPU_DEVICE_CLASS,
             "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'",
             Some("nvidia.com/gpu"),
+        ),
+        class(
+            MIG_DEVICE_CLASS,
+            "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'",
+            None,
         ),
         class(
             EFA_DEVICE_CLASS,

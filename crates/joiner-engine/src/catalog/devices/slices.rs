@@ -27,8 +27,12 @@ pub struct TemplateOptions {
     pub nvidia_gpu: bool,
     /// DRANET runs on the node (`dra.net` slices).
     pub efa: bool,
-    /// GPU sharing mode, applied to `gpu.nvidia.com` devices.
+    /// GPU sharing mode, applied to `gpu.nvidia.com` whole GPUs.
     pub consumable: ConsumableCapacity,
+    /// The NVIDIA driver runs with its `DynamicMIG` gate (the EC2NodeClass's
+    /// `joiner.dev/nvidia-dynamic-mig`): MIG-capable GPUs publish their profiles as
+    /// partitionable devices ([`DeviceTemplates::with_dynamic_mig`]).
+    pub dynamic_mig: bool,
 }
 
 impl TemplateOptions {
@@ -142,7 +146,14 @@ fn node_device(
             },
         );
     }
-    if driver == NVIDIA_GPU_DRIVER {
+    let mig = device
+        .attributes
+        .as_ref()
+        .and_then(|a| a.get("type"))
+        .and_then(|t| t.string.as_deref())
+        == Some("mig");
+    // MIG devices are not shared: the driver's consumable capacity is a whole GPU's.
+    if driver == NVIDIA_GPU_DRIVER && !mig {
         opts.consumable.apply(&mut device);
     }
     device

@@ -36,6 +36,7 @@ fn all() -> TemplateOptions {
         nvidia_gpu: true,
         efa: true,
         consumable: ConsumableCapacity::Disabled,
+        dynamic_mig: false,
     }
 }
 
@@ -324,6 +325,7 @@ fn node_slices_honour_the_driver_switches() {
             nvidia_gpu,
             efa,
             consumable: ConsumableCapacity::Disabled,
+            dynamic_mig: false,
         };
         t.node_slices("node-a", &opts)
             .into_iter()
@@ -590,7 +592,12 @@ fn default_device_classes_are_the_charts() {
         classes[0].spec.extended_resource_name.as_deref(),
         Some("nvidia.com/gpu")
     );
-    assert_eq!(classes[1].metadata.name.as_deref(), Some(EFA_DEVICE_CLASS));
-    assert!(expr(1).contains("device.driver == \"dra.net\""));
-    assert!(expr(1).contains("pciDevice == 'Elastic Fabric Adapter (EFA)'"));
+    assert_eq!(classes[1].metadata.name.as_deref(), Some(MIG_DEVICE_CLASS));
+    assert_eq!(
+        expr(1),
+        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"
+    );
+    assert_eq!(classes[2].metadata.name.as_deref(), Some(EFA_DEVICE_CLASS));
+    assert!(expr(2).contains("device.driver == \"dra.net\""));
+    assert!(expr(2).contains("pciDevice == 'Elastic Fabric Adapter (EFA)'"));
 }
