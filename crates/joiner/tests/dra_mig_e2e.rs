@@ -188,3 +188,33 @@ fn dynamic_mig_never_promises_more_instances_than_one_gpu_holds() {
     assert_eq!(waiting.len(), 1, "{too_many:#}");
     assert_eq!(too_many["nodeClaims"].as_array().map(Vec::len), Some(0));
 }
+
+#[test]
+fn simulated_mig_nodes_publish_the_devices_predicted_for_them() {
+    // If the simulated node published whole GPUs, no pod's mig.nvidia.com claim could be
+    // allocated there and the pods would still be pending at the end.
+    let dir = example_dir("dra-mig-quickstart").display().to_string();
+    let out = joiner(&[
+        "simulate",
+        "-f",
+        &dir,
+        "--values",
+        &format!("{dir}/values.yaml"),
+        "--scenario",
+        &format!("{dir}/scenario.yaml"),
+        "-o",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: Value =
+        serde_json::from_str(stdout.lines().last().expect("a summary")).expect("JSON summary");
+    let summary = &summary["summary"];
+    assert_eq!(summary["podsScheduled"], 4, "{summary:#}");
+    assert_eq!(summary["podsStillPending"], 0, "{summary:#}");
+    assert_eq!(summary["peakNodes"], 1, "{summary:#}");
+}
