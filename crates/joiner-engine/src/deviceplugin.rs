@@ -32,7 +32,7 @@ use serde_json::Value;
 mod mig;
 mod node;
 
-pub use mig::mig_node_resources;
+pub use mig::{mig_hint, mig_node_resources};
 pub use node::{NodeGpuResources, NodeGpus, node_resources};
 
 /// The key the plugin's config manager falls back to when no default is set (Helm chart's

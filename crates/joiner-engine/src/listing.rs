@@ -12,6 +12,7 @@ use joiner_model::wellknown::{labels, resources};
 use joiner_model::{Price, Quantity, ResourceList};
 use serde::Serialize;
 
+use crate::catalog::devices::DeviceTemplates;
 use crate::catalog::{Catalog, InstanceType, NodeShape, PriceBasis};
 use crate::scheduling::allowed::{OfferingLabels, effective_requirements, type_allowed};
 use crate::scheduling::{LaunchOffering, LaunchOption, PoolInput};
@@ -69,9 +70,27 @@ pub struct ListedGpu {
     pub count: u32,
     #[serde(rename = "memoryMiB", skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u64>,
-    /// How pods ask for them: the device plugin's resource (`nvidia.com/gpu`), and `dra` when
-    /// Joiner knows the devices the DRA driver will publish.
+    /// How pods ask for them: the device plugin's resource (`nvidia.com/gpu`), `dra` when
+    /// Joiner knows the devices the DRA driver will publish, and `mig` when the GPUs can be split.
     pub served_by: Vec<String>,
+    /// The MIG profiles one GPU offers, when it is MIG-capable: what a NodePool's
+    /// `nvidia.com/mig.config` can make of it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mig_profiles: Vec<ListedMigProfile>,
+}
+
+/// One MIG profile of a GPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedMigProfile {
+    /// As `nvidia-smi` names it (`1g.5gb`, `1g.5gb+me`).
+    pub name: String,
+    /// The device plugin's resource under the `mixed` strategy (`nvidia.com/mig-1g.5gb`).
+    pub resource: String,
+    /// How many fit one GPU.
+    pub per_gpu: u8,
+    #[serde(rename = "memoryGiB")]
+    pub memory_gib: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -118,7 +137,7 @@ pub fn list_catalog(region: &str, catalog: &Catalog) -> Listing {
         .filter_map(|it| {
             let allocatable = it.allocatable(&NodeShape::default()).ok()?;
             let offerings = it.offerings.iter().map(catalog_offering).collect();
-            Some(listed(it, allocatable, offerings))
+            Some(listed(it, allocatable, it.devices.as_deref(), offerings))
         })
         .collect();
     Listing {
@@ -180,7 +199,14 @@ fn list_pool(catalog: &Catalog, pool: &PoolInput) -> PoolListing {
             if offerings.is_empty() {
                 return None;
             }
-            Some(listed(it, option.allocatable.clone(), offerings))
+            // The devices as the NodePool's nodes publish them (MIG instances where its
+            // nvidia.com/mig.config splits the GPUs), when DRA is modelled.
+            let devices = option
+                .devices
+                .as_ref()
+                .map(|d| &*d.templates)
+                .or(it.devices.as_deref());
+            Some(listed(it, option.allocatable.clone(), devices, offerings))
         })
         .collect();
     PoolListing {
@@ -218,6 +244,7 @@ fn reserved_offering(o: &LaunchOffering) -> ListedOffering {
 fn listed(
     it: &InstanceType,
     allocatable: ResourceList,
+    devices: Option<&DeviceTemplates>,
     mut offerings: Vec<ListedOffering>,
 ) -> ListedType {
     offerings.sort_by(|a, b| {
@@ -230,7 +257,7 @@ fn listed(
     });
     let cheapest = offerings.first().filter(|o| o.available);
     let dra_devices =
-        it.devices
+        devices
             .iter()
             .flat_map(|t| t.pools.iter())
             .fold(BTreeMap::new(), |mut m, p| {
@@ -265,6 +292,24 @@ fn gpu(it: &InstanceType, dra: &BTreeMap<String, usize>) -> Option<ListedGpu> {
     if dra.contains_key(crate::catalog::devices::NVIDIA_GPU_DRIVER) {
         served_by.push("dra".to_string());
     }
+    let mig = it
+        .gpu
+        .as_ref()
+        .and_then(|g| g.product_name.as_deref())
+        .and_then(crate::catalog::mig::mig_gpu);
+    if mig.is_some() {
+        served_by.push("mig".to_string());
+    }
+    let mig_profiles = mig
+        .iter()
+        .flat_map(|m| m.profiles.iter())
+        .map(|p| ListedMigProfile {
+            name: p.name.clone(),
+            resource: p.resource_name(),
+            per_gpu: p.max_instances,
+            memory_gib: p.memory_gib,
+        })
+        .collect();
     Some(ListedGpu {
         name: name.clone(),
         manufacturer: it
@@ -277,6 +322,7 @@ fn gpu(it: &InstanceType, dra: &BTreeMap<String, usize>) -> Option<ListedGpu> {
             .unwrap_or(0),
         memory_mib: get(labels::INSTANCE_GPU_MEMORY),
         served_by,
+        mig_profiles,
     })
 }
 

@@ -80,11 +80,19 @@ fn row(pool: &str, t: &ListedType, wide: bool) -> Vec<String> {
         || "-".to_string(),
         |g| {
             let served = g.served_by.join("+");
-            // A GPU resource pods see after sharing (time-slicing replicas), where one is.
-            let advertised = [resources::NVIDIA_GPU, "nvidia.com/gpu.shared"]
+            // A GPU resource pods see after sharing (time-slicing replicas), where one is, and
+            // the MIG instances a NodePool's nvidia.com/mig.config makes.
+            let mut advertised = [resources::NVIDIA_GPU, "nvidia.com/gpu.shared"]
                 .iter()
                 .find_map(|r| t.allocatable.get(*r).map(|q| format!(" {r}={q}")))
                 .unwrap_or_default();
+            for (r, q) in t
+                .allocatable
+                .iter()
+                .filter(|(r, _)| r.starts_with("nvidia.com/mig-"))
+            {
+                advertised.push_str(&format!(" {r}={q}"));
+            }
             format!("{} x {} ({served}){advertised}", g.count, g.name)
         },
     );

@@ -115,3 +115,54 @@ fn without_files_the_whole_built_in_catalog_is_listed() {
     assert_eq!(pool["nodePool"], "-");
     assert_eq!(pool["instanceTypes"].as_array().unwrap().len(), 1255);
 }
+
+/// The one instance type a single-type NodePool lists.
+fn only_type(l: &serde_json::Value) -> &serde_json::Value {
+    let types = l["nodePools"][0]["instanceTypes"]
+        .as_array()
+        .expect("types");
+    assert_eq!(types.len(), 1, "{types:#?}");
+    &types[0]
+}
+
+#[test]
+fn mig_capacity_is_listed_as_the_node_pool_splits_its_gpus() {
+    // Device plugin, mixed strategy: all-1g.5gb makes 56 instances of a p4d.24xlarge.
+    let dir = example_dir("mig-p4d-lab").display().to_string();
+    let l = listing(&["-f", &dir]);
+    let p4d = only_type(&l);
+    assert_eq!(p4d["allocatable"]["nvidia.com/mig-1g.5gb"], "56");
+    let gpu = &p4d["gpu"];
+    assert!(
+        gpu["servedBy"]
+            .as_array()
+            .is_some_and(|s| s.contains(&"mig".into())),
+        "{gpu}"
+    );
+    // What the GPU could be split into, whatever the NodePool chose.
+    let profiles = gpu["migProfiles"].as_array().expect("MIG profiles");
+    let two = profiles
+        .iter()
+        .find(|p| p["name"] == "2g.10gb")
+        .expect("2g.10gb");
+    assert_eq!(two["perGpu"], 3);
+    assert_eq!(two["resource"], "nvidia.com/mig-2g.10gb");
+    let text = run(JOINER, &["catalog", "-f", &dir]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("nvidia.com/mig-1g.5gb=56"), "{text}");
+
+    // DRA, half-balanced: four GPUs become 16 MIG devices, four stay whole.
+    let dir = example_dir("dra-mig-quickstart").display().to_string();
+    let values = format!("{dir}/values.yaml");
+    let l = listing(&["-f", &dir, "--values", &values]);
+    assert_eq!(only_type(&l)["draDevices"]["gpu.nvidia.com"], 20);
+    // A type without MIG lists no profiles.
+    let catalog = listing(&[]);
+    let g4dn = catalog["nodePools"][0]["instanceTypes"]
+        .as_array()
+        .expect("types")
+        .iter()
+        .find(|t| t["name"] == "g4dn.xlarge")
+        .expect("g4dn.xlarge");
+    assert!(g4dn["gpu"]["migProfiles"].is_null(), "{g4dn}");
+}

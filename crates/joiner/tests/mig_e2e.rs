@@ -162,3 +162,24 @@ fn the_mig_managers_config_map_names_the_layouts() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_pod_asking_for_a_profile_the_layout_lacks_is_told_which_config_makes_it() {
+    let dir = example_with(|file, text| {
+        if file == "deployment.yaml" {
+            text.replace("nvidia.com/mig-1g.5gb", "nvidia.com/mig-2g.10gb")
+        } else {
+            text
+        }
+    });
+    let (plan, _) = plan_of(&dir.path().display().to_string());
+    let waiting = plan["unschedulable"].as_array().expect("unschedulable");
+    assert_eq!(waiting.len(), 56);
+    let reason = waiting[0]["reason"].as_str().expect("a reason");
+    assert!(
+        reason.contains("p4d.24xlarge: insufficient nvidia.com/mig-2g.10gb")
+            && reason.contains("A100-SXM4-40GB GPUs take up to 3 2g.10gb each")
+            && reason.contains("(all-2g.10gb)"),
+        "{reason}"
+    );
+}

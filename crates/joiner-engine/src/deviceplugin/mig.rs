@@ -131,6 +131,36 @@ fn split(
     }
 }
 
+/// Why a node lacks `resource` when it is a MIG resource (`nvidia.com/mig-2g.10gb`), for an
+/// explanation: whether the node's GPU (by GFD's `nvidia.com/gpu.product`) has that profile, how
+/// many fit one GPU, and what would make them. `None` for other resources or other GPUs.
+pub fn mig_hint(resource: &str, gpu_product_label: Option<&str>) -> Option<String> {
+    let profile = resource.strip_prefix("nvidia.com/mig-")?;
+    let label = gpu_product_label?;
+    let label = label.split_once("-MIG-").map_or(label, |(whole, _)| whole);
+    let gpu = crate::catalog::mig::mig_gpus()
+        .iter()
+        .find(|g| g.product_name.replace(' ', "-") == label)?;
+    Some(match gpu.profile(profile) {
+        Some(p) => format!(
+            "its {} GPUs take up to {} {} each: label the NodePool's nodes nvidia.com/mig.config with a config that makes them (all-{}), with the device plugin's migStrategy mixed",
+            gpu.model,
+            p.max_instances,
+            p.name,
+            p.name.replace('+', ".")
+        ),
+        None => format!(
+            "its {} GPUs have no MIG profile {profile} (they have {})",
+            gpu.model,
+            gpu.profiles
+                .iter()
+                .map(|p| p.name.replace('+', "."))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    })
+}
+
 fn single_needs_one_layout() -> String {
     "the device plugin's migStrategy is single, which needs every GPU of the node split the same way; the config leaves some whole or splits them differently: use migStrategy mixed".to_string()
 }
@@ -243,6 +273,27 @@ mod tests {
         let e =
             mig_node_resources(&gpus, mig, &half, Some(&with(MigStrategy::Single))).unwrap_err();
         assert!(e.contains("split the same way"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_mig_resource_is_explained_by_the_gpus_profiles() {
+        let hint = mig_hint("nvidia.com/mig-2g.10gb", Some("NVIDIA-A100-SXM4-40GB")).expect("A100");
+        assert!(
+            hint.contains("up to 3 2g.10gb") && hint.contains("all-2g.10gb"),
+            "{hint}"
+        );
+        // Under the single strategy GFD renames the product; the GPU is the same.
+        let hint = mig_hint(
+            "nvidia.com/mig-2g.20gb",
+            Some("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"),
+        )
+        .expect("A100");
+        assert!(hint.contains("no MIG profile 2g.20gb"), "{hint}");
+        assert_eq!(
+            mig_hint("nvidia.com/gpu", Some("NVIDIA-A100-SXM4-40GB")),
+            None
+        );
+        assert_eq!(mig_hint("nvidia.com/mig-1g.5gb", Some("Tesla-T4")), None);
     }
 
     #[test]

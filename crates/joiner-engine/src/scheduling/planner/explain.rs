@@ -227,7 +227,15 @@ fn option_reason(
             .next()
             .map(|q| q.to_string())
             .unwrap_or_default();
-        format!("insufficient {} (pod requests {need})", pl.index.name(i))
+        let resource = pl.index.name(i);
+        let hint = crate::deviceplugin::mig_hint(
+            resource,
+            opt.labels.get("nvidia.com/gpu.product").map(String::as_str),
+        );
+        match hint {
+            Some(hint) => format!("insufficient {resource} (pod requests {need}): {hint}"),
+            None => format!("insufficient {resource} (pod requests {need})"),
+        }
     } else if !pl.within_limits(pi, None, o) {
         "NodePool limits would be exceeded".into()
     } else if let Some(dra) = pl.dra.as_ref().filter(|d| d.uses_claims(p))
