@@ -167,11 +167,7 @@ fn not_a_default(name: &str, gpu: &MigGpu) -> String {
     format!(
         "{name:?} is not one of the GPU operator's default MIG configs for the {} (all-disabled, all-enabled, all-balanced, or all-<profile> of {}), and the cluster has no mig-parted ConfigMap (settings.nvidiaMigManager.configMap)",
         gpu.model,
-        gpu.profiles
-            .iter()
-            .map(|p| p.name.replace('+', "."))
-            .collect::<Vec<_>>()
-            .join(", ")
+        gpu.profile_names()
     )
 }
 

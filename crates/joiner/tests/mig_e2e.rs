@@ -183,3 +183,20 @@ fn a_pod_asking_for_a_profile_the_layout_lacks_is_told_which_config_makes_it() {
         "{reason}"
     );
 }
+
+#[test]
+fn node_pool_limits_count_physical_gpus_not_mig_instances() {
+    // 70 notebooks would need two p4d.24xlarge (56 instances each); a limit of 8 GPUs, one
+    // node's physical GPUs, allows one.
+    let dir = example_with(|file, text| match file {
+        "nodepool.yaml" => text.replace(
+            "spec:\n  template:\n",
+            "spec:\n  limits:\n    nvidia.com/gpu: 8\n  template:\n",
+        ),
+        "deployment.yaml" => text.replace("replicas: 56", "replicas: 70"),
+        _ => text,
+    });
+    let (plan, _) = plan_of(&dir.path().display().to_string());
+    assert_eq!(plan["nodeClaims"].as_array().map(Vec::len), Some(1));
+    assert_eq!(plan["unschedulable"].as_array().map(Vec::len), Some(14));
+}

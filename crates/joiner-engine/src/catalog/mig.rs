@@ -153,6 +153,16 @@ impl MigGpu {
             .find(|p| p.name == name || p.name.replace('+', ".") == name)
     }
 
+    /// The profile names as the GPU operator's configs write them (`+me` as `.me`), comma
+    /// separated: what an error lists as the choices.
+    pub fn profile_names(&self) -> String {
+        self.profiles
+            .iter()
+            .map(|p| p.name.replace('+', "."))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Whether a mig-parted `device-filter` entry (`0x20B010DE`, optionally with `:<subsystem>`,
     /// which the catalog does not know and so never matches) names this GPU.
     pub fn matches_device_filter(&self, filter: &str) -> bool {

@@ -152,11 +152,7 @@ pub fn mig_hint(resource: &str, gpu_product_label: Option<&str>) -> Option<Strin
         None => format!(
             "its {} GPUs have no MIG profile {profile} (they have {})",
             gpu.model,
-            gpu.profiles
-                .iter()
-                .map(|p| p.name.replace('+', "."))
-                .collect::<Vec<_>>()
-                .join(", ")
+            gpu.profile_names()
         ),
     })
 }
