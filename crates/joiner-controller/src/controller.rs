@@ -154,6 +154,14 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         if !ctx.report.mispredicted.is_empty() {
             self.batcher.poke();
         }
+        // Broken nodes go before anything plans onto them.
+        ctx.during(Reconciler::Repair);
+        if let Err(e) = crate::repair::reconcile(&mut ctx) {
+            ctx.error(Reconciler::Repair, "node repair", e);
+        }
+        if !ctx.report.repaired.is_empty() {
+            self.batcher.poke();
+        }
         ctx.during(Reconciler::NodePool);
         if let Err(e) = crate::nodepool_status::reconcile(&mut ctx) {
             ctx.error(Reconciler::NodePool, "NodePool status", e);

@@ -36,6 +36,7 @@ pub mod nodepool_status;
 pub mod placement;
 pub mod pods;
 pub mod provisioning;
+pub mod repair;
 mod report;
 pub mod statics;
 pub mod store;
@@ -51,5 +52,6 @@ pub use error::ControllerError;
 pub use joiner_engine::disruption::MoveVerdict;
 pub use report::{
     CloudCall, DisruptionBlock, DisruptionCause, DisruptionEvent, DoNotDisruptNote, NodeClaimEvent,
-    NotDrained, OfferedAt, OfferedType, PoolBudget, Reconciler, StepReport, Unconsolidatable,
+    NotDrained, OfferedAt, OfferedType, PoolBudget, Reconciler, Repaired, StepReport,
+    Unconsolidatable,
 };

@@ -121,6 +121,11 @@ pub struct StepReport {
     /// Each offering a launch found out of capacity, whether the launch then succeeded on
     /// another or not.
     pub launch_failures: Vec<crate::cloud::OfferingKey>,
+    /// NodeClaims node repair deleted, with the condition that broke them.
+    pub repaired: Vec<Repaired>,
+    /// NodeClaims whose broken node is not repaired because too many of its NodePool's nodes
+    /// are broken, with what to tell (`NodeRepairBlocked`).
+    pub repair_blocked: Vec<(String, String)>,
     /// What failed and will be retried.
     pub errors: Vec<ControllerError>,
     /// The part of the controller each of `errors` happened in, in the same order, so failures
@@ -170,10 +175,12 @@ pub enum Reconciler {
     /// Static NodePools' replicas: launching what they lack, removing what they have too many
     /// of.
     StaticCapacity,
+    /// Node repair: replacing nodes whose conditions show them broken.
+    Repair,
 }
 
 impl Reconciler {
-    pub const ALL: [Reconciler; 12] = [
+    pub const ALL: [Reconciler; 13] = [
         Reconciler::ClusterState,
         Reconciler::Provisioning,
         Reconciler::Launching,
@@ -186,6 +193,7 @@ impl Reconciler {
         Reconciler::NodePool,
         Reconciler::NodeOverlay,
         Reconciler::StaticCapacity,
+        Reconciler::Repair,
     ];
 
     /// The metric label value.
@@ -203,6 +211,7 @@ impl Reconciler {
             Reconciler::NodePool => "nodepool",
             Reconciler::NodeOverlay => "nodeoverlay",
             Reconciler::StaticCapacity => "static_capacity",
+            Reconciler::Repair => "repair",
         }
     }
 }
@@ -334,6 +343,19 @@ pub struct NodeClaimEvent {
     pub uid: Option<String>,
     pub kind: TerminationEvent,
     pub message: String,
+}
+
+/// A NodeClaim node repair deleted ([`crate::repair`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repaired {
+    pub node_claim: String,
+    pub node_pool: String,
+    /// The node condition's type that broke it (`AcceleratedHardwareReady`).
+    pub condition: &'static str,
+    /// Its `karpenter.sh/capacity-type`, `""` if not known.
+    pub capacity_type: String,
+    /// The image its instance runs (`status.imageID`), `""` if not known.
+    pub image_id: String,
 }
 
 /// Why a [`DisruptionEvent`] happened, in the one closed set the disruption step speaks:

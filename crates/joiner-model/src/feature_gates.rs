@@ -60,8 +60,8 @@ impl FeatureGate {
             FeatureGate::SpotToSpotConsolidation
             | FeatureGate::ReservedCapacity
             | FeatureGate::NodeOverlay
-            | FeatureGate::StaticCapacity => None,
-            FeatureGate::NodeRepair => Some("Joiner does not repair unhealthy nodes yet"),
+            | FeatureGate::StaticCapacity
+            | FeatureGate::NodeRepair => None,
             FeatureGate::CapacityBuffer => Some("Joiner keeps no spare capacity for buffers"),
         }
     }
@@ -139,6 +139,7 @@ mod tests {
             ("reservedCapacity", false),
             ("nodeOverlay", true),
             ("nodeRepair", true),
+            ("capacityBuffer", true),
             ("SpotToSpotConsolidation", true),
         ]);
         assert!(gates.enabled(FeatureGate::SpotToSpotConsolidation));
@@ -149,10 +150,12 @@ mod tests {
             "{warnings:?}"
         );
         assert!(
-            warnings[1]
-                .starts_with("settings.featureGates.nodeRepair: accepted, not acted on by Joiner"),
+            warnings[1].starts_with(
+                "settings.featureGates.capacityBuffer: accepted, not acted on by Joiner"
+            ),
             "{warnings:?}"
         );
         assert!(gates.enabled(FeatureGate::NodeOverlay));
+        assert!(gates.enabled(FeatureGate::NodeRepair));
     }
 }

@@ -644,8 +644,8 @@ fn resolve_dra(
     }
     if gates.boolean("rebootForRepair")? == Some(true) {
         warnings.push(
-            "settings.awsFeatureGates.rebootForRepair: accepted, not acted on by Joiner: Joiner \
-             does not repair unhealthy nodes yet, by reboot or by replacement"
+            "settings.awsFeatureGates.rebootForRepair: accepted, not acted on by Joiner: Joiner's \
+             node repair (featureGates.nodeRepair) replaces unhealthy nodes, never reboots them"
                 .to_string(),
         );
     }
@@ -719,7 +719,7 @@ mod tests {
     #[test]
     fn feature_gates_turned_on_that_joiner_does_not_act_on_say_so() {
         let (s, warnings) = settings(
-            "settings:\n  featureGates: {spotToSpotConsolidation: true, nodeRepair: true}\n  \
+            "settings:\n  featureGates: {spotToSpotConsolidation: true, capacityBuffer: true}\n  \
              awsFeatureGates: {nodeClassCEL: true, rebootForRepair: true}\n",
         )
         .unwrap();
@@ -731,7 +731,7 @@ mod tests {
         assert!(
             warnings
                 .iter()
-                .any(|w| w.starts_with("settings.featureGates.nodeRepair: accepted"))
+                .any(|w| w.starts_with("settings.featureGates.capacityBuffer: accepted"))
         );
         assert!(
             warnings

@@ -385,6 +385,9 @@ pub enum DisruptionReason {
     Drifted,
     /// The cloud is taking the instance away.
     Interrupted,
+    /// A node condition has shown it broken for longer than its repair policy tolerates (node
+    /// repair, Karpenter's `NodeRepair` gate).
+    Unhealthy,
 }
 
 impl DisruptionReason {

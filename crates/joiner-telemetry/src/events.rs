@@ -53,6 +53,9 @@ pub enum EventKind {
     NodeBlocked,
     /// The NodeClaim's NodePool does not let consolidation take it.
     Unconsolidatable,
+    /// The NodeClaim's node is broken, but node repair leaves it: too many of its NodePool's
+    /// nodes are.
+    NodeRepairBlocked,
     /// What a pod's `karpenter.sh/do-not-disrupt` comes to now.
     DoNotDisrupt(DoNotDisruptNote),
     /// The NodeClaim's Node offers less than the plan predicted (Karpenter's consistency
@@ -87,6 +90,7 @@ impl EventKind {
             EventKind::NoCompatibleInstanceTypes => "NoCompatibleInstanceTypes",
             EventKind::DisruptionBlocked(_) | EventKind::NodeBlocked => "DisruptionBlocked",
             EventKind::Unconsolidatable => "Unconsolidatable",
+            EventKind::NodeRepairBlocked => "NodeRepairBlocked",
             EventKind::DoNotDisrupt(DoNotDisruptNote::Until(_)) => "DoNotDisruptUntil",
             EventKind::DoNotDisrupt(DoNotDisruptNote::Elapsed) => "DoNotDisruptGracePeriodElapsed",
             EventKind::DoNotDisrupt(DoNotDisruptNote::Invalid) => "InvalidDoNotDisruptAnnotation",
@@ -115,6 +119,7 @@ impl EventKind {
             | EventKind::InsufficientCapacityError
             | EventKind::FailedConsistencyCheck
             | EventKind::NoCompatibleInstanceTypes
+            | EventKind::NodeRepairBlocked
             | EventKind::DoNotDisrupt(DoNotDisruptNote::Invalid)
             | EventKind::Interruption(_) => true,
             EventKind::Termination(t) => t.is_warning(),
@@ -136,6 +141,7 @@ impl EventKind {
             EventKind::DisruptionBlocked(_)
             | EventKind::NodeBlocked
             | EventKind::Unconsolidatable
+            | EventKind::NodeRepairBlocked
             | EventKind::DoNotDisrupt(_) => "Disrupt",
             EventKind::Transitioned(_) => "Transition",
             EventKind::Rival(true) => "StandDown",
@@ -408,6 +414,9 @@ pub fn events_of(report: &StepReport, subjects: &Subjects) -> Vec<ObjectEvent> {
     }
     for (claim, why) in &report.unconsolidatable {
         out.extend(subjects.on_claim(claim, EventKind::Unconsolidatable, why.message()));
+    }
+    for (claim, why) in &report.repair_blocked {
+        out.extend(subjects.on_claim(claim, EventKind::NodeRepairBlocked, why.clone()));
     }
     for (p, value, note) in &report.do_not_disrupt {
         out.push(subjects.event(

@@ -71,6 +71,13 @@ fn busy() -> Metrics {
             approved: true,
             score: Some((0.7, true)),
         }],
+        repaired: vec![joiner_controller::Repaired {
+            node_claim: "b".into(),
+            node_pool: "gpu".into(),
+            condition: "AcceleratedHardwareReady",
+            capacity_type: "spot".into(),
+            image_id: "ami-1".into(),
+        }],
         launch_failures: vec![joiner_controller::cloud::OfferingKey {
             instance_type: "g6.xlarge".into(),
             zone: "us-east-1a".into(),

@@ -95,6 +95,7 @@ pub struct Metrics {
     nodeclaims_created: Counters,
     nodeclaims_terminated: Counters,
     nodeclaims_disrupted: Counters,
+    nodeclaims_unhealthy_disrupted: Counters,
     nodes_created: Counters,
     nodes_terminated: Counters,
     nodes_drained: Counters,
@@ -157,6 +158,10 @@ impl Metrics {
         let nodeclaims_disrupted = counters(
             "karpenter_nodeclaims_disrupted",
             "NodeClaims chosen for disruption, by reason, NodePool and capacity type",
+        );
+        let nodeclaims_unhealthy_disrupted = counters(
+            "karpenter_nodeclaims_unhealthy_disrupted",
+            "NodeClaims node repair replaced, by the node condition that broke them, NodePool, capacity type and image",
         );
         let nodes_created = counters(
             "karpenter_nodes_created",
@@ -293,6 +298,7 @@ impl Metrics {
             nodeclaims_created,
             nodeclaims_terminated,
             nodeclaims_disrupted,
+            nodeclaims_unhealthy_disrupted,
             nodes_created,
             nodes_terminated,
             nodes_drained,

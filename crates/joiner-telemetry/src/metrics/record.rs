@@ -183,6 +183,17 @@ fn record_lifecycle(report: &StepReport, claims: &Claims, metrics: &Metrics) {
             ]))
             .inc();
     }
+    for r in &report.repaired {
+        metrics
+            .nodeclaims_unhealthy_disrupted
+            .get_or_create(&labels(&[
+                ("condition", r.condition),
+                ("nodepool", &r.node_pool),
+                ("capacity_type", &r.capacity_type),
+                ("image_id", &r.image_id),
+            ]))
+            .inc();
+    }
     for name in &report.drained {
         let c = claim(claims, name);
         metrics

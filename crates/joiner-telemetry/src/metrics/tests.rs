@@ -119,6 +119,14 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
         unconsolidatable: Vec::new(),
         do_not_disrupt: Vec::new(),
         node_claim_events: Vec::new(),
+        repaired: vec![joiner_controller::Repaired {
+            node_claim: "a".into(),
+            node_pool: "gpu".into(),
+            condition: "AcceleratedHardwareReady",
+            capacity_type: "spot".into(),
+            image_id: "ami-0123".into(),
+        }],
+        repair_blocked: vec![("a".into(), "blocked".into())],
         errors: vec![
             ControllerError::Cloud(CloudError::Throttled),
             ControllerError::Store(StoreError::Unavailable("down".into())),
@@ -195,6 +203,10 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
     has(
         &lines,
         r#"karpenter_nodeclaims_disrupted_total{reason="underutilized",nodepool="gpu",capacity_type="spot"} 2"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_nodeclaims_unhealthy_disrupted_total{condition="AcceleratedHardwareReady",nodepool="gpu",capacity_type="spot",image_id="ami-0123"} 1"#,
     );
     has(
         &lines,

@@ -1,0 +1,198 @@
+//! Node repair through the controller: the learning lab's two GPU nodes, one of which reports
+//! its GPUs failed (`AcceleratedHardwareReady: False`, as the EKS node monitoring agent does).
+//! With Karpenter's `nodeRepair` gate on, the node is replaced once the condition has held for
+//! 10 minutes, and its pods run again elsewhere; not before, not with the gate off, and not when
+//! too many of the NodePool's nodes are broken at once.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use joiner_controller::clock::{Clock, ManualClock};
+use joiner_controller::store::{ClusterStore, InMemoryCluster};
+use joiner_controller::{Controller, StepReport};
+use joiner_model::feature_gates::FeatureGates;
+use joiner_model::wellknown::{DisruptionAction, DisruptionReason};
+use joiner_simulate::SimulatedCloud;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+type Ctl<'a> = Controller<&'a InMemoryCluster, &'a SimulatedCloud, ManualClock>;
+
+struct Lab {
+    world: common::World,
+    /// Pods their Deployment recreates when they go.
+    workload: BTreeMap<String, Pod>,
+}
+
+impl Lab {
+    /// The learning lab with four pods on two nodes, never consolidated, repair on or off.
+    fn new(repair: bool) -> Lab {
+        let mut m = joiner_test_support::load_example("time-slicing-learning-lab");
+        for d in &mut m.deployments {
+            d.object.spec.as_mut().expect("spec").replicas = Some(4);
+        }
+        let mut world = common::World::new(&m);
+        let mut warnings = Vec::new();
+        world.config.settings.feature_gates = FeatureGates::from_values(
+            "settings.featureGates",
+            &[("nodeRepair".to_string(), repair)].into(),
+            &mut warnings,
+        );
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let mut pool = world.node_pool();
+        pool.spec.disruption.consolidate_after = "Never".into();
+        world.store.update(&pool).expect("update");
+        Lab {
+            workload: world.pods_by_key(),
+            world,
+        }
+    }
+
+    fn controller(&self) -> Ctl<'_> {
+        Controller::new(
+            &self.world.store,
+            &self.world.cloud,
+            self.world.clock.clone(),
+            self.world.config.clone(),
+        )
+    }
+
+    /// Runs the cluster and the controller for `seconds`, a step a second.
+    fn run(&self, c: &mut Ctl<'_>, seconds: u64) -> Vec<StepReport> {
+        (0..seconds)
+            .map(|_| {
+                self.world.before_step(&self.workload);
+                let r = c.step();
+                self.world.tick();
+                r
+            })
+            .collect()
+    }
+
+    /// The names of the lab's Nodes.
+    fn nodes(&self) -> Vec<String> {
+        self.world
+            .store
+            .list::<Node>()
+            .expect("nodes")
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect()
+    }
+
+    /// The node's GPUs fail now, as the node monitoring agent reports it.
+    fn fail_gpus(&self, node: &str) {
+        let mut n = self
+            .world
+            .store
+            .get::<Node>(None, node)
+            .expect("get")
+            .expect("the node");
+        let conditions = n
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions
+            .get_or_insert_with(Vec::new);
+        conditions.push(NodeCondition {
+            type_: "AcceleratedHardwareReady".into(),
+            status: "False".into(),
+            reason: Some("NvidiaXID79Error".into()),
+            last_transition_time: Some(Time(self.world.clock.now())),
+            ..NodeCondition::default()
+        });
+        self.world.store.update(&n).expect("update the node");
+    }
+}
+
+fn repairs(reports: &[StepReport]) -> Vec<&String> {
+    reports
+        .iter()
+        .flat_map(|r| &r.disruption)
+        .filter(|e| {
+            e.action == DisruptionAction::Decided
+                && e.reason.reason() == Some(DisruptionReason::Unhealthy)
+        })
+        .flat_map(|e| &e.node_claims)
+        .collect()
+}
+
+fn settled(repair: bool) -> (Lab, String) {
+    let lab = Lab::new(repair);
+    let mut c = lab.controller();
+    lab.run(&mut c, 120);
+    lab.world.assert_nothing_pending();
+    let nodes = lab.nodes();
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
+    let node = nodes[0].clone();
+    (lab, node)
+}
+
+#[test]
+fn a_node_whose_gpus_failed_is_replaced_after_ten_minutes_and_its_pods_run_again() {
+    let (lab, node) = settled(true);
+    let mut c = lab.controller();
+    let claim = lab
+        .world
+        .live_claims()
+        .into_iter()
+        .find(|c| c.status.node_name.as_deref() == Some(node.as_str()))
+        .expect("the node's NodeClaim");
+    lab.fail_gpus(&node);
+    // Karpenter's AWS policy tolerates a GPU fault for 10 minutes.
+    let early = lab.run(&mut c, 9 * 60 + 50);
+    assert!(repairs(&early).is_empty(), "repaired before its toleration");
+    assert!(
+        lab.world
+            .live_claims()
+            .iter()
+            .any(|c| c.name() == claim.name() && !c.is_deleting())
+    );
+    let later = lab.run(&mut c, 20);
+    assert_eq!(repairs(&later), [&claim.name().to_string()]);
+    let repaired: Vec<_> = later.iter().flat_map(|r| &r.repaired).collect();
+    assert_eq!(repaired.len(), 1);
+    assert_eq!(repaired[0].condition, "AcceleratedHardwareReady");
+    // The node drains and goes; a new one serves its pods.
+    lab.run(&mut c, 300);
+    assert!(
+        !lab.nodes().contains(&node),
+        "the broken node is still there"
+    );
+    lab.world.assert_nothing_pending();
+    assert_eq!(lab.world.live_claims().len(), 2);
+    lab.world.assert_one_instance_per_claim();
+}
+
+#[test]
+fn with_the_gate_off_a_broken_node_is_left_for_a_person() {
+    let (lab, node) = settled(false);
+    let mut c = lab.controller();
+    lab.fail_gpus(&node);
+    let reports = lab.run(&mut c, 15 * 60);
+    assert!(repairs(&reports).is_empty());
+    assert!(lab.nodes().contains(&node));
+}
+
+#[test]
+fn when_more_than_a_fifth_of_the_pool_is_broken_nothing_is_repaired_and_each_says_why() {
+    let (lab, _) = settled(true);
+    let mut c = lab.controller();
+    for node in lab.nodes() {
+        lab.fail_gpus(&node);
+    }
+    let reports = lab.run(&mut c, 15 * 60);
+    assert!(repairs(&reports).is_empty(), "a broken pool was recycled");
+    assert_eq!(lab.nodes().len(), 2);
+    let blocked: Vec<&(String, String)> = reports
+        .last()
+        .map(|r| r.repair_blocked.iter().collect())
+        .unwrap_or_default();
+    assert_eq!(blocked.len(), 2, "{blocked:?}");
+    assert!(
+        blocked[0]
+            .1
+            .contains("2 of NodePool g4-nodepool's 2 nodes are unhealthy"),
+        "{blocked:?}"
+    );
+}
