@@ -104,20 +104,22 @@ fn repair<S: ClusterStore, C: CloudProvider>(
         );
         return Ok(());
     }
-    // The drain ends now: a deadline already earlier stays.
+    // The drain ends now (a deadline already earlier stays), and says why.
     let mut c = claim.clone();
     let earlier = c
         .annotation(annotations::TERMINATION_TIMESTAMP)
         .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
         .is_some_and(|t| t <= ctx.now);
-    if !earlier {
-        c.metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(
+    let reason = DisruptionReason::Unhealthy.as_str();
+    if !earlier || c.annotation(annotations::DISRUPTION_REASON) != Some(reason) {
+        let a = c.metadata.annotations.get_or_insert_with(Default::default);
+        if !earlier {
+            a.insert(
                 annotations::TERMINATION_TIMESTAMP.into(),
                 ctx.now.to_string(),
             );
+        }
+        a.insert(annotations::DISRUPTION_REASON.into(), reason.into());
         match ctx.store.update(&c) {
             Ok(_) => {}
             // Changed or gone since read: looked at again next step.

@@ -23,7 +23,8 @@ use joiner_model::wellknown::{annotations, labels, tags};
 use joiner_model::workloads::expand_workloads;
 use joiner_model::{Manifests, Quantity, Sourced};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -243,6 +244,9 @@ struct Sim {
     /// When the controller's watches, failed by `faults.watchDown`, recover (seconds from the
     /// start).
     watch_up_at: Option<u64>,
+    /// Nodes a `failNode` step failed for a while: when (seconds from the start) each reports
+    /// its condition `True` again.
+    recoveries: Vec<(u64, String, String)>,
 }
 
 impl Sim {
@@ -412,6 +416,9 @@ impl Sim {
                 deleted.push(json!({"node": node, "nodeClaim": c.name()}));
             }
             self.event("deleteNode", json!({"nodes": deleted}));
+        }
+        if let Some(f) = &step.fail_node {
+            self.fail_nodes(f)?;
         }
         if let Some(d) = &step.delete_node_pool {
             self.store
@@ -608,6 +615,54 @@ impl Sim {
             fields["endsIn"] = json!(format!("{}s", notice.as_secs()));
         }
         self.event(&name, fields);
+        Ok(())
+    }
+
+    /// A `failNode` step: each named NodeClaim's Node reports the condition `False` from now,
+    /// and `True` again after `for`, if given.
+    fn fail_nodes(&mut self, f: &scenario::FailNode) -> Result<(), Error> {
+        let condition = f.condition().to_string();
+        let back_in = f
+            .for_
+            .as_deref()
+            .map(joiner_model::duration::parse_duration)
+            .transpose()
+            .map_err(|e| invalid!("failNode.for: {e}"))?;
+        let mut failed = Vec::new();
+        for c in self.node_claims_for(&f.target())? {
+            let Some(node) = c.status.node_name.clone() else {
+                continue;
+            };
+            set_node_condition(&self.store, &node, &condition, "False", self.clock.now())?;
+            if let Some(d) = back_in {
+                self.recoveries
+                    .push((self.t() + d.as_secs(), node.clone(), condition.clone()));
+            }
+            failed.push(json!({"node": node, "nodeClaim": c.name()}));
+        }
+        let mut fields = json!({"nodes": failed, "condition": condition});
+        if let Some(d) = back_in {
+            fields["for"] = json!(format!("{}s", d.as_secs()));
+        }
+        self.event("failNode", fields);
+        Ok(())
+    }
+
+    /// Nodes whose `failNode` time is up report their condition `True` again.
+    fn recover_nodes(&mut self) -> Result<(), Error> {
+        let t = self.t();
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.recoveries)
+            .into_iter()
+            .partition(|(at, _, _)| *at <= t);
+        self.recoveries = later;
+        for (_, node, condition) in due {
+            if set_node_condition(&self.store, &node, &condition, "True", self.clock.now())? {
+                self.event(
+                    "nodeRecovered",
+                    json!({"node": node, "condition": condition}),
+                );
+            }
+        }
         Ok(())
     }
 
@@ -905,6 +960,7 @@ pub fn simulate_observed(
         added: BTreeSet::new(),
         loaded_claims,
         watch_up_at: None,
+        recoveries: Vec::new(),
     };
     let tick = scenario.tick;
     let tick_s = tick.as_secs();
@@ -935,6 +991,7 @@ pub fn simulate_observed(
             sim.watch_up_at = None;
             sim.event("watchUp", json!({}));
         }
+        sim.recover_nodes()?;
         while next_step < scenario.steps.len() && scenario.steps[next_step].0.as_secs() <= t {
             let step = scenario.steps[next_step].1.clone();
             sim.apply(&step)
@@ -1062,4 +1119,46 @@ pub fn simulate_observed(
         node_claims,
         telemetry: observer,
     })
+}
+
+/// Sets a condition of a Node (added if it has none of that type), with its transition time when
+/// the status changes. Returns whether the Node is still there.
+fn set_node_condition(
+    store: &InMemoryCluster,
+    node: &str,
+    type_: &str,
+    status: &str,
+    now: Timestamp,
+) -> Result<bool, Error> {
+    let Some(mut n) = store.get::<Node>(None, node)? else {
+        return Ok(false);
+    };
+    let conditions = n
+        .status
+        .get_or_insert_with(Default::default)
+        .conditions
+        .get_or_insert_with(Vec::new);
+    let changed = |c: &mut NodeCondition| {
+        if c.status != status {
+            c.status = status.to_string();
+            c.last_transition_time = Some(Time(now));
+        }
+        c.last_heartbeat_time = Some(Time(now));
+    };
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => changed(c),
+        None => conditions.push(NodeCondition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            reason: Some("SimulatedFault".to_string()),
+            last_transition_time: Some(Time(now)),
+            last_heartbeat_time: Some(Time(now)),
+            ..NodeCondition::default()
+        }),
+    }
+    match store.update(&n) {
+        Ok(_) => Ok(true),
+        Err(StoreError::NotFound(_)) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }

@@ -25,6 +25,9 @@
 //!     deleteNodeClaim: {nodeClaim: "*", count: 1}  # kubectl delete nodeclaim (oldest first)
 //!     deleteNode: {nodeClaim: g4-nodepool-0123456789ab}  # kubectl delete node: that NodeClaim's
 //!     deleteNodePool: {name: g4-nodepool}          # kubectl delete nodepool: its nodes go too
+//!     # The node's GPUs fail (condition False, from the node monitoring agent), for 20m or for
+//!     # good without `for`: node repair (featureGates.nodeRepair) replaces it after 10m.
+//!     failNode: {nodeClaim: "*", count: 1, condition: AcceleratedHardwareReady, for: 20m}
 //!     faults:
 //!       insufficientCapacity: [{instanceType: g4dn.xlarge, zone: us-east-1a, capacityType: on-demand}]
 //!       launchErrors: {count: 1, message: "RequestLimitExceeded"}
@@ -113,6 +116,10 @@ pub struct Step {
     /// A NodePool deleted as `kubectl delete nodepool` deletes it: its nodes go with it.
     #[serde(default)]
     pub delete_node_pool: Option<DeleteNodePool>,
+    /// Nodes whose hardware fails: they report a condition `False`, as the EKS node monitoring
+    /// agent reports a GPU fault.
+    #[serde(default)]
+    pub fail_node: Option<FailNode>,
     #[serde(default)]
     pub faults: Option<Faults>,
     /// Instances put into the cloud that Joiner did not launch.
@@ -228,6 +235,38 @@ pub struct NodeClaimTarget {
     /// How many (default 1).
     #[serde(default)]
     pub count: Option<usize>,
+}
+
+/// `failNode`: the Nodes of the NodeClaims named (`*`: the oldest first, `count` of them) report
+/// `condition` (default `AcceleratedHardwareReady`) `False`, for `for` (then `True` again) or for
+/// as long as they run.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FailNode {
+    pub node_claim: String,
+    #[serde(default)]
+    pub count: Option<usize>,
+    #[serde(default)]
+    pub condition: Option<String>,
+    #[serde(default, rename = "for")]
+    pub for_: Option<String>,
+}
+
+impl FailNode {
+    /// The node condition that fails.
+    pub fn condition(&self) -> &str {
+        self.condition
+            .as_deref()
+            .unwrap_or("AcceleratedHardwareReady")
+    }
+
+    /// The NodeClaims it acts on, in `deleteNode`'s shape.
+    pub fn target(&self) -> NodeClaimTarget {
+        NodeClaimTarget {
+            node_claim: self.node_claim.clone(),
+            count: self.count,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -461,6 +500,28 @@ impl Step {
         ] {
             if let Some(t) = target {
                 at_most(field, t.count.unwrap_or(1) as u64, l.interruptions as u64)?;
+            }
+        }
+        if let Some(f) = &self.fail_node {
+            at_most(
+                "failNode.count",
+                f.count.unwrap_or(1) as u64,
+                l.interruptions as u64,
+            )?;
+            if f.condition().is_empty() || f.condition().contains(char::is_whitespace) {
+                return Err(format!(
+                    "failNode.condition: {:?} is not a condition type",
+                    f.condition()
+                ));
+            }
+            if let Some(d) = &f.for_ {
+                let d = parse_duration(d).map_err(|e| format!("failNode.for: {d:?}: {e}"))?;
+                if d > l.notice {
+                    return Err(format!(
+                        "failNode.for: {d:?} is longer than the {:?} allowed",
+                        l.notice
+                    ));
+                }
             }
         }
         let Some(f) = &self.faults else {
