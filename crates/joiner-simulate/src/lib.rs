@@ -21,6 +21,7 @@
 //! tests of other crates use the very code `joiner simulate` runs.
 
 pub mod bench;
+pub mod claims;
 pub mod cloud;
 pub mod command;
 mod error;

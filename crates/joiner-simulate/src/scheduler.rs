@@ -45,7 +45,9 @@ pub fn schedule_pending<S: ClusterStore>(
         let Some(pod) = pods.iter().find(|p| pod_key(p) == b.pod && is_pending(p)) else {
             continue;
         };
-        let mut pod = pod.clone();
+        // The claims it uses get their devices on that node first, as kube-scheduler
+        // allocates them before it binds.
+        let mut pod = crate::claims::allocate(store, pod.clone(), &b.node, &plan.claims)?;
         pod.spec.get_or_insert_with(Default::default).node_name = Some(b.node.clone());
         let status = pod.status.get_or_insert_with(PodStatus::default);
         status.phase = Some("Running".into());
@@ -68,8 +70,9 @@ fn node_ready(node: &Node) -> bool {
     node.metadata.deletion_timestamp.is_none() && (!managed || initialized)
 }
 
-/// Pods bound to a Node that no longer exists are deleted, as the pod garbage collector does.
-/// Returns their keys.
+/// Pods bound to a Node that no longer exists are deleted, as the pod garbage collector does,
+/// and the claims of pods that are gone are released ([`crate::claims::collect`]). Returns the
+/// pods' keys.
 pub fn collect_orphans<S: ClusterStore>(store: &S) -> Result<Vec<String>, ControllerError> {
     let nodes: BTreeSet<String> = store
         .list::<Node>()?
@@ -91,5 +94,6 @@ pub fn collect_orphans<S: ClusterStore>(store: &S) -> Result<Vec<String>, Contro
             }
         }
     }
+    crate::claims::collect(store)?;
     Ok(out)
 }

@@ -192,7 +192,8 @@ fn dynamic_mig_never_promises_more_instances_than_one_gpu_holds() {
 #[test]
 fn simulated_mig_nodes_publish_the_devices_predicted_for_them() {
     // If the simulated node published whole GPUs, no pod's mig.nvidia.com claim could be
-    // allocated there and the pods would still be pending at the end.
+    // allocated there and the pods would still be pending at the end; if the scheduler did not
+    // record the allocations, the fifth pod would reuse a held GPU's instances.
     let dir = example_dir("dra-mig-quickstart").display().to_string();
     let out = joiner(&[
         "simulate",
@@ -214,7 +215,9 @@ fn simulated_mig_nodes_publish_the_devices_predicted_for_them() {
     let summary: Value =
         serde_json::from_str(stdout.lines().last().expect("a summary")).expect("JSON summary");
     let summary = &summary["summary"];
-    assert_eq!(summary["podsScheduled"], 4, "{summary:#}");
+    assert_eq!(summary["podsScheduled"], 5, "{summary:#}");
     assert_eq!(summary["podsStillPending"], 0, "{summary:#}");
-    assert_eq!(summary["peakNodes"], 1, "{summary:#}");
+    // The fifth pod finds the four split GPUs' instances held by the first four's claims.
+    assert_eq!(summary["peakNodes"], 2, "{summary:#}");
+    assert_eq!(summary["finalNodes"], 1, "{summary:#}");
 }
