@@ -97,6 +97,13 @@ pub fn summary_text(s: &Summary) -> String {
             d.join(", ")
         }
     );
+    if let Some(r) = &s.repairs {
+        let _ = writeln!(
+            out,
+            "  nodes failed: {}; replaced by node repair {}, time to repair mean {:.0} s, max {:.0} s",
+            r.failed, r.repaired, r.mean_seconds, r.max_seconds
+        );
+    }
     let _ = writeln!(out, "  errors (retried): {}", s.errors);
     out
 }

@@ -92,7 +92,23 @@ pub struct Summary {
     /// Time-weighted share of allocatable GPUs requested by bound pods, over time with GPUs.
     pub gpu_allocation_mean: f64,
     pub disruptions: BTreeMap<String, usize>,
+    /// Nodes a `failNode` step failed that node repair replaced, and how long each took from
+    /// the fault to the repair's decision; absent when the scenario fails no node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repairs: Option<Repairs>,
     pub errors: usize,
+}
+
+/// Node repair in a run: how many failed nodes were replaced, how soon.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Repairs {
+    /// Nodes failed (each `failNode` target).
+    pub failed: usize,
+    /// Of those, replaced by node repair.
+    pub repaired: usize,
+    pub mean_seconds: f64,
+    pub max_seconds: f64,
 }
 
 /// What a run produced.
@@ -245,8 +261,14 @@ struct Sim {
     /// start).
     watch_up_at: Option<u64>,
     /// Nodes a `failNode` step failed for a while: when (seconds from the start) each reports
-    /// its condition `True` again.
-    recoveries: Vec<(u64, String, String)>,
+    /// its condition `True` again, its NodeClaim.
+    recoveries: Vec<(u64, String, String, String)>,
+    /// NodeClaims whose node is failed now, and since when (seconds from the start).
+    failed_since: BTreeMap<String, u64>,
+    /// Nodes failed in all.
+    failed_count: usize,
+    /// For each failed node node repair replaced, the seconds from the fault to the decision.
+    repair_times: Vec<u64>,
 }
 
 impl Sim {
@@ -634,9 +656,16 @@ impl Sim {
                 continue;
             };
             set_node_condition(&self.store, &node, &condition, "False", self.clock.now())?;
+            let t = self.t();
+            self.failed_count += 1;
+            self.failed_since.entry(c.name().to_string()).or_insert(t);
             if let Some(d) = back_in {
-                self.recoveries
-                    .push((self.t() + d.as_secs(), node.clone(), condition.clone()));
+                self.recoveries.push((
+                    t + d.as_secs(),
+                    node.clone(),
+                    condition.clone(),
+                    c.name().to_string(),
+                ));
             }
             failed.push(json!({"node": node, "nodeClaim": c.name()}));
         }
@@ -653,9 +682,10 @@ impl Sim {
         let t = self.t();
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.recoveries)
             .into_iter()
-            .partition(|(at, _, _)| *at <= t);
+            .partition(|(at, _, _, _)| *at <= t);
         self.recoveries = later;
-        for (_, node, condition) in due {
+        for (_, node, condition, claim) in due {
+            self.failed_since.remove(&claim);
             if set_node_condition(&self.store, &node, &condition, "True", self.clock.now())? {
                 self.event(
                     "nodeRecovered",
@@ -961,6 +991,9 @@ pub fn simulate_observed(
         loaded_claims,
         watch_up_at: None,
         recoveries: Vec::new(),
+        failed_since: BTreeMap::new(),
+        failed_count: 0,
+        repair_times: Vec::new(),
     };
     let tick = scenario.tick;
     let tick_s = tick.as_secs();
@@ -1015,6 +1048,13 @@ pub fn simulate_observed(
             .filter(|d| d.action == DisruptionAction::Decided)
         {
             *disruptions.entry(d.reason.to_string()).or_default() += 1;
+            if d.reason.reason() == Some(joiner_model::wellknown::DisruptionReason::Unhealthy) {
+                for claim in &d.node_claims {
+                    if let Some(since) = sim.failed_since.remove(claim) {
+                        sim.repair_times.push(t.saturating_sub(since));
+                    }
+                }
+            }
         }
         sim.record(&report);
         sim.kubelet.step(&sim.store, &sim.cloud, clock.now())?;
@@ -1109,6 +1149,19 @@ pub fn simulate_observed(
             0.0
         },
         disruptions,
+        repairs: (sim.failed_count > 0).then(|| {
+            let times = &sim.repair_times;
+            Repairs {
+                failed: sim.failed_count,
+                repaired: times.len(),
+                mean_seconds: if times.is_empty() {
+                    0.0
+                } else {
+                    round(times.iter().sum::<u64>() as f64 / times.len() as f64, 1)
+                },
+                max_seconds: times.iter().copied().max().unwrap_or(0) as f64,
+            }
+        }),
         errors,
     };
     let node_claims = sim.store.list::<NodeClaim>()?;

@@ -60,6 +60,11 @@ fn a_node_whose_gpus_fail_is_replaced_after_ten_minutes_and_a_passing_fault_is_n
     assert_eq!(summary["disruptions"]["Unhealthy"], 1, "{summary:#}");
     assert_eq!(summary["podsStillPending"], 0, "{summary:#}");
     assert_eq!(summary["instancesLaunched"], 3, "{summary:#}");
+    // Two nodes failed, one replaced 10 minutes after its fault.
+    let repairs = &summary["repairs"];
+    assert_eq!(repairs["failed"], 2, "{summary:#}");
+    assert_eq!(repairs["repaired"], 1, "{summary:#}");
+    assert_eq!(repairs["meanSeconds"], 600.0, "{summary:#}");
 }
 
 #[test]
