@@ -98,29 +98,12 @@ fn a_layout_or_strategy_the_node_cannot_serve_is_refused_with_why() {
 }
 
 /// NVIDIA's DRA quickstart config (`demo/specs/quickstart/mig-parted-config.yaml`) as the GPU
-/// operator's ConfigMap: the first four GPUs split, the last four whole.
-const MIG_PARTED: &str = r#"apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: default-mig-parted-config
-  namespace: gpu-operator
-data:
-  config.yaml: |
-    version: v1
-    mig-configs:
-      all-disabled:
-        - devices: all
-          mig-enabled: false
-      half-balanced:
-        - devices: [0, 1, 2, 3]
-          mig-enabled: true
-          mig-devices:
-            "1g.5gb": 2
-            "2g.10gb": 1
-            "3g.20gb": 1
-        - devices: [4, 5, 6, 7]
-          mig-enabled: false
-"#;
+/// operator's ConfigMap, as `examples/dra-mig-quickstart` holds it: the first four GPUs split,
+/// the last four whole.
+fn mig_parted() -> String {
+    std::fs::read_to_string(example_dir("dra-mig-quickstart").join("mig-parted-config.yaml"))
+        .expect("the example's mig-parted ConfigMap")
+}
 
 #[test]
 fn the_mig_managers_config_map_names_the_layouts() {
@@ -131,7 +114,7 @@ fn the_mig_managers_config_map_names_the_layouts() {
             text
         }
     });
-    dir.write("mig-parted-config.yaml", MIG_PARTED);
+    dir.write("mig-parted-config.yaml", &mig_parted());
     let (plan, _) = plan_of(&dir.path().display().to_string());
     let claims = plan["nodeClaims"].as_array().expect("claims");
     // Eight 1g.5gb instances a node: seven nodes for 56 pods.
@@ -144,7 +127,7 @@ fn the_mig_managers_config_map_names_the_layouts() {
 
     // With the ConfigMap there, the operator's defaults are not: the example's label is refused.
     let defaults = example_with(|_, text| text);
-    defaults.write("mig-parted-config.yaml", MIG_PARTED);
+    defaults.write("mig-parted-config.yaml", &mig_parted());
     let stderr = refused(&defaults);
     assert!(
         stderr.contains(r#""all-1g.5gb" is not a config of the MIG manager's ConfigMap/gpu-operator/default-mig-parted-config (it has all-disabled, half-balanced)"#),
@@ -153,7 +136,7 @@ fn the_mig_managers_config_map_names_the_layouts() {
     // A ConfigMap mig-parted would not read is refused naming its key.
     dir.write(
         "mig-parted-config.yaml",
-        &MIG_PARTED.replace("version: v1", "version: v2"),
+        &mig_parted().replace("version: v1", "version: v2"),
     );
     let stderr = refused(&dir);
     assert!(

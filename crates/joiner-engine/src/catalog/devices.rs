@@ -110,6 +110,11 @@ impl DeviceTemplates {
     }
 }
 
+/// A device's `type` attribute as the NVIDIA driver writes it (`gpu`, `mig`), if it has one.
+pub(crate) fn device_type(device: &Device) -> Option<&str> {
+    device.attributes.as_ref()?.get("type")?.string.as_deref()
+}
+
 /// Whether two attribute names denote the same attribute in a slice of `driver`: an unqualified
 /// name is short for `<driver>/<name>`, as in Kubernetes.
 pub(crate) fn same_attribute(driver: &str, a: &str, b: &str) -> bool {

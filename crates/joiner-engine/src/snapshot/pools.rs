@@ -385,22 +385,20 @@ enum OptionError {
     GpuConfig(InputError),
 }
 
-/// The MIG layout the GPU operator's MIG manager gives each GPU of a node labelled
-/// `nvidia.com/mig.config`: `None` without the label, for a GPU that is not MIG-capable, or for
-/// a config that splits none of its GPUs.
+/// The MIG layout the GPU operator's MIG manager gives each of a node's `count` GPUs of model
+/// `mig` when the node is labelled `nvidia.com/mig.config`: `None` without the label, or for a
+/// config that splits none of its GPUs.
 fn mig_layout(
-    gpu: &crate::catalog::GpuInfo,
+    mig: &MigGpu,
+    count: u32,
     node_labels: &BTreeMap<String, String>,
     configs: &MigConfigs,
-) -> Result<Option<(&'static MigGpu, NodeMigLayout)>, OptionError> {
+) -> Result<Option<NodeMigLayout>, OptionError> {
     let Some(name) = node_labels.get(labels::NVIDIA_MIG_CONFIG) else {
         return Ok(None);
     };
-    let Some(mig) = gpu.product_name.as_deref().and_then(mig_gpu) else {
-        return Ok(None);
-    };
-    match configs.layout(name, mig, gpu.count) {
-        Ok(layout) => Ok(layout.map(|l| (mig, l))),
+    match configs.layout(name, mig, count) {
+        Ok(layout) => Ok(layout),
         Err(LayoutProblem::Unreadable(e)) => Err(OptionError::GpuConfig(e)),
         Err(LayoutProblem::Invalid(why)) => Err(OptionError::Mig(why)),
     }
@@ -496,9 +494,12 @@ fn gpu_resources(
     };
     let node_gpus = NodeGpus::of(gpu, &it.name);
     let mig = gpu.product_name.as_deref().and_then(mig_gpu);
-    let split = mig_layout(gpu, &node_labels, gpu_software.mig)?;
-    let gpus = match &split {
-        Some((mig, layout)) => match mig_node_resources(&node_gpus, mig, layout, config) {
+    let split = match mig {
+        Some(m) => mig_layout(m, gpu.count, &node_labels, gpu_software.mig)?,
+        None => None,
+    };
+    let gpus = match (mig, &split) {
+        (Some(mig), Some(layout)) => match mig_node_resources(&node_gpus, mig, layout, config) {
             Ok(gpus) => gpus,
             // GPUs that DRA serves, with no device-plugin config: the plugin is not expected
             // to run, so it advertises nothing, and claims get the MIG devices.
@@ -509,7 +510,7 @@ fn gpu_resources(
             }
             Err(why) => return Err(OptionError::Mig(why)),
         },
-        None => node_resources(&node_gpus, config),
+        _ => node_resources(&node_gpus, config),
     };
-    Ok((gpus, mig.map(|m| (m, split.map(|(_, layout)| layout)))))
+    Ok((gpus, mig.map(|m| (m, split))))
 }

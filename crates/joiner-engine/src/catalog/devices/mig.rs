@@ -27,7 +27,7 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::{DeviceTemplates, NVIDIA_GPU_DRIVER, RUNTIME_PLACEHOLDER};
+use super::{DeviceTemplates, NVIDIA_GPU_DRIVER, RUNTIME_PLACEHOLDER, device_type};
 use crate::catalog::mig::{MigGpu, MigProfile, NodeMigLayout};
 
 /// Memory slices of a MIG-capable GPU.
@@ -164,14 +164,8 @@ impl DeviceTemplates {
 
 /// The index of a whole-GPU device (`gpu-3` is 3), `None` for anything else.
 fn gpu_index(device: &Device) -> Option<usize> {
-    let is_gpu = device
-        .attributes
-        .as_ref()
-        .and_then(|a| a.get("type"))
-        .and_then(|t| t.string.as_deref())
-        == Some("gpu");
     let index = device.name.strip_prefix("gpu-")?.parse().ok()?;
-    is_gpu.then_some(index)
+    (device_type(device) == Some("gpu")).then_some(index)
 }
 
 /// One MIG instance of `gpu`: its attributes (but `type`) and the instance's own.

@@ -146,14 +146,8 @@ fn node_device(
             },
         );
     }
-    let mig = device
-        .attributes
-        .as_ref()
-        .and_then(|a| a.get("type"))
-        .and_then(|t| t.string.as_deref())
-        == Some("mig");
     // MIG devices are not shared: the driver's consumable capacity is a whole GPU's.
-    if driver == NVIDIA_GPU_DRIVER && !mig {
+    if driver == NVIDIA_GPU_DRIVER && super::device_type(&device) != Some("mig") {
         opts.consumable.apply(&mut device);
     }
     device
