@@ -153,6 +153,61 @@ pub fn scheduling_input(pods: usize) -> SchedulingInput {
     }
 }
 
+/// Zones of the benchmark's instance types when written as files: the default region's, so
+/// the built-in settings take them as they are.
+const FILE_ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
+
+/// The scheduling benchmark as manifests, for measuring the whole `joiner plan` process on
+/// files: the same pods as [`scheduling_input`] (with `apiVersion` and `kind`), its 400
+/// instance types as `joiner.dev/v1alpha1` InstanceTypes (offered in the default region's
+/// zones), and a NodePool allowing exactly those types, spot and on-demand.
+pub fn scheduling_documents(pods: usize) -> Vec<serde_json::Value> {
+    let types = instance_types();
+    let names: Vec<&str> = types.iter().map(|t| t.instance_type.as_str()).collect();
+    let mut docs = vec![
+        serde_json::json!({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+            "spec": {"role": "KarpenterNodeRole", "amiSelectorTerms": [{"alias": "al2023@latest"}]}}),
+        serde_json::json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+            "spec": {"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [
+                    {"key": labels::INSTANCE_TYPE, "operator": "In", "values": names},
+                    {"key": labels::CAPACITY_TYPE, "operator": "In", "values": ["spot", "on-demand"]}]}}}}),
+    ];
+    docs.extend(types.iter().map(instance_type_document));
+    let mut rng = Rng(0x5EED_1234_ABCD_0001);
+    docs.extend((0..pods).map(|i| {
+        let mut pod = pod_json(i, pods, &mut rng);
+        pod["apiVersion"] = "v1".into();
+        pod["kind"] = "Pod".into();
+        pod
+    }));
+    docs
+}
+
+/// One synthetic type as an InstanceType object: its allocatable as capacity (no overhead
+/// declared) and its offerings moved to [`FILE_ZONES`].
+fn instance_type_document(option: &LaunchOption) -> serde_json::Value {
+    let capacity: serde_json::Map<String, serde_json::Value> = option
+        .allocatable
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_string().into()))
+        .collect();
+    let offerings: Vec<serde_json::Value> = option
+        .offerings
+        .iter()
+        .map(|o| {
+            let zone = ZONES
+                .iter()
+                .position(|z| *z == o.zone)
+                .map_or(FILE_ZONES[0], |i| FILE_ZONES[i]);
+            serde_json::json!({"zone": zone, "capacityType": o.capacity_type, "price": o.price})
+        })
+        .collect();
+    serde_json::json!({"apiVersion": joiner_model::api::instancetype::API_VERSION, "kind": "InstanceType",
+        "metadata": {"name": option.instance_type},
+        "spec": {"capacity": capacity, "offerings": offerings}})
+}
+
 /// The DRA benchmark cluster: `nodes` existing nodes with `gpus` H100s each in node-local
 /// ResourceSlices, and `pods` pending pods with one claim template each (one GPU, a CEL
 /// selector on product name and memory). With `launch`, a NodePool may also launch any GPU
@@ -320,6 +375,32 @@ mod tests {
             .filter(|p| p.labels.get("kind").map(String::as_str) == Some("anti"))
             .count();
         assert!(plan.node_claims.len() >= anti);
+    }
+
+    #[test]
+    fn the_file_shape_reads_back_as_the_benchmark_cluster_and_plans_every_pod() {
+        let mut m = joiner_model::Manifests::default();
+        for doc in scheduling_documents(120) {
+            m.add_document(Source::new("bench.yaml", 0), doc).unwrap();
+        }
+        m.finish();
+        assert_eq!((m.pods.len(), m.instance_types.len()), (120, 400));
+        assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+        let snapshot =
+            crate::snapshot::ClusterSnapshot::build(&m, &Default::default(), &Default::default())
+                .unwrap();
+        let plan = snapshot.plan();
+        assert!(
+            plan.unschedulable.is_empty(),
+            "{:?}",
+            plan.unschedulable.first()
+        );
+        assert!(
+            plan.node_claims
+                .iter()
+                .all(|c| c.instance_type.starts_with("fake-it-")),
+            "only the benchmark's types are launched"
+        );
     }
 
     #[test]

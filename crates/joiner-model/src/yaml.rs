@@ -65,7 +65,7 @@ pub fn parse_documents(file: &str, text: &str) -> Result<Vec<(Source, Value)>, I
 /// Limits sized to the input: parse events cannot outnumber bytes by much, but alias replay
 /// could, so it gets a fixed cap. Repeated keys are passed through to [`Tracked`], which keeps
 /// the last and remembers the key.
-fn yaml_options(len: usize) -> serde_saphyr::Options {
+pub fn yaml_options(len: usize) -> serde_saphyr::Options {
     let scaled = len.saturating_mul(8).saturating_add(65_536);
     let mut budget = serde_saphyr::Budget::default();
     budget.max_events = scaled;

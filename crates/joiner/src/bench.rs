@@ -2,6 +2,8 @@
 
 use std::time::Instant;
 
+pub mod process;
+
 use joiner_engine::bench::scheduling_input;
 use joiner_engine::scheduling::schedule;
 

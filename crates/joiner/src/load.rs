@@ -59,7 +59,7 @@ pub fn load_values(files: &[PathBuf], sets: &[String]) -> anyhow::Result<Value> 
 }
 
 /// The files a path stands for: itself, or the manifest files under a directory.
-fn expand_path(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
+pub fn expand_path(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
     if path.as_os_str() == "-" {
         return Ok(vec![path.to_path_buf()]);
     }

@@ -137,6 +137,21 @@ enum Command {
         /// NodeClaims for the cloud-calls benchmark.
         #[arg(long, default_value_t = 1000)]
         node_claims: usize,
+        /// Pod counts for the whole-process benchmark.
+        #[arg(long, value_delimiter = ',', default_values_t = [5000, 20000, 100000])]
+        process_pods: Vec<usize>,
+        /// Only parse the YAML of the manifest files under this path (the whole-process
+        /// benchmark's baseline, run as its child).
+        #[arg(long, hide = true, conflicts_with = "read_only")]
+        parse_only: Option<PathBuf>,
+        /// Only read the manifest files under this path into typed objects (a child of the
+        /// whole-process benchmark).
+        #[arg(long, hide = true)]
+        read_only: Option<PathBuf>,
+        /// Write the whole-process benchmark's files into DIR/<pods> for each of
+        /// `--process-pods` and run nothing (to profile or to run other tools on them).
+        #[arg(long, value_name = "DIR")]
+        write_input: Option<PathBuf>,
     },
 }
 
@@ -147,6 +162,8 @@ enum BenchSuite {
     Dra,
     Consolidation,
     CloudCalls,
+    /// The whole `joiner plan` process on files, beside parsing them alone.
+    Process,
 }
 
 #[derive(Subcommand)]
@@ -275,9 +292,24 @@ fn main() -> ExitCode {
         }
         Command::Migrate { input, run_for } => migrate::run(&input, &run_for),
         Command::Bench {
+            parse_only: Some(path),
+            ..
+        } => bench::process::parse_only(&path),
+        Command::Bench {
+            read_only: Some(path),
+            ..
+        } => bench::process::read_only(&path),
+        Command::Bench {
+            write_input: Some(dir),
+            process_pods,
+            ..
+        } => bench::process::write_inputs(&dir, &process_pods),
+        Command::Bench {
             pods,
             only,
             node_claims,
+            process_pods,
+            ..
         } => {
             let run = |suite| only.is_none_or(|o| o == suite);
             let mut result = Ok(());
@@ -292,6 +324,9 @@ fn main() -> ExitCode {
             }
             if run(BenchSuite::CloudCalls) {
                 result = result.and_then(|()| bench::cloud_calls(node_claims));
+            }
+            if run(BenchSuite::Process) {
+                result = result.and_then(|()| bench::process::run(&process_pods));
             }
             result
         }

@@ -1,0 +1,77 @@
+//! `joiner bench`'s whole-process benchmark, run as a user runs it: its files are real input
+//! for `joiner plan`, and its table names every figure for each size.
+
+use joiner_test_support::{Scratch, run, run_json};
+
+const JOINER: &str = env!("CARGO_BIN_EXE_joiner");
+
+#[test]
+fn the_written_benchmark_input_is_planned_whole_by_joiner_plan() {
+    let dir = Scratch::new("bench-input");
+    let out = run(
+        JOINER,
+        &[
+            "bench",
+            "--write-input",
+            &dir.path().display().to_string(),
+            "--process-pods",
+            "60",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let input = dir.path().join("60");
+    let plan = run_json(
+        JOINER,
+        &["plan", "-f", &input.display().to_string(), "-o", "json"],
+    );
+    assert_eq!(plan["bindings"].as_array().map(Vec::len), Some(60));
+    assert_eq!(plan["unschedulable"].as_array().map(Vec::len), Some(0));
+    // Every sixth pod's kind is hostname anti-affinity among all such pods: one node each.
+    let nodes = plan["nodeClaims"].as_array().map_or(0, Vec::len);
+    assert!(
+        nodes >= 10,
+        "{nodes} nodes for 10 anti-affinity pods (one in six of 60)"
+    );
+}
+
+#[test]
+fn the_whole_process_benchmark_reports_parse_read_and_plan_for_each_size() {
+    let out = run(
+        JOINER,
+        &["bench", "--only", "process", "--process-pods", "30,90"],
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{table}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let header = table
+        .lines()
+        .find(|l| l.contains("PODS"))
+        .expect("a header");
+    for column in [
+        "INPUT MiB",
+        "PARSE s / MiB",
+        "READ s / MiB",
+        "PLAN s / MiB",
+        "PLAN/PARSE",
+    ] {
+        assert!(header.contains(column), "{header}");
+    }
+    for pods in ["30", "90"] {
+        let row = table
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(pods))
+            .unwrap_or_else(|| panic!("no row for {pods} pods:\n{table}"));
+        // pods, input size, then three "seconds / MiB" cells and the ratio.
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells.len(), 12, "{row}");
+        let ratio: f64 = cells[11].parse().expect("a ratio");
+        assert!(ratio.is_finite() && ratio > 0.0, "{row}");
+    }
+}
