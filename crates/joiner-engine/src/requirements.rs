@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
 /// A label set, sorted for deterministic output.
 pub type Labels = BTreeMap<String, String>;
@@ -32,13 +33,46 @@ pub enum RequirementError {
     Integer(&'static str, Vec<String>),
 }
 
+/// A set of label values, shared: a NodePool listing hundreds of instance types hands the same
+/// set to every NodeClaim and pod requirement derived from it, and the planner clones and
+/// compares those requirements for every pod it places, so a clone must not copy the set and a
+/// comparison of one set with itself must not walk it (`Arc`'s equality checks identity first).
+type ValueSet = Arc<BTreeSet<String>>;
+
 /// Values a present label may take.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Values {
     /// Only these values.
-    Only(BTreeSet<String>),
+    Only(ValueSet),
     /// Any value except these.
-    AllExcept(BTreeSet<String>),
+    AllExcept(ValueSet),
+}
+
+/// Values in both sets; one of them when they are equal.
+fn in_both(a: &ValueSet, b: &ValueSet) -> ValueSet {
+    if a == b {
+        return a.clone();
+    }
+    Arc::new(a.intersection(b).cloned().collect())
+}
+
+/// Values of `a` not in `b`; `a` itself when `b` is empty.
+fn in_first_only(a: &ValueSet, b: &ValueSet) -> ValueSet {
+    if b.is_empty() {
+        return a.clone();
+    }
+    Arc::new(a.difference(b).cloned().collect())
+}
+
+/// Values in either set; one of them when the other adds nothing.
+fn in_either(a: &ValueSet, b: &ValueSet) -> ValueSet {
+    if b.is_empty() || a == b {
+        return a.clone();
+    }
+    if a.is_empty() {
+        return b.clone();
+    }
+    Arc::new(a.union(b).cloned().collect())
 }
 
 /// What one label key must satisfy.
@@ -61,7 +95,7 @@ impl Requirement {
     pub fn new(operator: &str, values: &[String]) -> Result<Requirement, RequirementError> {
         let op =
             Operator::parse(operator).ok_or_else(|| RequirementError::Operator(operator.into()))?;
-        let set = || values.iter().cloned().collect::<BTreeSet<_>>();
+        let set = || Arc::new(values.iter().cloned().collect::<BTreeSet<_>>());
         let integer = |name: &'static str| match values {
             [v] => v
                 .parse::<i64>()
@@ -92,19 +126,19 @@ impl Requirement {
             Operator::NotIn => base(Values::AllExcept(set()), true),
             Operator::Exists => {
                 no_values("Exists")?;
-                base(Values::AllExcept(BTreeSet::new()), false)
+                base(Values::AllExcept(ValueSet::default()), false)
             }
             Operator::DoesNotExist => {
                 no_values("DoesNotExist")?;
-                base(Values::Only(BTreeSet::new()), true)
+                base(Values::Only(ValueSet::default()), true)
             }
             Operator::Gt => Requirement {
                 greater_than: Some(integer("Gt")?),
-                ..base(Values::AllExcept(BTreeSet::new()), false)
+                ..base(Values::AllExcept(ValueSet::default()), false)
             },
             Operator::Lt => Requirement {
                 less_than: Some(integer("Lt")?),
-                ..base(Values::AllExcept(BTreeSet::new()), false)
+                ..base(Values::AllExcept(ValueSet::default()), false)
             },
             // Integer labels: at least n is more than n - 1, at most n is less than n + 1. The
             // bounds are exclusive i64s, so `Gte i64::MIN` (`Lte i64::MAX`) leaves that one
@@ -112,11 +146,11 @@ impl Requirement {
             // instance label comes near i64::MAX.
             Operator::Gte => Requirement {
                 greater_than: Some(integer("Gte")?.saturating_sub(1)),
-                ..base(Values::AllExcept(BTreeSet::new()), false)
+                ..base(Values::AllExcept(ValueSet::default()), false)
             },
             Operator::Lte => Requirement {
                 less_than: Some(integer("Lte")?.saturating_add(1)),
-                ..base(Values::AllExcept(BTreeSet::new()), false)
+                ..base(Values::AllExcept(ValueSet::default()), false)
             },
         })
     }
@@ -124,7 +158,7 @@ impl Requirement {
     /// `key In [value]`.
     pub fn equals(value: &str) -> Requirement {
         Requirement {
-            values: Values::Only(BTreeSet::from([value.to_string()])),
+            values: Values::Only(Arc::new(BTreeSet::from([value.to_string()]))),
             greater_than: None,
             less_than: None,
             absent_ok: false,
@@ -164,15 +198,11 @@ impl Requirement {
     /// Both requirements at once.
     pub fn intersect(&self, other: &Requirement) -> Requirement {
         let values = match (&self.values, &other.values) {
-            (Values::Only(a), Values::Only(b)) => {
-                Values::Only(a.intersection(b).cloned().collect())
-            }
+            (Values::Only(a), Values::Only(b)) => Values::Only(in_both(a, b)),
             (Values::Only(a), Values::AllExcept(b)) | (Values::AllExcept(b), Values::Only(a)) => {
-                Values::Only(a.difference(b).cloned().collect())
+                Values::Only(in_first_only(a, b))
             }
-            (Values::AllExcept(a), Values::AllExcept(b)) => {
-                Values::AllExcept(a.union(b).cloned().collect())
-            }
+            (Values::AllExcept(a), Values::AllExcept(b)) => Values::AllExcept(in_either(a, b)),
         };
         Requirement {
             values,
@@ -380,6 +410,8 @@ impl Requirements {
         let mut out = self.clone();
         for (key, req) in &other.0 {
             let merged = match out.0.get(key) {
+                // Most keys two sets share come from one NodePool: nothing to narrow.
+                Some(mine) if mine == req => continue,
                 Some(mine) => {
                     let merged = mine.intersect(req);
                     if !merged.is_satisfiable() {
