@@ -22,8 +22,16 @@ use crate::manifests::{Manifests, Sourced};
 /// ReplicaSets are not expanded again. Only spec and ownership are read: a dumped `status`
 /// never changes what is expanded. DaemonSets are left out; see [`daemon_set_pod`].
 pub fn expand_workloads(m: &Manifests) -> Vec<Sourced<Pod>> {
-    let owned = OwnedPods::index(m);
     let mut out = m.pods.clone();
+    out.extend(workload_pods(m));
+    out
+}
+
+/// The pods of [`expand_workloads`] that the input's workloads add, without the bare pods: a
+/// caller that only reads them chains them after `m.pods` rather than copying every pod.
+pub fn workload_pods(m: &Manifests) -> Vec<Sourced<Pod>> {
+    let owned = OwnedPods::index(m);
+    let mut out = Vec::new();
     for d in &m.deployments {
         let spec = d.object.spec.as_ref();
         let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);

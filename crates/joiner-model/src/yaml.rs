@@ -28,6 +28,66 @@ pub struct Document {
 /// Splits `text` into its YAML documents (JSON is YAML), skipping empty ones. Document numbers
 /// in the returned [`Source`]s count the non-empty documents from 1.
 pub fn parse_yaml(file: &str, text: &str) -> Result<Vec<Document>, InputError> {
+    let mut docs = Vec::new();
+    for_each_document(file, text, |doc| {
+        docs.push(doc);
+        Ok(())
+    })?;
+    Ok(docs)
+}
+
+/// Calls `each` with the non-empty documents of `text` in order, as [`parse_yaml`] returns
+/// them, parsing each only when the one before has been handed over: a caller that converts
+/// and drops each document never holds a large file as one tree.
+///
+/// A stream is cut at its document markers (`---` at the start of a line, which YAML forbids
+/// inside a document's content) and each piece parsed alone; a piece that is JSON is read by a
+/// JSON parser, many times faster than a YAML one. A stream with anchors or directives, which
+/// reach across or before its markers, is parsed whole, as is one with a piece that does not
+/// parse, so that an error names its line in the file.
+pub fn for_each_document(
+    file: &str,
+    text: &str,
+    mut each: impl FnMut(Document) -> Result<(), InputError>,
+) -> Result<(), InputError> {
+    let mut handed = 0;
+    if let Some(pieces) = document_pieces(text) {
+        let mut parsed_all = true;
+        for piece in pieces {
+            let Ok(docs) = parse_piece(piece) else {
+                parsed_all = false;
+                break;
+            };
+            for doc in docs {
+                handed += 1;
+                each(document(file, handed, doc))?;
+            }
+        }
+        if parsed_all {
+            return Ok(());
+        }
+    }
+    // Parsed whole: the documents not handed over yet, or the error of the first bad one.
+    for (i, doc) in parse_stream(file, text)?
+        .into_iter()
+        .enumerate()
+        .skip(handed)
+    {
+        each(document(file, i + 1, doc))?;
+    }
+    Ok(())
+}
+
+fn document(file: &str, number: usize, parsed: Tracked) -> Document {
+    Document {
+        origin: Source::new(file, number),
+        value: parsed.value,
+        duplicate_keys: parsed.duplicates,
+    }
+}
+
+/// The non-empty documents of a whole stream, or its first syntax error with its line.
+fn parse_stream(file: &str, text: &str) -> Result<Vec<Tracked>, InputError> {
     let docs: Vec<Tracked> =
         serde_saphyr::from_multiple_with_options(text, yaml_options(text.len())).map_err(|e| {
             let at = e
@@ -41,16 +101,51 @@ pub fn parse_yaml(file: &str, text: &str) -> Result<Vec<Document>, InputError> {
                 format!("cannot parse YAML: {e}"),
             )
         })?;
-    Ok(docs
-        .into_iter()
-        .filter(|d| !d.value.is_null())
-        .enumerate()
-        .map(|(i, d)| Document {
-            origin: Source::new(file, i + 1),
-            value: d.value,
-            duplicate_keys: d.duplicates,
-        })
-        .collect())
+    Ok(docs.into_iter().filter(|d| !d.value.is_null()).collect())
+}
+
+/// The non-empty documents of one piece of a stream: as JSON when it is JSON, else as YAML.
+fn parse_piece(piece: &str) -> Result<Vec<Tracked>, ()> {
+    let json = piece.trim_start().starts_with(['{', '[']);
+    let docs: Vec<Tracked> = match json.then(|| {
+        serde_json::Deserializer::from_str(piece)
+            .into_iter::<Tracked>()
+            .collect::<Result<Vec<_>, _>>()
+    }) {
+        Some(Ok(docs)) => docs,
+        _ => serde_saphyr::from_multiple_with_options(piece, yaml_options(piece.len()))
+            .map_err(|_| ())?,
+    };
+    Ok(docs.into_iter().filter(|d| !d.value.is_null()).collect())
+}
+
+/// `text` cut before each line that starts a document (`---` alone or followed by a space or
+/// tab), or `None` when it must be parsed whole: it has a directive (`%YAML`, which belongs to
+/// the document after it) or may have an anchor (`&`; aliases reach back across pieces only
+/// in invalid YAML, but the alias budget is counted per parse, so a stream with many pieces
+/// of aliases would get many budgets).
+fn document_pieces(text: &str) -> Option<Vec<&str>> {
+    if text.contains('&') {
+        return None;
+    }
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        if line.starts_with('%') {
+            return None;
+        }
+        let marker = line
+            .strip_prefix("---")
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '\r', '\n']));
+        if marker && at > start {
+            pieces.push(&text[start..at]);
+            start = at;
+        }
+        at += line.len();
+    }
+    pieces.push(&text[start..]);
+    Some(pieces)
 }
 
 /// [`parse_yaml`] without the duplicate-key report, for inputs that are not Kubernetes objects
@@ -215,6 +310,107 @@ fn nest(parent: &str, child: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The documents of `text` as the whole-stream parser reads them.
+    fn whole(text: &str) -> Vec<(Value, Vec<String>)> {
+        parse_stream("f.yaml", text)
+            .unwrap()
+            .into_iter()
+            .map(|t| (t.value, t.duplicates))
+            .collect()
+    }
+
+    fn piecewise(text: &str) -> Vec<(Value, Vec<String>)> {
+        parse_yaml("f.yaml", text)
+            .unwrap()
+            .into_iter()
+            .map(|d| (d.value, d.duplicate_keys))
+            .collect()
+    }
+
+    #[test]
+    fn a_stream_read_piece_by_piece_is_the_stream_read_whole() {
+        let text = "# leading comment\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: a}\n\
+                    --- # a marker with a comment\nmessage: |\n  line one\n  --- not a marker\n\
+                    ---\n{\"kind\": \"Pod\", \"n\": 1.5, \"k\": 1, \"k\": 2}\n\
+                    ---\r\nwindows: line\r\n---\n---\n[1, two]\n...\nafter: end\n";
+        let docs = piecewise(text);
+        assert_eq!(docs, whole(text));
+        assert_eq!(docs.len(), 6, "{docs:?}");
+        assert_eq!(docs[1].0["message"], "line one\n--- not a marker\n");
+        assert_eq!(
+            docs[2].1,
+            ["k"],
+            "a JSON document's repeated key is reported too"
+        );
+        let origins: Vec<usize> = parse_yaml("f.yaml", text)
+            .unwrap()
+            .iter()
+            .map(|d| d.origin.document)
+            .collect();
+        assert_eq!(origins, [1, 2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn every_example_reads_piece_by_piece_as_it_reads_whole() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        let mut files = 0;
+        let mut dirs = vec![root];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "yaml" || e == "json") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    assert_eq!(piecewise(&text), whole(&text), "{}", path.display());
+                    files += 1;
+                }
+            }
+        }
+        assert!(files > 50, "only {files} example files found");
+    }
+
+    #[test]
+    fn an_error_in_a_later_document_names_its_line_in_the_file() {
+        let text = "a: 1\n---\nb: 2\n---\nc: [unclosed\n";
+        let e = parse_yaml("bad.yaml", text).unwrap_err();
+        assert_eq!(e.origin.file, "bad.yaml");
+        assert!(
+            e.field.starts_with("line 5") || e.field.starts_with("line 6"),
+            "{e}"
+        );
+        let mut seen = Vec::new();
+        let e = for_each_document("bad.yaml", text, |d| {
+            seen.push(d.value);
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(e.field.starts_with("line "), "{e}");
+        assert_eq!(
+            seen.len(),
+            2,
+            "the documents before the bad one, each handed over once"
+        );
+    }
+
+    #[test]
+    fn anchors_and_directives_are_read_whole() {
+        let text = "base: &b {x: 1}\n---\nother: 2\n";
+        assert_eq!(document_pieces(text), None);
+        assert_eq!(piecewise(text), whole(text));
+        let text = "%YAML 1.2\n---\na: 1\n";
+        assert_eq!(document_pieces(text), None);
+        assert_eq!(piecewise(text)[0].0["a"], 1);
+    }
+
+    #[test]
+    fn json_that_is_only_yaml_falls_back_to_the_yaml_reader() {
+        // Flow YAML that looks like JSON: unquoted keys, a comment, a trailing comma.
+        let text = "{a: 1, b: [x, y,],} # flow\n";
+        assert_eq!(piecewise(text), whole(text));
+        assert_eq!(piecewise(text)[0].0["b"][0], "x");
+    }
 
     #[test]
     fn a_repeated_key_keeps_its_last_value_and_is_reported_with_its_path() {

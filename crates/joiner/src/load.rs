@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use joiner_model::settings::{apply_set, merge_values};
-use joiner_model::{Manifests, parse_documents, parse_yaml};
+use joiner_model::{Manifests, for_each_document, parse_documents};
 use serde_json::Value;
 
 /// Directories nested deeper than this are not followed (guards against symlink loops).
@@ -29,9 +29,7 @@ fn load_manifests_within(paths: &[PathBuf], limit: u64) -> anyhow::Result<Manife
     for path in paths {
         for file in expand_path(path)? {
             let (name, text) = budget.read(&file)?;
-            for doc in parse_yaml(&name, &text)? {
-                manifests.add_yaml(doc)?;
-            }
+            for_each_document(&name, &text, |doc| manifests.add_yaml(doc))?;
         }
     }
     manifests.finish();

@@ -39,7 +39,7 @@ fn the_written_benchmark_input_is_planned_whole_by_joiner_plan() {
 }
 
 #[test]
-fn the_whole_process_benchmark_reports_parse_read_and_plan_for_each_size() {
+fn the_whole_process_benchmark_reports_parse_read_and_plan_for_each_size_and_format() {
     let out = run(
         JOINER,
         &["bench", "--only", "process", "--process-pods", "30,90"],
@@ -63,15 +63,20 @@ fn the_whole_process_benchmark_reports_parse_read_and_plan_for_each_size() {
     ] {
         assert!(header.contains(column), "{header}");
     }
-    for pods in ["30", "90"] {
+    for (pods, format) in [
+        ("30", "yaml"),
+        ("30", "json"),
+        ("90", "yaml"),
+        ("90", "json"),
+    ] {
         let row = table
             .lines()
-            .find(|l| l.split_whitespace().next() == Some(pods))
-            .unwrap_or_else(|| panic!("no row for {pods} pods:\n{table}"));
-        // pods, input size, then three "seconds / MiB" cells and the ratio.
+            .find(|l| l.split_whitespace().take(2).eq([pods, format]))
+            .unwrap_or_else(|| panic!("no row for {pods} pods in {format}:\n{table}"));
+        // pods, format, input size, then three "seconds / MiB" cells and the ratio.
         let cells: Vec<&str> = row.split_whitespace().collect();
-        assert_eq!(cells.len(), 12, "{row}");
-        let ratio: f64 = cells[11].parse().expect("a ratio");
+        assert_eq!(cells.len(), 13, "{row}");
+        let ratio: f64 = cells[12].parse().expect("a ratio");
         assert!(ratio.is_finite() && ratio > 0.0, "{row}");
     }
 }

@@ -31,7 +31,7 @@ use joiner_model::api::ec2nodeclass::Readiness;
 use joiner_model::feature_gates::{FeatureGate, FeatureGates};
 use joiner_model::placement::PlacementGroup;
 use joiner_model::settings::Settings;
-use joiner_model::workloads::{daemon_set_pod, expand_workloads};
+use joiner_model::workloads::{daemon_set_pod, workload_pods};
 use joiner_model::{InputError, Manifests, ObjectRef, Sourced};
 use k8s_openapi::api::core::v1::Taint;
 
@@ -392,10 +392,10 @@ impl<'a> SnapshotBuilder<'a> {
 
         let mut pods = Vec::new();
         let mut decided = Vec::new();
-        let expanded = expand_workloads(m);
+        let added = workload_pods(m);
         let mut with_claims = Vec::new();
         let volumes = volumes::Volumes::of(m);
-        for p in &expanded {
+        for p in m.pods.iter().chain(&added) {
             // Finished pods hold nothing; gated pods are not for scheduling yet.
             let status = p.object.status.as_ref();
             if matches!(
