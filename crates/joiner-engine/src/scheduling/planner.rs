@@ -151,6 +151,13 @@ struct Planner<'a> {
     pool_order: Vec<usize>,
     existing: Vec<ExistingState>,
     claims: Vec<Claim>,
+    /// Per NodeClaim, when its zone is still open: the room its chosen type has left, one
+    /// resource after another in one flat array (empty entries for the others). A pod that
+    /// must fix its node's zone never grows such a NodeClaim (a new node serves it as well),
+    /// so one without room for it is passed over here, reading a few numbers, rather than
+    /// evaluated: a plan of thousands of NodeClaims has most of them full for any one pod.
+    open_room: Vec<Option<std::ops::Range<usize>>>,
+    open_room_values: Vec<i128>,
     topology: Topology,
     /// Every zone any NodePool or node offers, sorted; topology counts zones by index here.
     zone_names: Vec<String>,
@@ -352,6 +359,8 @@ impl<'a> Planner<'a> {
             pool_order,
             existing: Vec::new(),
             claims: Vec::new(),
+            open_room: Vec::new(),
+            open_room_values: Vec::new(),
             topology,
             zone_names,
             zone_ids,
@@ -723,7 +732,13 @@ impl<'a> Planner<'a> {
         // only pays when it costs less per pod than a new node, so the new node is priced
         // first and bounds the search.
         let mut growable = Vec::new();
+        let must_fix_zone = self.topology.needs_zone(p);
         for c in clear_bits(&skip.claims, &skip_shape.claims, self.claims.len()) {
+            if must_fix_zone && self.open_and_full(c, req) {
+                // As evaluating it would find: no room without growing, which it may not.
+                set_bit(&mut rejections.class.claims, c);
+                continue;
+            }
             let claim = &self.claims[c];
             let pool = &self.pools[claim.pool];
             if taints::first_untolerated(&pool.input.taints, &pod.tolerations).is_some() {
@@ -951,6 +966,7 @@ impl<'a> Planner<'a> {
                 if old != new {
                     self.rebook(change.claim);
                 }
+                self.note_room(change.claim);
             }
             Placement::New(n) => {
                 let pool = &mut self.pools[n.pool];
@@ -981,9 +997,53 @@ impl<'a> Planner<'a> {
                     reservation: None,
                 });
                 self.rebook(self.claims.len() - 1);
+                self.note_room(self.claims.len() - 1);
                 self.give_devices(p);
             }
         }
+    }
+
+    /// Records the room NodeClaim `c` has left at its chosen type while its zone is open (see
+    /// [`Planner::open_room`]).
+    fn note_room(&mut self, c: usize) {
+        if self.open_room.len() <= c {
+            self.open_room.resize(c + 1, None);
+        }
+        let claim = &self.claims[c];
+        let option = claim.allowed.get(claim.chosen).map(|&(_, o)| o);
+        self.open_room[c] = match (claim.zone, option) {
+            (None, Some(o)) => {
+                let room = &self.pools[claim.pool].options[o].room;
+                let at = match self.open_room[c].clone() {
+                    Some(at) => at,
+                    None => {
+                        let start = self.open_room_values.len();
+                        self.open_room_values.resize(start + room.len(), 0);
+                        start..start + room.len()
+                    }
+                };
+                for ((left, room), used) in self.open_room_values[at.clone()]
+                    .iter_mut()
+                    .zip(room)
+                    .zip(&claim.used)
+                {
+                    *left = room - used;
+                }
+                Some(at)
+            }
+            _ => None,
+        };
+    }
+
+    /// Whether NodeClaim `c` has its zone open and no room at its chosen type for `req`.
+    fn open_and_full(&self, c: usize, req: &[i128]) -> bool {
+        let Some(Some(at)) = self.open_room.get(c) else {
+            return false;
+        };
+        self.open_room_values[at.clone()]
+            .iter()
+            .zip(req)
+            .any(|(left, r)| *r != 0 && r > left)
     }
 
     /// Books NodeClaim `c` into the reservation of its cheapest offering, giving back the one it
