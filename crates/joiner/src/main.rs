@@ -137,6 +137,9 @@ enum Command {
         /// NodeClaims for the cloud-calls benchmark.
         #[arg(long, default_value_t = 1000)]
         node_claims: usize,
+        /// Existing nodes for the consolidation benchmark.
+        #[arg(long, default_value_t = 1000)]
+        consolidation_nodes: usize,
         /// Pod counts for the whole-process benchmark.
         #[arg(long, value_delimiter = ',', default_values_t = [5000, 20000, 100000])]
         process_pods: Vec<usize>,
@@ -308,6 +311,7 @@ fn main() -> ExitCode {
             pods,
             only,
             node_claims,
+            consolidation_nodes,
             process_pods,
             ..
         } => {
@@ -320,7 +324,7 @@ fn main() -> ExitCode {
                 result = result.and_then(|()| bench::dra(500, 8, 5000));
             }
             if run(BenchSuite::Consolidation) {
-                result = result.and_then(|()| bench::consolidation(1000));
+                result = result.and_then(|()| bench::consolidation(consolidation_nodes));
             }
             if run(BenchSuite::CloudCalls) {
                 result = result.and_then(|()| bench::cloud_calls(node_claims));
