@@ -46,7 +46,7 @@ mod reservations;
 mod statics;
 
 use pools::{Pool, build_pool, cheapest_offering, copies_that_fit, option_price};
-use rejections::{NewRejections, Rejected, Rejection, clear_bits, set_bit};
+use rejections::{NewRejections, Rejected, Rejection, clear_among, set_bit};
 use reservations::Reservations;
 pub use statics::static_claims;
 
@@ -695,8 +695,28 @@ impl<'a> Planner<'a> {
         let skip = &self.rejected[self.class_of[p] * 2 + usize::from(strict)];
         let skip_shape = &self.rejected_shape[self.shape_of[p] * 2 + usize::from(strict)];
 
+        // A pod that must join its peers' node is only asked of their nodes: every other one
+        // would refuse it, and a large plan has thousands.
+        let hosts = self.topology.required_hosts(p);
+        let (host_nodes, host_claims) = match &hosts {
+            Some(hosts) => {
+                let (nodes, claims): (Vec<usize>, Vec<usize>) = hosts
+                    .iter()
+                    .map(|&d| d as usize)
+                    .partition(|&d| d < self.existing.len());
+                let claims: Vec<usize> = claims.iter().map(|d| d - self.existing.len()).collect();
+                (Some(nodes), Some(claims))
+            }
+            None => (None, None),
+        };
+
         // 1. Existing nodes.
-        for n in clear_bits(&skip.nodes, &skip_shape.nodes, self.existing.len()) {
+        for n in clear_among(
+            host_nodes.as_deref(),
+            &skip.nodes,
+            &skip_shape.nodes,
+            self.existing.len(),
+        ) {
             let node = &self.existing[n];
             if node.removed {
                 continue;
@@ -733,7 +753,12 @@ impl<'a> Planner<'a> {
         // first and bounds the search.
         let mut growable = Vec::new();
         let must_fix_zone = self.topology.needs_zone(p);
-        for c in clear_bits(&skip.claims, &skip_shape.claims, self.claims.len()) {
+        for c in clear_among(
+            host_claims.as_deref(),
+            &skip.claims,
+            &skip_shape.claims,
+            self.claims.len(),
+        ) {
             if must_fix_zone && self.open_and_full(c, req) {
                 // As evaluating it would find: no room without growing, which it may not.
                 set_bit(&mut rejections.class.claims, c);

@@ -5,7 +5,7 @@
 //! selects ("members") and the pods that repel its members through required anti-affinity.
 //! Placing a pod updates the groups it belongs to; checking a pod reads a few counters.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use super::pod::{PodInfo, PodSelector, TopologyKey};
 use crate::requirements::Requirements;
@@ -38,17 +38,24 @@ impl Counts {
         self.0.get(domain as usize).copied().unwrap_or(0)
     }
 
-    fn bump(&mut self, domain: u32) {
+    /// Counts one more in `domain`; returns the new count.
+    fn bump(&mut self, domain: u32) -> u32 {
         let i = domain as usize;
         if self.0.len() <= i {
             self.0.resize(i + 1, 0);
         }
         self.0[i] += 1;
+        self.0[i]
     }
 
-    fn drop_one(&mut self, domain: u32) {
-        if let Some(c) = self.0.get_mut(domain as usize) {
-            *c = c.saturating_sub(1);
+    /// Counts one fewer in `domain`; returns the new count.
+    fn drop_one(&mut self, domain: u32) -> u32 {
+        match self.0.get_mut(domain as usize) {
+            Some(c) => {
+                *c = c.saturating_sub(1);
+                *c
+            }
+            None => 0,
         }
     }
 }
@@ -57,6 +64,9 @@ impl Counts {
 struct Group {
     key: TopologyKey,
     members: Counts,
+    /// The domains with members, kept for hostname groups: a pod with hard affinity to the
+    /// group can only go to these nodes, and a plan has thousands of others.
+    occupied: BTreeSet<u32>,
     repellers: Counts,
     total_members: u32,
 }
@@ -151,6 +161,7 @@ impl Topology {
                 t.groups.push(Group {
                     key,
                     members: Counts::default(),
+                    occupied: BTreeSet::new(),
                     repellers: Counts::default(),
                     total_members: 0,
                 });
@@ -297,12 +308,39 @@ impl Topology {
         Ok(())
     }
 
+    /// The hostname domains (ascending) that alone can hold `pod` under its hard hostname
+    /// affinities, or `None` when those allow any: a group with members placed admits only the
+    /// domains they are in, and one with none admits none unless the pod is its own first
+    /// member (see [`Topology::check`]).
+    pub fn required_hosts(&self, pod: usize) -> Option<Vec<u32>> {
+        let mut hosts: Option<Vec<u32>> = None;
+        for c in &self.constraints[pod] {
+            let g = &self.groups[c.group];
+            if !c.hard || c.kind != Constraint::Affinity || g.key != TopologyKey::Hostname {
+                continue;
+            }
+            if g.total_members == 0 && self.member_of[pod].contains(&c.group) {
+                continue;
+            }
+            let occupied = g.occupied.iter().copied();
+            hosts = Some(match hosts {
+                None => occupied.collect(),
+                Some(before) => occupied
+                    .filter(|d| before.binary_search(d).is_ok())
+                    .collect(),
+            });
+        }
+        hosts
+    }
+
     /// Records a pod in a domain. Only hard anti-affinity repels (preferences do not bind others).
     pub fn place(&mut self, pod: usize, at: Domains) {
         for &gid in &self.member_of[pod] {
             let g = &mut self.groups[gid];
             if let Some(d) = domain(g.key, at) {
-                g.members.bump(d);
+                if g.members.bump(d) == 1 && g.key == TopologyKey::Hostname {
+                    g.occupied.insert(d);
+                }
                 g.total_members += 1;
             }
         }
@@ -321,7 +359,9 @@ impl Topology {
         for &gid in &self.member_of[pod] {
             let g = &mut self.groups[gid];
             if let Some(d) = domain(g.key, at) {
-                g.members.drop_one(d);
+                if g.members.drop_one(d) == 0 {
+                    g.occupied.remove(&d);
+                }
                 g.total_members = g.total_members.saturating_sub(1);
             }
         }
@@ -353,5 +393,59 @@ fn domain(key: TopologyKey, at: Domains) -> Option<u32> {
     match key {
         TopologyKey::Hostname => Some(at.hostname),
         TopologyKey::Zone => at.zone,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use joiner_model::Source;
+    use k8s_openapi::api::core::v1::Pod;
+
+    use super::*;
+
+    fn pod(name: &str, app: &str, affine_to: Option<&str>) -> PodInfo {
+        let affinity = affine_to.map_or(serde_json::Value::Null, |to| {
+            serde_json::json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": to}}}]}})
+        });
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+            "spec": {"containers": [{"name": "c"}], "affinity": affinity}}))
+        .unwrap();
+        PodInfo::compile(&pod, &Source::new("test", 1)).unwrap()
+    }
+
+    fn on(hostname: u32) -> Domains {
+        Domains {
+            hostname,
+            zone: None,
+        }
+    }
+
+    #[test]
+    fn a_pod_with_hostname_affinity_may_only_go_where_its_peers_are() {
+        let pods = [
+            pod("cache-0", "cache", Some("cache")),
+            pod("cache-1", "cache", Some("cache")),
+            pod("web-0", "web", Some("cache")),
+            pod("free", "other", None),
+        ];
+        let mut t = Topology::new(&pods);
+        // Nothing placed: the group's own first member may go anywhere; a pod that is not a
+        // member has nowhere to go; a pod without affinity is not restricted.
+        assert_eq!(t.required_hosts(0), None);
+        assert_eq!(t.required_hosts(2), Some(vec![]));
+        assert_eq!(t.required_hosts(3), None);
+        t.place(0, on(7));
+        t.place(1, on(3));
+        assert_eq!(t.required_hosts(2), Some(vec![3, 7]));
+        // Every domain listed passes the full check, and one not listed fails it.
+        for d in [3, 7] {
+            assert!(t.check(2, on(d), false, &[]).is_ok());
+        }
+        assert!(t.check(2, on(5), false, &[]).is_err());
+        t.unplace(1, on(3));
+        assert_eq!(t.required_hosts(2), Some(vec![7]));
+        assert_eq!(t.required_hosts(1), Some(vec![7]));
     }
 }

@@ -51,6 +51,29 @@ impl Rejected {
     }
 }
 
+/// Whether bit `i` is set.
+pub(super) fn has_bit(set: &[u64], i: usize) -> bool {
+    set.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+}
+
+/// The indices below `n` set in neither `a` nor `b`, taken from `only` (ascending) when given:
+/// [`clear_bits`] over a known short list of candidates.
+pub(super) fn clear_among<'s>(
+    only: Option<&'s [usize]>,
+    a: &'s [u64],
+    b: &'s [u64],
+    n: usize,
+) -> Box<dyn Iterator<Item = usize> + 's> {
+    match only {
+        Some(only) => Box::new(
+            only.iter()
+                .copied()
+                .filter(move |&i| i < n && !has_bit(a, i) && !has_bit(b, i)),
+        ),
+        None => Box::new(clear_bits(a, b, n)),
+    }
+}
+
 pub(super) fn set_bit(set: &mut Vec<u64>, i: usize) {
     if set.len() <= i / 64 {
         set.resize(i / 64 + 1, 0);
