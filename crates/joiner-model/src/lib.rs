@@ -28,4 +28,4 @@ pub mod wellknown;
 pub mod workloads;
 pub mod yaml;
 pub use manifests::{Manifests, Sourced, Warning};
-pub use yaml::{Document, for_each_document, parse_documents, parse_yaml, yaml_options};
+pub use yaml::{Document, for_each_document, parse_documents, parse_yaml};

@@ -54,7 +54,7 @@ pub fn for_each_document(
     if let Some(pieces) = document_pieces(text) {
         let mut parsed_all = true;
         for piece in pieces {
-            let Ok(docs) = parse_piece(piece) else {
+            let Some(docs) = parse_piece(piece) else {
                 parsed_all = false;
                 break;
             };
@@ -104,19 +104,24 @@ fn parse_stream(file: &str, text: &str) -> Result<Vec<Tracked>, InputError> {
     Ok(docs.into_iter().filter(|d| !d.value.is_null()).collect())
 }
 
-/// The non-empty documents of one piece of a stream: as JSON when it is JSON, else as YAML.
-fn parse_piece(piece: &str) -> Result<Vec<Tracked>, ()> {
-    let json = piece.trim_start().starts_with(['{', '[']);
-    let docs: Vec<Tracked> = match json.then(|| {
+/// The non-empty documents of one piece of a stream: as JSON when it is JSON, else as YAML;
+/// `None` when it parses as neither.
+fn parse_piece(piece: &str) -> Option<Vec<Tracked>> {
+    let as_json = || {
         serde_json::Deserializer::from_str(piece)
             .into_iter::<Tracked>()
             .collect::<Result<Vec<_>, _>>()
-    }) {
-        Some(Ok(docs)) => docs,
-        _ => serde_saphyr::from_multiple_with_options(piece, yaml_options(piece.len()))
-            .map_err(|_| ())?,
+            .ok()
     };
-    Ok(docs.into_iter().filter(|d| !d.value.is_null()).collect())
+    let docs = piece
+        .trim_start()
+        .starts_with(['{', '['])
+        .then(as_json)
+        .flatten()
+        .or_else(|| {
+            serde_saphyr::from_multiple_with_options(piece, yaml_options(piece.len())).ok()
+        })?;
+    Some(docs.into_iter().filter(|d| !d.value.is_null()).collect())
 }
 
 /// `text` cut before each line that starts a document (`---` alone or followed by a space or
@@ -160,7 +165,7 @@ pub fn parse_documents(file: &str, text: &str) -> Result<Vec<(Source, Value)>, I
 /// Limits sized to the input: parse events cannot outnumber bytes by much, but alias replay
 /// could, so it gets a fixed cap. Repeated keys are passed through to [`Tracked`], which keeps
 /// the last and remembers the key.
-pub fn yaml_options(len: usize) -> serde_saphyr::Options {
+fn yaml_options(len: usize) -> serde_saphyr::Options {
     let scaled = len.saturating_mul(8).saturating_add(65_536);
     let mut budget = serde_saphyr::Budget::default();
     budget.max_events = scaled;

@@ -151,13 +151,14 @@ struct Planner<'a> {
     pool_order: Vec<usize>,
     existing: Vec<ExistingState>,
     claims: Vec<Claim>,
-    /// Per NodeClaim, when its zone is still open: the room its chosen type has left, one
-    /// resource after another in one flat array (empty entries for the others). A pod that
-    /// must fix its node's zone never grows such a NodeClaim (a new node serves it as well),
-    /// so one without room for it is passed over here, reading a few numbers, rather than
-    /// evaluated: a plan of thousands of NodeClaims has most of them full for any one pod.
-    open_room: Vec<Option<std::ops::Range<usize>>>,
-    open_room_values: Vec<i128>,
+    /// Per NodeClaim whose zone is still open: the room its chosen type has left, one
+    /// resource after another in one flat array (a NodeClaim's resources at `c * resources`).
+    /// A pod that must fix its node's zone never grows such a NodeClaim (a new node serves it
+    /// as well), so one without room for it is passed over here, reading a few numbers, rather
+    /// than evaluated: a plan of thousands of NodeClaims has most of them full for any one pod.
+    open_room: Vec<i128>,
+    /// Per NodeClaim: whether its zone is open and [`Planner::open_room`] holds its room.
+    open_zone: Vec<bool>,
     topology: Topology,
     /// Every zone any NodePool or node offers, sorted; topology counts zones by index here.
     zone_names: Vec<String>,
@@ -360,7 +361,7 @@ impl<'a> Planner<'a> {
             existing: Vec::new(),
             claims: Vec::new(),
             open_room: Vec::new(),
-            open_room_values: Vec::new(),
+            open_zone: Vec::new(),
             topology,
             zone_names,
             zone_ids,
@@ -1031,41 +1032,33 @@ impl<'a> Planner<'a> {
     /// Records the room NodeClaim `c` has left at its chosen type while its zone is open (see
     /// [`Planner::open_room`]).
     fn note_room(&mut self, c: usize) {
-        if self.open_room.len() <= c {
-            self.open_room.resize(c + 1, None);
+        let width = self.index.len();
+        if self.open_zone.len() <= c {
+            self.open_zone.resize(c + 1, false);
+            self.open_room.resize((c + 1) * width, 0);
         }
         let claim = &self.claims[c];
-        let option = claim.allowed.get(claim.chosen).map(|&(_, o)| o);
-        self.open_room[c] = match (claim.zone, option) {
+        let chosen = claim.allowed.get(claim.chosen).map(|&(_, o)| o);
+        self.open_zone[c] = match (claim.zone, chosen) {
             (None, Some(o)) => {
                 let room = &self.pools[claim.pool].options[o].room;
-                let at = match self.open_room[c].clone() {
-                    Some(at) => at,
-                    None => {
-                        let start = self.open_room_values.len();
-                        self.open_room_values.resize(start + room.len(), 0);
-                        start..start + room.len()
-                    }
-                };
-                for ((left, room), used) in self.open_room_values[at.clone()]
-                    .iter_mut()
-                    .zip(room)
-                    .zip(&claim.used)
-                {
+                let left = &mut self.open_room[c * width..(c + 1) * width];
+                for ((left, room), used) in left.iter_mut().zip(room).zip(&claim.used) {
                     *left = room - used;
                 }
-                Some(at)
+                true
             }
-            _ => None,
+            _ => false,
         };
     }
 
     /// Whether NodeClaim `c` has its zone open and no room at its chosen type for `req`.
     fn open_and_full(&self, c: usize, req: &[i128]) -> bool {
-        let Some(Some(at)) = self.open_room.get(c) else {
+        if !self.open_zone.get(c).copied().unwrap_or(false) {
             return false;
-        };
-        self.open_room_values[at.clone()]
+        }
+        let width = self.index.len();
+        self.open_room[c * width..(c + 1) * width]
             .iter()
             .zip(req)
             .any(|(left, r)| *r != 0 && r > left)
