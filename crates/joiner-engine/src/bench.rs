@@ -10,6 +10,9 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::requirements::Labels;
 use crate::scheduling::{LaunchOffering, LaunchOption, PodInfo, PoolInput, SchedulingInput};
 
+mod packing;
+pub use packing::{PackingCase, packing_cases};
+
 const CPU: [&str; 5] = ["100m", "250m", "500m", "1000m", "1500m"];
 const MEMORY: [&str; 6] = ["100Mi", "256Mi", "512Mi", "1Gi", "2Gi", "4Gi"];
 const ZONES: [&str; 3] = ["test-zone-1", "test-zone-2", "test-zone-3"];
@@ -129,6 +132,11 @@ pub fn scheduling_input(pods: usize) -> SchedulingInput {
             PodInfo::compile(&pod, &Source::new("bench", 0)).ok()
         })
         .collect();
+    one_pool(pods, instance_types())
+}
+
+/// No existing nodes, and one NodePool named `default` allowing spot and on-demand `options`.
+fn one_pool(pods: Vec<PodInfo>, options: Vec<LaunchOption>) -> SchedulingInput {
     let mut requirements = crate::requirements::Requirements::new();
     if let Ok(r) = crate::requirements::Requirement::new("In", &["spot".into(), "on-demand".into()])
     {
@@ -145,7 +153,7 @@ pub fn scheduling_input(pods: usize) -> SchedulingInput {
             taints: vec![],
             requirements,
             limits: Default::default(),
-            options: instance_types(),
+            options,
             consolidation: Default::default(),
             min_values_policy: Default::default(),
         }],

@@ -25,6 +25,9 @@ pub struct Plan {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub claims: Vec<ClaimAllocation>,
     pub total_price_per_hour: Price,
+    /// How each batch of new NodeClaims was packed: exactly, or greedily and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub packing: Vec<PackedBatch>,
 }
 
 impl Plan {
@@ -37,6 +40,7 @@ impl Plan {
             unschedulable: Vec::new(),
             claims: Vec::new(),
             total_price_per_hour: Price::ZERO,
+            packing: Vec::new(),
         }
     }
 }
@@ -132,4 +136,73 @@ pub struct Binding {
 pub struct Unschedulable {
     pub pod: String,
     pub reason: String,
+}
+
+/// The new NodeClaims of one NodePool whose pods share node requirements, and how they were
+/// packed. Pods with topology spread, pod (anti-)affinity or DRA claims, and the NodeClaims
+/// holding them, form a batch of their own that is always packed greedily.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PackedBatch {
+    pub node_pool: String,
+    pub pods: u32,
+    /// The batch's NodeClaims in the plan, by name.
+    pub node_claims: Vec<String>,
+    pub solver: Solver,
+    /// Why the batch was not solved exactly as a whole; absent when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<GreedyReason>,
+    /// What the greedy packing of these pods costs.
+    pub greedy_price_per_hour: Price,
+    /// What the planned NodeClaims of the batch cost.
+    pub price_per_hour: Price,
+}
+
+/// Which packing a batch got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Solver {
+    /// The least total price there is for these pods on this NodePool's instance types (the
+    /// greedy packing when that is already as cheap).
+    Exact,
+    /// The greedy packing with its dearest NodeClaims packed again exactly, some tens of pods
+    /// at a time: for batches larger than the exact search takes at once.
+    Improved,
+    /// The planner's greedy packing.
+    Greedy,
+}
+
+/// Why a batch was packed greedily.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GreedyReason {
+    /// Its pods have topology spread, pod (anti-)affinity or DRA claims, or are selected by
+    /// another pod's: where they go matters beyond their own node.
+    PodConstraints,
+    /// More pods than the exact search takes at once.
+    TooManyPods,
+    /// The exact search needed more work than one step allows.
+    OverBudget,
+    /// The NodePool asks for `minValues`.
+    MinValues,
+    /// The NodePool's offerings include capacity reservations, which are counted per node.
+    CapacityReservations,
+    /// The exact packing would take the NodePool past its limits.
+    Limits,
+}
+
+impl GreedyReason {
+    /// The words `joiner plan` prints.
+    pub fn describe(self) -> &'static str {
+        match self {
+            GreedyReason::PodConstraints => {
+                "pods with topology spread, pod affinity or DRA claims are placed one by one"
+            }
+            GreedyReason::TooManyPods => "more pods than the exact search takes at once",
+            GreedyReason::OverBudget => "the exact search ran past its work budget",
+            GreedyReason::MinValues => "the NodePool asks for minValues",
+            GreedyReason::CapacityReservations => "the NodePool offers capacity reservations",
+            GreedyReason::Limits => "the exact packing would pass the NodePool's limits",
+        }
+    }
 }

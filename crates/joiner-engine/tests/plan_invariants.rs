@@ -10,6 +10,7 @@ use joiner_engine::plan::Plan;
 use joiner_engine::requirements::{Labels, Requirements};
 use joiner_engine::scheduling::{
     ExistingNode, LaunchOffering, LaunchOption, PodInfo, PoolInput, SchedulingInput, schedule,
+    schedule_greedy,
 };
 use joiner_model::{Price, Quantity, ResourceList, Source};
 use k8s_openapi::api::core::v1::{Pod, Taint};
@@ -427,6 +428,28 @@ proptest! {
         let plan = schedule(&input);
         if let Err(broken) = check(&input, &plan) {
             prop_assert!(false, "seed {seed}: {broken}\n{}", serde_json::to_string_pretty(&plan).unwrap());
+        }
+    }
+
+    /// The exact pass only ever replaces a packing by a cheaper one of the same pods: the plan
+    /// costs no more than the greedy plan, leaves the same pods unschedulable, and says per
+    /// batch what it saved.
+    #[test]
+    fn the_exact_pass_never_costs_more_than_the_greedy_plan(seed in any::<u64>()) {
+        let input = cluster(seed);
+        let exact = schedule(&input);
+        let greedy = schedule_greedy(&input);
+        prop_assert!(
+            exact.total_price_per_hour <= greedy.total_price_per_hour,
+            "seed {seed}: {} > {}", exact.total_price_per_hour, greedy.total_price_per_hour
+        );
+        let pods = |plan: &Plan| plan.unschedulable.iter().map(|u| u.pod.clone()).collect::<Vec<_>>();
+        prop_assert_eq!(pods(&exact), pods(&greedy), "seed {}", seed);
+        prop_assert!(greedy.packing.is_empty());
+        let claimed: usize = exact.packing.iter().map(|b| b.node_claims.len()).sum();
+        prop_assert_eq!(claimed, exact.node_claims.len(), "seed {}: {:?}", seed, exact.packing);
+        for batch in &exact.packing {
+            prop_assert!(batch.price_per_hour <= batch.greedy_price_per_hour, "seed {seed}: {batch:?}");
         }
     }
 

@@ -144,3 +144,41 @@ pub fn cloud_calls(nodes: usize) -> anyhow::Result<()> {
     println!("({secs:.1} s of CPU time for the whole run)");
     Ok(())
 }
+
+/// The packing benchmark: provisioning steps of the size the exact pass solves, planned
+/// greedily and then with the exact pass, in one run.
+pub fn packing() -> anyhow::Result<()> {
+    use joiner_engine::scheduling::schedule_greedy;
+    println!(
+        "\nPacking benchmark (one NodePool; the greedy plan, then the plan with the exact pass)"
+    );
+    println!(
+        "{:<40}  {:>10}  {:>10}  {:>9}  {:>9}  {:>7}  SOLVER",
+        "CASE", "GREEDY USD", "EXACT USD", "GREEDY MS", "EXACT MS", "RATIO"
+    );
+    for case in joiner_engine::bench::packing_cases() {
+        let start = Instant::now();
+        let greedy = schedule_greedy(&case.input);
+        let greedy_ms = start.elapsed().as_secs_f64() * 1000.0;
+        let start = Instant::now();
+        let exact = schedule(&case.input);
+        let exact_ms = start.elapsed().as_secs_f64() * 1000.0;
+        let solver = exact
+            .packing
+            .iter()
+            .map(|b| match b.reason {
+                Some(reason) => format!("{:?}", reason),
+                None => format!("{:?}", b.solver),
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        println!(
+            "{:<40}  {:>10}  {:>10}  {greedy_ms:>9.1}  {exact_ms:>9.1}  {:>7.3}  {solver}",
+            case.label,
+            greedy.total_price_per_hour.to_string(),
+            exact.total_price_per_hour.to_string(),
+            greedy.total_price_per_hour.as_usd() / exact.total_price_per_hour.as_usd(),
+        );
+    }
+    Ok(())
+}

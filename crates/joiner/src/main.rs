@@ -167,6 +167,8 @@ enum BenchSuite {
     CloudCalls,
     /// The whole `joiner plan` process on files, beside parsing them alone.
     Process,
+    /// Provisioning steps planned greedily and with the exact pass.
+    Packing,
 }
 
 #[derive(Subcommand)]
@@ -328,6 +330,9 @@ fn main() -> ExitCode {
             }
             if run(BenchSuite::CloudCalls) {
                 result = result.and_then(|()| bench::cloud_calls(node_claims));
+            }
+            if run(BenchSuite::Packing) {
+                result = result.and_then(|()| bench::packing());
             }
             if run(BenchSuite::Process) {
                 result = result.and_then(|()| bench::process::run(&process_pods));
@@ -565,6 +570,9 @@ fn explain_pod(input: &InputArgs, pod: &str) -> anyhow::Result<()> {
         anyhow::bail!("no pod {pod} in the input (give it as namespace/name)");
     };
     let mut text = format!("Pod {}: {}\n", account.pod, account.outcome);
+    if let Some(batch) = &account.packing {
+        text.push_str(&format!("Packing: {}\n", output::packing_line(batch)));
+    }
     if !account.instance_types.is_empty() {
         text.push_str("\nAs the only pod on a new node:\n");
         for line in &account.instance_types {

@@ -224,6 +224,12 @@ fn table(plan: &Plan, wide: bool) -> String {
             let _ = writeln!(out, "  {}: {}", u.pod, u.reason);
         }
     }
+    if !plan.packing.is_empty() {
+        out.push_str("\nPacking:\n");
+        for b in &plan.packing {
+            let _ = writeln!(out, "  {}", packing_line(b));
+        }
+    }
     let _ = writeln!(
         out,
         "\n{} new node(s), {} pod(s) placed, {} unschedulable, total {} USD/h",
@@ -233,4 +239,24 @@ fn table(plan: &Plan, wide: bool) -> String {
         plan.total_price_per_hour
     );
     out
+}
+
+/// One batch of the plan's packing: how it was solved and what that saved.
+pub fn packing_line(b: &joiner_engine::plan::PackedBatch) -> String {
+    let what = format!(
+        "{}: {} pod(s) on {} node(s)",
+        b.node_pool,
+        b.pods,
+        b.node_claims.len()
+    );
+    match (b.solver, b.reason) {
+        (_, Some(reason)) => format!("{what}, packed greedily: {}", reason.describe()),
+        _ if b.price_per_hour < b.greedy_price_per_hour => format!(
+            "{what}, solved exactly: {} USD/h, {} USD/h less than the greedy packing ({} USD/h)",
+            b.price_per_hour,
+            b.greedy_price_per_hour.saturating_sub(b.price_per_hour),
+            b.greedy_price_per_hour
+        ),
+        _ => format!("{what}, solved exactly: the greedy packing was already the cheapest"),
+    }
 }

@@ -80,3 +80,34 @@ fn the_whole_process_benchmark_reports_parse_read_and_plan_for_each_size_and_for
         assert!(ratio.is_finite() && ratio > 0.0, "{row}");
     }
 }
+
+/// The packing benchmark's GPU steps come out cheaper with the exact pass, and never dearer.
+#[test]
+fn the_packing_benchmark_reports_each_step_greedy_and_exact() {
+    let out = run(JOINER, &["bench", "--only", "packing"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{table}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<&str> = table.lines().filter(|l| l.contains(" pods of ")).collect();
+    assert_eq!(rows.len(), 3, "{table}");
+    for row in &rows {
+        // The label, greedy and exact prices, two times, then the ratio and the solver.
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        let ratio: f64 = cells[cells.len() - 2]
+            .parse()
+            .unwrap_or_else(|_| panic!("a ratio in {row}"));
+        assert!(ratio >= 1.0, "{row}");
+    }
+    let mixed = rows
+        .iter()
+        .find(|r| r.starts_with("64 GPU pods"))
+        .expect("the 64-pod GPU step");
+    assert!(mixed.contains("Exact"), "{mixed}");
+    assert!(
+        mixed.contains("18.052") && mixed.contains("16.1"),
+        "{mixed}"
+    );
+}

@@ -10,6 +10,7 @@
 //! to the total hourly price (see [`planner`]).
 
 pub mod allowed;
+mod packing;
 pub mod planner;
 pub mod pod;
 mod resources;
@@ -27,7 +28,7 @@ use crate::catalog::PriceBasis;
 use crate::catalog::devices::{DeviceTemplates, TemplateOptions};
 
 use crate::requirements::{Labels, Requirements};
-pub use planner::{Baseline, PodAccount, explain_pod, schedule, static_claims};
+pub use planner::{Baseline, PodAccount, explain_pod, schedule, schedule_greedy, static_claims};
 pub use pod::PodInfo;
 pub(crate) use pod::compile_term;
 

@@ -38,6 +38,7 @@ use joiner_dra::ClaimAllocation;
 
 mod candidates;
 mod dra;
+mod exact;
 mod explain;
 mod finish;
 mod pools;
@@ -201,25 +202,44 @@ const MULTI_ORDER_LIMIT: usize = 2_000;
 
 /// Plans the given input.
 pub fn schedule(input: &SchedulingInput) -> Plan {
+    schedule_with(input, true)
+}
+
+/// Plans in each order greedily and keeps the best plan; with `exact`, that order is then
+/// planned again with the exact pass, which only ever makes a plan cheaper, so it runs once.
+fn schedule_with(input: &SchedulingInput, exact: bool) -> Plan {
     let pending = input.pods.iter().filter(|p| p.node_name.is_none()).count();
     let orders: &[Order] = if pending <= MULTI_ORDER_LIMIT {
         &[Order::DominantShare, Order::ExtendedFirst]
     } else {
         &[Order::DominantShare]
     };
-    let mut best: Option<Plan> = None;
+    let single = orders.len() == 1;
+    let mut best: Option<(Order, Plan)> = None;
     for &order in orders {
-        let plan = schedule_in_order(input, order);
+        let plan = schedule_in_order(input, order, exact && single);
         // Fewest unschedulable pods first, then the lowest price; ties keep the earlier order.
-        let better = best.as_ref().is_none_or(|b| {
+        let better = best.as_ref().is_none_or(|(_, b)| {
             (plan.unschedulable.len(), plan.total_price_per_hour)
                 < (b.unschedulable.len(), b.total_price_per_hour)
         });
         if better {
-            best = Some(plan);
+            best = Some((order, plan));
         }
     }
-    best.unwrap_or_default()
+    match best {
+        Some((order, plan)) if exact && !single && !plan.node_claims.is_empty() => {
+            schedule_in_order(input, order, true)
+        }
+        Some((_, plan)) => plan,
+        None => Plan::default(),
+    }
+}
+
+/// The plan without the exact pass (see [`exact`]): what the greedy planner alone makes of
+/// the input, for benchmarks and comparisons.
+pub fn schedule_greedy(input: &SchedulingInput) -> Plan {
+    schedule_with(input, false)
 }
 
 /// The full account of one pod, for `joiner explain pod`.
@@ -232,6 +252,9 @@ pub struct PodAccount {
     /// One line per NodePool and instance type: what a new node of that type makes of the
     /// pod, on its own.
     pub instance_types: Vec<String>,
+    /// For a pod placed on a new NodeClaim: how that NodeClaim's batch was packed, and what
+    /// the exact pass saved over the greedy packing.
+    pub packing: Option<crate::plan::PackedBatch>,
 }
 
 /// Explains one pending pod (`namespace/name`); `None` if there is no such pod.
@@ -249,20 +272,31 @@ pub fn explain_pod(input: &SchedulingInput, pod: &str) -> Option<PodAccount> {
             None => "not planned".into(),
         },
     };
+    let packing = plan
+        .bindings
+        .iter()
+        .find(|b| b.pod == pod)
+        .and_then(|b| {
+            plan.packing
+                .iter()
+                .find(|batch| batch.node_claims.contains(&b.node))
+        })
+        .cloned();
     let planner = Planner::new(input);
     Some(PodAccount {
         pod: pod.to_string(),
         outcome,
         instance_types: explain::account(&planner, p),
+        packing,
     })
 }
 
-fn schedule_in_order(input: &SchedulingInput, order: Order) -> Plan {
+fn schedule_in_order(input: &SchedulingInput, order: Order, exact: bool) -> Plan {
     let planner = Planner::new(input);
     let pending: Vec<usize> = (0..input.pods.len())
         .filter(|&i| input.pods[i].node_name.is_none())
         .collect();
-    planner.plan_pods(pending, order)
+    planner.plan_pods(pending, order, exact)
 }
 
 /// A planner with every bound pod in place and nothing pending: the starting point for
@@ -288,7 +322,7 @@ impl<'a> Baseline<'a> {
         for &n in nodes {
             moved.extend(planner.remove_existing(n));
         }
-        planner.plan_pods(moved, Order::DominantShare)
+        planner.plan_pods(moved, Order::DominantShare, false)
     }
 }
 
@@ -425,8 +459,9 @@ impl<'a> Planner<'a> {
         *self.class_views.borrow_mut() = vec![None; classes * 2];
     }
 
-    /// Places `pending` pods in `order` and returns the plan.
-    fn plan_pods(mut self, mut pending: Vec<usize>, order: Order) -> Plan {
+    /// Places `pending` pods in `order` and returns the plan; with `exact`, the new NodeClaims
+    /// are then packed again exactly where that is possible and cheaper (see [`exact`]).
+    fn plan_pods(mut self, mut pending: Vec<usize>, order: Order, exact: bool) -> Plan {
         self.sort_pending(&mut pending, order);
         for &p in &pending {
             self.remaining[self.class_of[p]] += 1;
@@ -454,7 +489,14 @@ impl<'a> Planner<'a> {
                 reason: self.explain(p),
             })
             .collect();
-        self.finish(unschedulable)
+        let packing = if exact {
+            self.pack_exactly()
+        } else {
+            Vec::new()
+        };
+        let mut plan = self.finish(unschedulable);
+        plan.packing = packing;
+        plan
     }
 
     /// Takes existing node `n` away: its pods leave its domains and give back its room, its

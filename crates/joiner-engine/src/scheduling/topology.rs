@@ -221,6 +221,12 @@ impl Topology {
         &self.constraints[pod]
     }
 
+    /// Whether the pod has no constraint of its own and no group counts it: where it runs
+    /// changes nothing for any other pod.
+    pub fn stands_alone(&self, pod: usize) -> bool {
+        self.constraints[pod].is_empty() && self.member_of[pod].is_empty()
+    }
+
     /// Whether the pod has any relation to zones, so a planned node must fix its zone before
     /// the pod can be placed (or counted) there.
     pub fn needs_zone(&self, pod: usize) -> bool {

@@ -805,6 +805,7 @@ impl ClusterSnapshot {
                 pod: pod.to_string(),
                 outcome: format!("unschedulable: {}", u.reason),
                 instance_types: Vec::new(),
+                packing: None,
             });
         }
         let mut account = crate::scheduling::explain_pod(&self.input, pod)?;

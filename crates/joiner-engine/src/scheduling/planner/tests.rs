@@ -555,6 +555,7 @@ mod optimality {
     //! The planner against an exact search on small inputs: every way to partition the pods
     //! into nodes, each node the cheapest type that holds its pods.
     use super::*;
+    use crate::plan::Solver;
 
     struct Rng(u64);
     impl Rng {
@@ -655,6 +656,11 @@ mod optimality {
                 ),
                 Some(opt) => {
                     assert!(
+                        plan.packing.iter().all(|b| b.solver == Solver::Exact),
+                        "case {case}: {:?}",
+                        plan.packing
+                    );
+                    assert!(
                         plan.unschedulable.is_empty(),
                         "case {case}: exact search places every pod, planner left {:?}",
                         plan.unschedulable
@@ -685,8 +691,13 @@ mod optimality {
             "planner/optimum price over {cases} random cases: worst {worst:.3}, mean {:.4}, optimal in {optimal}",
             sum / cases as f64
         );
-        assert!(worst <= 1.5, "worst ratio {worst}");
+        // Every batch here is small and free of constraints, so the exact pass solves it: the
+        // greedy packing alone found the optimum in 235 of 243 cases, 1.47x above it at worst.
+        assert!(worst < 1.0005, "worst ratio {worst}");
+        assert_eq!(optimal, cases);
     }
 }
 
 mod network_dra;
+
+mod exact;
