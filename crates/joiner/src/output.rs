@@ -243,20 +243,99 @@ fn table(plan: &Plan, wide: bool) -> String {
 
 /// One batch of the plan's packing: how it was solved and what that saved.
 pub fn packing_line(b: &joiner_engine::plan::PackedBatch) -> String {
+    use joiner_engine::plan::{GreedyReason, Solver};
     let what = format!(
         "{}: {} pod(s) on {} node(s)",
         b.node_pool,
         b.pods,
         b.node_claims.len()
     );
-    match (b.solver, b.reason) {
-        (_, Some(reason)) => format!("{what}, packed greedily: {}", reason.describe()),
-        _ if b.price_per_hour < b.greedy_price_per_hour => format!(
-            "{what}, solved exactly: {} USD/h, {} USD/h less than the greedy packing ({} USD/h)",
+    let outcome = if b.price_per_hour < b.greedy_price_per_hour {
+        format!(
+            "{} USD/h, {} USD/h less than the greedy packing ({} USD/h)",
             b.price_per_hour,
             b.greedy_price_per_hour.saturating_sub(b.price_per_hour),
             b.greedy_price_per_hour
-        ),
-        _ => format!("{what}, solved exactly: the greedy packing was already the cheapest"),
+        )
+    } else {
+        "the greedy packing was already the cheapest".to_string()
+    };
+    match (b.solver, b.reason) {
+        (Solver::Exact, _) => format!("{what}, solved exactly: {outcome}"),
+        (Solver::Improved, reason) => {
+            let outcome = if b.price_per_hour < b.greedy_price_per_hour {
+                outcome
+            } else {
+                "nothing cheaper found".to_string()
+            };
+            let ran_out = if reason == Some(GreedyReason::OverBudget) {
+                " (the work budget ran out before the last ones)"
+            } else {
+                ""
+            };
+            format!(
+                "{what}, too many pods to solve whole, so its dearest nodes were packed again exactly some tens of pods at a time{ran_out}: {outcome}"
+            )
+        }
+        (Solver::Greedy, Some(reason)) => {
+            format!("{what}, packed greedily: {}", reason.describe())
+        }
+        (Solver::Greedy, None) => format!("{what}, packed greedily"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use joiner_engine::plan::{GreedyReason, PackedBatch, Solver};
+    use joiner_model::Price;
+
+    use super::packing_line;
+
+    fn batch(solver: Solver, reason: Option<GreedyReason>, greedy: f64, now: f64) -> PackedBatch {
+        PackedBatch {
+            node_pool: "gpu".into(),
+            pods: 120,
+            node_claims: vec!["gpu-0".into(), "gpu-1".into()],
+            solver,
+            reason,
+            greedy_price_per_hour: Price::from_usd(greedy).unwrap(),
+            price_per_hour: Price::from_usd(now).unwrap(),
+        }
+    }
+
+    #[test]
+    fn each_solver_says_what_it_did_and_what_it_saved() {
+        assert_eq!(
+            packing_line(&batch(Solver::Exact, None, 1.052, 0.752)),
+            "gpu: 120 pod(s) on 2 node(s), solved exactly: 0.752 USD/h, 0.3 USD/h less than the greedy packing (1.052 USD/h)"
+        );
+        assert_eq!(
+            packing_line(&batch(Solver::Exact, None, 1.0, 1.0)),
+            "gpu: 120 pod(s) on 2 node(s), solved exactly: the greedy packing was already the cheapest"
+        );
+        let improved = packing_line(&batch(
+            Solver::Improved,
+            Some(GreedyReason::OverBudget),
+            4.0,
+            3.5,
+        ));
+        assert!(
+            improved.contains("too many pods to solve whole"),
+            "{improved}"
+        );
+        assert!(improved.contains("the work budget ran out"), "{improved}");
+        assert!(
+            improved.ends_with("3.5 USD/h, 0.5 USD/h less than the greedy packing (4 USD/h)"),
+            "{improved}"
+        );
+        assert_eq!(
+            packing_line(&batch(
+                Solver::Greedy,
+                Some(GreedyReason::MinValues),
+                2.0,
+                2.0
+            )),
+            "gpu: 120 pod(s) on 2 node(s), packed greedily: the NodePool asks for minValues"
+        );
     }
 }

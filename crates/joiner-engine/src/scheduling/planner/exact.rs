@@ -184,7 +184,9 @@ impl Planner<'_> {
             (true, _) => Solver::Exact,
             (false, _) => Solver::Improved,
         };
-        if record.solver == Solver::Improved && record.reason.is_none() {
+        // Only a batch solved whole goes without a reason; a large one whose NodeClaims each
+        // hold more pods than a window takes is left greedy for its size.
+        if record.solver != Solver::Exact && record.reason.is_none() {
             record.reason = Some(GreedyReason::TooManyPods);
         }
         (record, members)
