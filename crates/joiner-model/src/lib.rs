@@ -22,6 +22,7 @@ pub mod feature_gates;
 pub mod kinds;
 pub mod manifests;
 pub mod names;
+pub mod object_size;
 pub mod placement;
 pub mod settings;
 pub mod wellknown;

@@ -13,7 +13,7 @@ use std::fmt;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
-use crate::{InputError, ObjectRef, Source};
+use crate::{InputError, ObjectRef, Source, object_size};
 
 /// One YAML document: its place, its value, and the keys it defined more than once.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,7 +44,8 @@ pub fn parse_yaml(file: &str, text: &str) -> Result<Vec<Document>, InputError> {
 /// inside a document's content) and each piece parsed alone; a piece that is JSON is read by a
 /// JSON parser, many times faster than a YAML one. A stream with anchors or directives, which
 /// reach across or before its markers, is parsed whole, as is one with a piece that does not
-/// parse, so that an error names its line in the file.
+/// parse, so that an error names its line in the file. An object larger than the API server
+/// stores is an error (see [`object_size`]).
 pub fn for_each_document(
     file: &str,
     text: &str,
@@ -58,8 +59,12 @@ pub fn for_each_document(
                 parsed_all = false;
                 break;
             };
+            let measure = object_size::may_hold_oversized(piece.len());
             for doc in docs {
                 handed += 1;
+                if measure {
+                    object_size::check(file, handed, &doc.value)?;
+                }
                 each(document(file, handed, doc))?;
             }
         }
@@ -68,11 +73,15 @@ pub fn for_each_document(
         }
     }
     // Parsed whole: the documents not handed over yet, or the error of the first bad one.
+    let measure = object_size::may_hold_oversized(text.len());
     for (i, doc) in parse_stream(file, text)?
         .into_iter()
         .enumerate()
         .skip(handed)
     {
+        if measure {
+            object_size::check(file, i + 1, &doc.value)?;
+        }
         each(document(file, i + 1, doc))?;
     }
     Ok(())

@@ -745,3 +745,38 @@ fn plans_do_not_depend_on_file_order_or_hash_seeds() {
         }
     }
 }
+
+#[test]
+fn an_object_larger_than_the_api_server_stores_is_refused_by_name() {
+    // A 2 MiB ConfigMap among ordinary objects: no cluster could hold it.
+    let blob = "x".repeat(2 << 20);
+    let big = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: nvidia-device-plugin, namespace: kube-system}}\ndata:\n  any: {blob}\n"
+    );
+    let lab =
+        std::fs::read_to_string(example_dir("time-slicing-learning-lab").join("deployment.yaml"))
+            .unwrap();
+    let d = dir(
+        "oversized-object",
+        &[("a.yaml", format!("{lab}---\n{big}"))],
+    );
+    let run = plan(&d, &[], LIMIT);
+    assert!(!run.ok, "{}", run.stdout);
+    assert!(
+        run.stderr.contains(
+            "a.yaml (document 2): ConfigMap/kube-system/nvidia-device-plugin: (the whole object):"
+        ) && run.stderr.contains("at most 1572864 bytes (1.5 MiB)"),
+        "{}",
+        run.stderr
+    );
+    // The same objects as items of one List (what `kubectl get -o yaml` writes) are measured
+    // one by one: a List of ordinary objects larger than the limit in all is read.
+    let pods: Vec<String> = (0..4000)
+        .map(|i| format!("  - {{apiVersion: v1, kind: Pod, metadata: {{name: p{i}, namespace: default, annotations: {{note: \"{}\"}}}}, spec: {{containers: [{{name: c, image: x}}]}}}}", "y".repeat(400)))
+        .collect();
+    let list = format!("apiVersion: v1\nkind: List\nitems:\n{}\n", pods.join("\n"));
+    assert!(list.len() > 1 << 21);
+    let d = dir("big-list", &[("dump.yaml", list)]);
+    let run = plan(&d, &[], BIG_LIMIT);
+    assert!(run.ok, "{}", run.stderr);
+}
