@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use joiner_engine::plan::Plan;
 use joiner_engine::requirements::{Labels, Requirements};
 use joiner_engine::scheduling::{
-    ExistingNode, LaunchOffering, LaunchOption, PodInfo, PoolInput, SchedulingInput, schedule,
-    schedule_greedy,
+    ExistingNode, LaunchOffering, LaunchOption, PodInfo, PoolInput, SchedulingInput, placements,
+    schedule, schedule_greedy,
 };
 use joiner_model::{Price, Quantity, ResourceList, Source};
 use k8s_openapi::api::core::v1::{Pod, Taint};
@@ -451,6 +451,23 @@ proptest! {
         for batch in &exact.packing {
             prop_assert!(batch.price_per_hour <= batch.greedy_price_per_hour, "seed {seed}: {batch:?}");
         }
+    }
+
+    /// What consolidation asks (which pending pods would be placed) has the full plan's answer
+    /// without its explanations.
+    #[test]
+    fn placements_place_the_pods_the_plan_places(seed in any::<u64>()) {
+        let input = cluster(seed);
+        let full = schedule(&input);
+        let quick = placements(&input);
+        let pods = |plan: &Plan| {
+            let mut p: Vec<String> = plan.bindings.iter().map(|b| b.pod.clone()).collect();
+            p.sort();
+            p
+        };
+        prop_assert_eq!(pods(&quick), pods(&full), "seed {}", seed);
+        prop_assert!(quick.unschedulable.iter().all(|u| u.reason.is_empty()));
+        prop_assert_eq!(quick.unschedulable.len(), full.unschedulable.len());
     }
 
     #[test]

@@ -25,6 +25,9 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::{SimulatedCloud, SimulatedKubelet, collect_orphans, schedule_pending};
 
+mod provisioning;
+pub use provisioning::{StepFigures, provisioning_step};
+
 /// A call of the cloud interface, named by the AWS API it makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CloudCall {

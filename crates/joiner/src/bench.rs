@@ -182,3 +182,28 @@ pub fn packing() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The controller-step benchmark: one provisioning step of the controller on the in-memory
+/// cluster (store reads, view, plan, NodeClaims written) against the snapshot and plan alone.
+pub fn controller_step(pods: &[usize], nodes: usize) -> anyhow::Result<()> {
+    println!(
+        "\nController step benchmark (the scheduling benchmark's pods and {nodes} unmanaged nodes in the in-memory cluster; a NodePool over the built-in c, m, r types)"
+    );
+    println!(
+        "{:>8}  {:>8}  {:>12}  {:>12}  {:>10}  {:>12}",
+        "PODS", "NODES", "PLAN S", "STEP S", "STEP/PLAN", "NODECLAIMS"
+    );
+    for &n in pods {
+        let f = joiner_simulate::bench::provisioning_step(n, nodes).map_err(anyhow::Error::msg)?;
+        println!(
+            "{:>8}  {:>8}  {:>12.3}  {:>12.3}  {:>10.2}  {:>12}",
+            f.pods,
+            f.nodes,
+            f.plan_seconds,
+            f.step_seconds,
+            f.step_seconds / f.plan_seconds,
+            f.node_claims
+        );
+    }
+    Ok(())
+}

@@ -140,6 +140,12 @@ enum Command {
         /// Existing nodes for the consolidation benchmark.
         #[arg(long, default_value_t = 1000)]
         consolidation_nodes: usize,
+        /// Pending pods for the controller-step benchmark.
+        #[arg(long, value_delimiter = ',', default_values_t = [5000, 20000])]
+        step_pods: Vec<usize>,
+        /// Existing (unmanaged) nodes for the controller-step benchmark.
+        #[arg(long, default_value_t = 2000)]
+        step_nodes: usize,
         /// Pod counts for the whole-process benchmark.
         #[arg(long, value_delimiter = ',', default_values_t = [5000, 20000, 100000])]
         process_pods: Vec<usize>,
@@ -169,6 +175,8 @@ enum BenchSuite {
     Process,
     /// Provisioning steps planned greedily and with the exact pass.
     Packing,
+    /// The controller's provisioning step on the in-memory cluster, beside the plan alone.
+    ControllerStep,
 }
 
 #[derive(Subcommand)]
@@ -315,6 +323,8 @@ fn main() -> ExitCode {
             node_claims,
             consolidation_nodes,
             process_pods,
+            step_pods,
+            step_nodes,
             ..
         } => {
             let run = |suite| only.is_none_or(|o| o == suite);
@@ -330,6 +340,9 @@ fn main() -> ExitCode {
             }
             if run(BenchSuite::CloudCalls) {
                 result = result.and_then(|()| bench::cloud_calls(node_claims));
+            }
+            if run(BenchSuite::ControllerStep) {
+                result = result.and_then(|()| bench::controller_step(&step_pods, step_nodes));
             }
             if run(BenchSuite::Packing) {
                 result = result.and_then(|()| bench::packing());

@@ -807,8 +807,7 @@ fn placed_pending<'s, S: ClusterStore, C: CloudProvider>(
     let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
     let cluster = fnv1a(&refs);
     if state.placed.as_ref().is_none_or(|(c, _)| *c != cluster) {
-        let plan = ctx.view()?.plan();
-        let placed = plan.bindings.into_iter().map(|b| b.pod).collect();
+        let placed = ctx.view()?.placed_pods();
         state.placed = Some((cluster, placed));
     }
     Ok(&state

@@ -28,7 +28,9 @@ use crate::catalog::PriceBasis;
 use crate::catalog::devices::{DeviceTemplates, TemplateOptions};
 
 use crate::requirements::{Labels, Requirements};
-pub use planner::{Baseline, PodAccount, explain_pod, schedule, schedule_greedy, static_claims};
+pub use planner::{
+    Baseline, PodAccount, explain_pod, placements, schedule, schedule_greedy, static_claims,
+};
 pub use pod::PodInfo;
 pub(crate) use pod::compile_term;
 

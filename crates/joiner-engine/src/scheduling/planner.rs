@@ -200,14 +200,43 @@ enum Order {
 /// Batches up to this many pending pods are planned in every [`Order`].
 const MULTI_ORDER_LIMIT: usize = 2_000;
 
+/// What a plan computes beyond placing pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Passes {
+    /// The exact packing pass (see [`exact`]).
+    exact: bool,
+    /// The reason of each unschedulable pod (empty when not asked).
+    reasons: bool,
+}
+
 /// Plans the given input.
 pub fn schedule(input: &SchedulingInput) -> Plan {
-    schedule_with(input, true)
+    schedule_with(
+        input,
+        Passes {
+            exact: true,
+            reasons: true,
+        },
+    )
+}
+
+/// Which pending pods the plan places, and where, without the exact pass and with every
+/// unschedulable pod's reason left empty: for a caller that only asks whether pods would be
+/// placed (the exact pass moves pods between new nodes, never in or out of the plan), at a
+/// fraction of the cost when thousands of pods cannot be placed.
+pub fn placements(input: &SchedulingInput) -> Plan {
+    schedule_with(
+        input,
+        Passes {
+            exact: false,
+            reasons: false,
+        },
+    )
 }
 
 /// Plans in each order greedily and keeps the best plan; with `exact`, that order is then
 /// planned again with the exact pass, which only ever makes a plan cheaper, so it runs once.
-fn schedule_with(input: &SchedulingInput, exact: bool) -> Plan {
+fn schedule_with(input: &SchedulingInput, passes: Passes) -> Plan {
     let pending = input.pods.iter().filter(|p| p.node_name.is_none()).count();
     let orders: &[Order] = if pending <= MULTI_ORDER_LIMIT {
         &[Order::DominantShare, Order::ExtendedFirst]
@@ -217,7 +246,11 @@ fn schedule_with(input: &SchedulingInput, exact: bool) -> Plan {
     let single = orders.len() == 1;
     let mut best: Option<(Order, Plan)> = None;
     for &order in orders {
-        let plan = schedule_in_order(input, order, exact && single);
+        let first = Passes {
+            exact: passes.exact && single,
+            ..passes
+        };
+        let plan = schedule_in_order(input, order, first);
         // Fewest unschedulable pods first, then the lowest price; ties keep the earlier order.
         let better = best.as_ref().is_none_or(|(_, b)| {
             (plan.unschedulable.len(), plan.total_price_per_hour)
@@ -228,8 +261,8 @@ fn schedule_with(input: &SchedulingInput, exact: bool) -> Plan {
         }
     }
     match best {
-        Some((order, plan)) if exact && !single && !plan.node_claims.is_empty() => {
-            schedule_in_order(input, order, true)
+        Some((order, plan)) if passes.exact && !single && !plan.node_claims.is_empty() => {
+            schedule_in_order(input, order, passes)
         }
         Some((_, plan)) => plan,
         None => Plan::default(),
@@ -239,7 +272,13 @@ fn schedule_with(input: &SchedulingInput, exact: bool) -> Plan {
 /// The plan without the exact pass (see [`exact`]): what the greedy planner alone makes of
 /// the input, for benchmarks and comparisons.
 pub fn schedule_greedy(input: &SchedulingInput) -> Plan {
-    schedule_with(input, false)
+    schedule_with(
+        input,
+        Passes {
+            exact: false,
+            reasons: true,
+        },
+    )
 }
 
 /// The full account of one pod, for `joiner explain pod`.
@@ -291,12 +330,12 @@ pub fn explain_pod(input: &SchedulingInput, pod: &str) -> Option<PodAccount> {
     })
 }
 
-fn schedule_in_order(input: &SchedulingInput, order: Order, exact: bool) -> Plan {
+fn schedule_in_order(input: &SchedulingInput, order: Order, passes: Passes) -> Plan {
     let planner = Planner::new(input);
     let pending: Vec<usize> = (0..input.pods.len())
         .filter(|&i| input.pods[i].node_name.is_none())
         .collect();
-    planner.plan_pods(pending, order, exact)
+    planner.plan_pods(pending, order, passes)
 }
 
 /// A planner with every bound pod in place and nothing pending: the starting point for
@@ -322,7 +361,14 @@ impl<'a> Baseline<'a> {
         for &n in nodes {
             moved.extend(planner.remove_existing(n));
         }
-        planner.plan_pods(moved, Order::DominantShare, false)
+        planner.plan_pods(
+            moved,
+            Order::DominantShare,
+            Passes {
+                exact: false,
+                reasons: true,
+            },
+        )
     }
 }
 
@@ -459,9 +505,10 @@ impl<'a> Planner<'a> {
         *self.class_views.borrow_mut() = vec![None; classes * 2];
     }
 
-    /// Places `pending` pods in `order` and returns the plan; with `exact`, the new NodeClaims
-    /// are then packed again exactly where that is possible and cheaper (see [`exact`]).
-    fn plan_pods(mut self, mut pending: Vec<usize>, order: Order, exact: bool) -> Plan {
+    /// Places `pending` pods in `order` and returns the plan; with `passes.exact`, the new
+    /// NodeClaims are then packed again exactly where that is possible and cheaper (see
+    /// [`exact`]).
+    fn plan_pods(mut self, mut pending: Vec<usize>, order: Order, passes: Passes) -> Plan {
         self.sort_pending(&mut pending, order);
         for &p in &pending {
             self.remaining[self.class_of[p]] += 1;
@@ -482,14 +529,30 @@ impl<'a> Planner<'a> {
             }
             pending = std::mem::take(&mut failed);
         }
+        // Pods of one class fail for the same reasons, so each class is explained once
+        // (thousands of replicas of one workload that cannot be placed cost one explanation).
+        // Pods with DRA claims are explained one by one: their reasons name their own claims.
+        let mut explained: HashMap<usize, String> = HashMap::new();
         let unschedulable: Vec<Unschedulable> = failed
             .iter()
-            .map(|&p| Unschedulable {
-                pod: self.input.pods[p].key(),
-                reason: self.explain(p),
+            .map(|&p| {
+                let reason = if !passes.reasons {
+                    String::new()
+                } else if self.dra.as_ref().is_some_and(|d| d.uses_claims(p)) {
+                    self.explain(p)
+                } else {
+                    explained
+                        .entry(self.class_of[p])
+                        .or_insert_with(|| self.explain(p))
+                        .clone()
+                };
+                Unschedulable {
+                    pod: self.input.pods[p].key(),
+                    reason,
+                }
             })
             .collect();
-        let packing = if exact {
+        let packing = if passes.exact {
             self.pack_exactly()
         } else {
             Vec::new()

@@ -902,19 +902,7 @@ impl ClusterSnapshot {
     /// Plans this snapshot: the static pools' launches first, as machines in flight that
     /// pending pods may go to, then the pending pods.
     pub fn plan(&self) -> Plan {
-        let launches = self.static_launches();
-        let mut plan = if launches.is_empty() {
-            schedule(&self.input)
-        } else {
-            let mut input = self.input.clone();
-            input
-                .nodes
-                .extend(launches.iter().filter_map(|c| self.as_machine(c)));
-            input.nodes.sort_by(|a, b| a.name.cmp(&b.name));
-            let mut plan = schedule(&input);
-            statics::attach(&mut plan, launches);
-            plan
-        };
+        let mut plan = self.plan_by(schedule);
         if !self.unready.is_empty() {
             for u in &mut plan.unschedulable {
                 if let Some(info) = self.input.pods.iter().find(|p| p.key() == u.pod) {
@@ -924,6 +912,33 @@ impl ClusterSnapshot {
         }
         plan.unschedulable.extend(self.decided.iter().cloned());
         plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+        plan
+    }
+
+    /// The pending pods [`ClusterSnapshot::plan`] places (`namespace/name`), found without
+    /// its exact pass and without explaining the pods it cannot place
+    /// ([`crate::scheduling::placements`]).
+    pub fn placed_pods(&self) -> std::collections::BTreeSet<String> {
+        self.plan_by(crate::scheduling::placements)
+            .bindings
+            .into_iter()
+            .map(|b| b.pod)
+            .collect()
+    }
+
+    /// `schedule` over the input, with the static pools' launches first as machines in flight.
+    fn plan_by(&self, schedule: fn(&SchedulingInput) -> Plan) -> Plan {
+        let launches = self.static_launches();
+        if launches.is_empty() {
+            return schedule(&self.input);
+        }
+        let mut input = self.input.clone();
+        input
+            .nodes
+            .extend(launches.iter().filter_map(|c| self.as_machine(c)));
+        input.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut plan = schedule(&input);
+        statics::attach(&mut plan, launches);
         plan
     }
 }
