@@ -733,6 +733,33 @@ fn settling<S: ClusterStore, C: CloudProvider>(
     view: &View,
     state: &mut DisruptionState,
 ) -> Result<bool, ControllerError> {
+    // NodeClaims first: one launching answers without a plan of the pending pods, which with
+    // thousands of them is the dearest question of the step (its own provisioning has just
+    // created NodeClaims for them).
+    let mut claims_excluded: Vec<String> = Vec::new();
+    for c in &view.claims {
+        if c.is_deleting() {
+            // Named once its drain has gone on for a while: most end within minutes.
+            let since = c.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+            if since.is_some_and(|t| elapsed(ctx.now, t) >= SLOW_DRAIN) {
+                claims_excluded.push(format!(
+                    "NodeClaim {} has been deleting for {} min",
+                    c.name(),
+                    SLOW_DRAIN.as_secs() / 60
+                ));
+            }
+        } else if !c.is_true(conditions::INITIALIZED) {
+            let launched = c.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            if launched.is_none_or(|t| add(t, ctx.config.registration_timeout) > ctx.now) {
+                return Ok(true);
+            }
+            claims_excluded.push(format!(
+                "NodeClaim {} has not initialized within {:?}",
+                c.name(),
+                ctx.config.registration_timeout
+            ));
+        }
+    }
     let mut excluded: Vec<String> = Vec::new();
     let pending: Vec<&Pod> = view.pods.iter().filter(|p| is_pending(p)).collect();
     if !pending.is_empty() {
@@ -747,29 +774,7 @@ fn settling<S: ClusterStore, C: CloudProvider>(
             ));
         }
     }
-    for c in &view.claims {
-        if c.is_deleting() {
-            // Named once its drain has gone on for a while: most end within minutes.
-            let since = c.metadata.deletion_timestamp.as_ref().map(|t| t.0);
-            if since.is_some_and(|t| elapsed(ctx.now, t) >= SLOW_DRAIN) {
-                excluded.push(format!(
-                    "NodeClaim {} has been deleting for {} min",
-                    c.name(),
-                    SLOW_DRAIN.as_secs() / 60
-                ));
-            }
-        } else if !c.is_true(conditions::INITIALIZED) {
-            let launched = c.metadata.creation_timestamp.as_ref().map(|t| t.0);
-            if launched.is_none_or(|t| add(t, ctx.config.registration_timeout) > ctx.now) {
-                return Ok(true);
-            }
-            excluded.push(format!(
-                "NodeClaim {} has not initialized within {:?}",
-                c.name(),
-                ctx.config.registration_timeout
-            ));
-        }
-    }
+    excluded.extend(claims_excluded);
     let parts: Vec<&str> = excluded.iter().map(String::as_str).collect();
     let said = fnv1a(&parts);
     if !excluded.is_empty() && state.excluded != Some(said) {
