@@ -337,7 +337,8 @@ impl Search<'_> {
         (0..left.len()).all(|g| {
             counts[g] == left[g]
                 || !node_type.admits[g]
-                || !fits_with(used, &self.problem.requests[g], &node_type.room)
+                || resources::first_shortfall(used, &self.problem.requests[g], &node_type.room)
+                    .is_some()
         })
     }
 }
@@ -427,14 +428,6 @@ fn add_times(used: &mut [i128], request: &[i128], times: i128) {
     for (u, r) in used.iter_mut().zip(request) {
         *u += r * times;
     }
-}
-
-/// Whether `used + extra` fits `room` (a resource nothing asks for always fits).
-fn fits_with(used: &[i128], extra: &[i128], room: &[i128]) -> bool {
-    used.iter()
-        .zip(extra)
-        .zip(room)
-        .all(|((u, e), r)| (*u == 0 && *e == 0) || u + e <= *r)
 }
 
 #[cfg(test)]

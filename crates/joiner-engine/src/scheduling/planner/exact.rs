@@ -14,7 +14,8 @@
 //! exactly. One budget of work serves the whole step, so a plan with many batches costs no
 //! more time than one with a single hard one.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use joiner_model::Price;
 
@@ -90,7 +91,8 @@ impl Planner<'_> {
     /// New NodeClaims with pods, by pool: those that may be repacked grouped by requirements,
     /// and per pool those that may not.
     fn batches(&self) -> (Vec<Batch>, BTreeMap<usize, Vec<usize>>) {
-        let mut open: Vec<(usize, Requirements, Vec<usize>)> = Vec::new();
+        let mut open: Vec<Batch> = Vec::new();
+        let mut index: HashMap<(usize, &Requirements), usize> = HashMap::new();
         let mut constrained: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for (c, claim) in self.claims.iter().enumerate() {
             if claim.pods.is_empty() {
@@ -100,19 +102,19 @@ impl Planner<'_> {
                 constrained.entry(claim.pool).or_default().push(c);
                 continue;
             }
-            match open
-                .iter_mut()
-                .find(|(pool, reqs, _)| *pool == claim.pool && *reqs == claim.requirements)
-            {
-                Some((_, _, claims)) => claims.push(c),
-                None => open.push((claim.pool, claim.requirements.clone(), vec![c])),
+            let next = open.len();
+            match index.entry((claim.pool, &claim.requirements)) {
+                Entry::Occupied(at) => open[*at.get()].claims.push(c),
+                Entry::Vacant(slot) => {
+                    slot.insert(next);
+                    open.push(Batch {
+                        pool: claim.pool,
+                        claims: vec![c],
+                    });
+                }
             }
         }
-        let batches = open
-            .into_iter()
-            .map(|(pool, _, claims)| Batch { pool, claims })
-            .collect();
-        (batches, constrained)
+        (open, constrained)
     }
 
     /// Whether a NodeClaim's pods may be moved to other nodes of its batch.
@@ -321,17 +323,9 @@ impl Planner<'_> {
         Ok(Some(solution))
     }
 
-    /// Whether the pool stays within its limits with NodeClaims `window` replaced.
-    fn within_limits_after(
-        &self,
-        pool_index: usize,
-        window: &[usize],
-        solution: &Solution,
-    ) -> bool {
+    /// The pool's usage with NodeClaims `window` replaced by the solution's nodes.
+    fn usage_after(&self, pool_index: usize, window: &[usize], solution: &Solution) -> Amounts {
         let pool = &self.pools[pool_index];
-        let Some(limits) = &pool.limits else {
-            return true;
-        };
         let allowed = &self.claims[window[0]].allowed;
         let mut usage = pool.usage.clone();
         for &c in window {
@@ -343,6 +337,20 @@ impl Planner<'_> {
         for (chosen, _) in &solution.nodes {
             resources::add(&mut usage, &pool.options[allowed[*chosen].1].capacity);
         }
+        usage
+    }
+
+    /// Whether the pool stays within its limits with NodeClaims `window` replaced.
+    fn within_limits_after(
+        &self,
+        pool_index: usize,
+        window: &[usize],
+        solution: &Solution,
+    ) -> bool {
+        let Some(limits) = &self.pools[pool_index].limits else {
+            return true;
+        };
+        let usage = self.usage_after(pool_index, window, solution);
         usage.iter().zip(limits).all(|(u, l)| u <= l)
     }
 
@@ -358,14 +366,7 @@ impl Planner<'_> {
     ) -> Vec<usize> {
         let mut added = Vec::new();
         let template = self.claims[window[0]].clone();
-        // Usage: out with the old types, in with the new.
-        for &c in window {
-            let claim = &self.claims[c];
-            if let Some(&(_, o)) = claim.allowed.get(claim.chosen) {
-                let pool = &mut self.pools[pool_index];
-                resources::sub(&mut pool.usage, &pool.options[o].capacity);
-            }
-        }
+        self.pools[pool_index].usage = self.usage_after(pool_index, window, &solution);
         let nodes = solution.nodes.len();
         let moved: BTreeSet<usize> = solution
             .nodes
@@ -380,10 +381,6 @@ impl Planner<'_> {
                 resources::add(&mut used, &self.requests[p]);
             }
             let pool = &mut self.pools[pool_index];
-            resources::add(
-                &mut pool.usage,
-                &pool.options[template.allowed[chosen].1].capacity,
-            );
             let slot = match window.get(i) {
                 Some(&c) => c,
                 None => {
