@@ -317,7 +317,7 @@ pub fn allocator(data: &[u8]) {
             let names: Vec<String> = requests.iter().map(|r| r.name.clone()).collect();
             let mut claim = builders::claim("default", &format!("claim-{i}"), requests);
             if c.below(3) == 0
-                && let Some(d) = claim.spec.devices.as_mut()
+                && let Some(d) = claim.spec.get_or_insert_default().devices.as_mut()
             {
                 d.constraints = Some(vec![DeviceConstraint {
                     match_attribute: Some(c.pick(MATCH).to_string()),

@@ -113,10 +113,10 @@ pub fn class(name: &str, exprs: &[&str]) -> DeviceClass {
             name: Some(name.to_string()),
             ..ObjectMeta::default()
         },
-        spec: DeviceClassSpec {
+        spec: Some(DeviceClassSpec {
             selectors: selectors(exprs),
             ..DeviceClassSpec::default()
-        },
+        }),
     }
 }
 
@@ -172,12 +172,12 @@ pub fn claim(namespace: &str, name: &str, requests: Vec<DeviceRequest>) -> Resou
             namespace: Some(namespace.to_string()),
             ..ObjectMeta::default()
         },
-        spec: ResourceClaimSpec {
+        spec: Some(ResourceClaimSpec {
             devices: Some(DeviceClaim {
                 requests: Some(requests),
                 ..DeviceClaim::default()
             }),
-        },
+        }),
         status: None,
     }
 }

@@ -88,6 +88,7 @@ fn devices(r: &mut Rng, prefix: &str) -> (Vec<Device>, Option<CounterSet>) {
             }
             if counters {
                 d.consumes_counters = Some(vec![DeviceCounterConsumption {
+                    compatibility_groups: None,
                     counter_set: COUNTER_SET.into(),
                     counters: BTreeMap::from([(
                         "c".to_string(),
@@ -244,7 +245,8 @@ fn claim(r: &mut Rng, name: &str) -> ResourceClaim {
         }),
         _ => None,
     };
-    if let (Some(d), Some(mut con)) = (c.spec.devices.as_mut(), constraint) {
+    if let (Some(d), Some(mut con)) = (c.spec.get_or_insert_default().devices.as_mut(), constraint)
+    {
         if names.len() > 1 && r.chance(2) {
             con.requests = Some(vec![names[0].clone()]);
         }
@@ -463,7 +465,7 @@ fn check_claim(
         "default/{}",
         claim.metadata.name.as_deref().unwrap_or_default()
     );
-    let spec = claim.spec.devices.as_ref().ok_or("no devices")?;
+    let spec = joiner_model::dra::claim_devices(claim).ok_or("no devices")?;
     let requests = spec.requests.as_deref().unwrap_or_default();
     let on_node = devices
         .get(node)
@@ -694,9 +696,8 @@ fn brute_force(input: &SchedulingInput, node: &str) -> bool {
         .iter()
         .enumerate()
         .flat_map(|(ci, c)| {
-            c.spec
-                .devices
-                .iter()
+            joiner_model::dra::claim_devices(c)
+                .into_iter()
                 .flat_map(|d| d.requests.iter().flatten())
                 .map(move |r| (ci, r))
         })
@@ -841,10 +842,7 @@ fn the_random_clusters_exercise_the_allocator_and_the_checker_catches_breaks() {
             if results.iter().any(|r| r.consumed_capacity.is_some()) {
                 *seen.entry("share of a device allocated").or_default() += 1;
             }
-            let constrained = dra.claims[&a.claim]
-                .spec
-                .devices
-                .as_ref()
+            let constrained = joiner_model::dra::claim_devices(&dra.claims[&a.claim])
                 .is_some_and(|d| d.constraints.is_some());
             if constrained && results.len() > 1 {
                 *seen.entry("constrained claim allocated").or_default() += 1;

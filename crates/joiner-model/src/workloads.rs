@@ -33,7 +33,7 @@ pub fn workload_pods(m: &Manifests) -> Vec<Sourced<Pod>> {
     let owned = OwnedPods::index(m);
     let mut out = Vec::new();
     for d in &m.deployments {
-        let spec = d.object.spec.as_ref();
+        let spec = Some(&d.object.spec);
         let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
         let running: usize = m
             .replica_sets
@@ -57,7 +57,7 @@ pub fn workload_pods(m: &Manifests) -> Vec<Sourced<Pod>> {
         if owned_by_input_deployment(&rs.object.metadata, m) {
             continue;
         }
-        let spec = rs.object.spec.as_ref();
+        let spec = Some(&rs.object.spec);
         let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
         let template = spec.and_then(|s| s.template.as_ref());
         let missing = remaining(replicas, owned.active("ReplicaSet", &rs.object.metadata));
@@ -72,7 +72,7 @@ pub fn workload_pods(m: &Manifests) -> Vec<Sourced<Pod>> {
         );
     }
     for ss in &m.stateful_sets {
-        let spec = ss.object.spec.as_ref();
+        let spec = Some(&ss.object.spec);
         let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
         let template = spec.map(|s| &s.template);
         let missing = remaining(replicas, owned.active("StatefulSet", &ss.object.metadata));
@@ -246,7 +246,7 @@ fn pod_from_template(
 /// places it.
 pub fn daemon_set_pod(ds: &DaemonSet, node_name: &str) -> Pod {
     let name = ds.metadata.name.as_deref().unwrap_or_default();
-    let template = ds.spec.as_ref().map(|s| &s.template);
+    let template = Some(&ds.spec.template);
     let mut pod = pod_from_template(
         "DaemonSet",
         &ds.metadata,

@@ -75,7 +75,7 @@ pub fn allocate<S: ClusterStore>(
                     }]),
                     ..ObjectMeta::default()
                 },
-                spec: t.spec.spec.clone(),
+                spec: joiner_model::dra::template_claim_spec(&t).cloned(),
                 status: None,
             };
             let created = match store.create(&claim) {
@@ -267,7 +267,7 @@ mod tests {
                     namespace: Some("ml".into()),
                     ..ObjectMeta::default()
                 },
-                spec: ResourceClaimTemplateSpec::default(),
+                spec: Some(ResourceClaimTemplateSpec::default()),
             })
             .expect("template");
         store

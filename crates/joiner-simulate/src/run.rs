@@ -152,21 +152,13 @@ impl Workload {
             deployment,
             pods: BTreeMap::new(),
         };
-        let replicas = w
-            .deployment
-            .object
-            .spec
-            .as_ref()
-            .and_then(|s| s.replicas)
-            .unwrap_or(1);
+        let replicas = w.deployment.object.spec.replicas.unwrap_or(1);
         w.scale(replicas);
         w
     }
 
     fn scale(&mut self, replicas: i32) {
-        if let Some(s) = self.deployment.object.spec.as_mut() {
-            s.replicas = Some(replicas.max(0));
-        }
+        self.deployment.object.spec.replicas = Some(replicas.max(0));
         let mut m = Manifests::default();
         m.deployments.push(self.deployment.clone());
         self.pods = expand_workloads(&m)

@@ -39,7 +39,7 @@ fn bound_to<'a>(pods: &'a [Pod], node: &str) -> impl Iterator<Item = &'a Pod> {
 fn learning_lab(replicas: i32) -> Manifests {
     let mut m = joiner_test_support::load_example("time-slicing-learning-lab");
     for d in &mut m.deployments {
-        d.object.spec.as_mut().expect("spec").replicas = Some(replicas);
+        d.object.spec.replicas = Some(replicas);
     }
     m
 }

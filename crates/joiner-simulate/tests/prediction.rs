@@ -206,9 +206,9 @@ fn a_dra_driver_publishing_fewer_devices_is_found_and_not_planned_on_again() {
         for r in t
             .object
             .spec
-            .spec
-            .devices
             .iter_mut()
+            .flat_map(|s| s.spec.iter_mut())
+            .flat_map(|s| s.devices.iter_mut())
             .flat_map(|d| d.requests.iter_mut().flatten())
         {
             if let Some(e) = r.exactly.as_mut() {

@@ -30,7 +30,7 @@ impl Lab {
     fn new(repair: bool) -> Lab {
         let mut m = joiner_test_support::load_example("time-slicing-learning-lab");
         for d in &mut m.deployments {
-            d.object.spec.as_mut().expect("spec").replicas = Some(4);
+            d.object.spec.replicas = Some(4);
         }
         let mut world = common::World::new(&m);
         let mut warnings = Vec::new();

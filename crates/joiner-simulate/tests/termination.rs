@@ -57,7 +57,7 @@ impl World {
     fn with(change: impl Fn(&mut k8s_openapi::api::core::v1::PodSpec)) -> World {
         let mut m = joiner_test_support::load_example("time-slicing-learning-lab");
         for d in &mut m.deployments {
-            let spec = d.object.spec.as_mut().expect("spec");
+            let spec = &mut d.object.spec;
             spec.replicas = Some(4);
             if let Some(pod) = spec.template.spec.as_mut() {
                 pod.termination_grace_period_seconds = Some(GRACE_SECONDS);

@@ -58,7 +58,8 @@ pub fn blocking(pdbs: &[PodDisruptionBudget], pods: &[Pod], pod: &Pod) -> Option
                 .is_some_and(|sel| matches(sel, &labels))
         })
         .find(|pdb| match &pdb.status {
-            Some(status) => status.disruptions_allowed <= 0,
+            // The eviction API reads an unset count as Go's zero: no eviction allowed.
+            Some(status) => status.disruptions_allowed.unwrap_or(0) <= 0,
             None => !Budgets::new(std::slice::from_ref(*pdb), pods).try_evict(pod),
         })
         .map(|pdb| format!("{ns}/{}", pdb.metadata.name.as_deref().unwrap_or_default()))

@@ -195,7 +195,7 @@ impl Allocator {
         key: &str,
         claim: &ResourceClaim,
     ) -> Result<ClaimState, AllocationFailure> {
-        let devices = &claim.spec.devices;
+        let devices = joiner_model::dra::claim_devices(claim);
         let mut requests = Vec::new();
         // Upstream (`minDevicesPerClaim`) adds up the fewest devices each request can take:
         // a `firstAvailable` request counts with its smallest subrequest, so one
@@ -393,7 +393,8 @@ impl Allocator {
             }
         }
         // Class selectors first, then the request's, all ANDed.
-        let mut sources: Vec<String> = selector_sources(&class.spec.selectors);
+        let mut sources: Vec<String> =
+            selector_sources(&joiner_model::dra::class_spec(&class).selectors);
         let request_sources = selector_sources(f.selectors);
         sources.extend(request_sources.iter().cloned());
         let mut compiled = Vec::with_capacity(sources.len());

@@ -899,7 +899,11 @@ impl<'a> Search<'a> {
                         }
                     } else {
                         let start = class_config.len();
-                        for cfg in a.class.spec.config.iter().flatten() {
+                        for cfg in joiner_model::dra::class_spec(&a.class)
+                            .config
+                            .iter()
+                            .flatten()
+                        {
                             class_config.push(DeviceAllocationConfiguration {
                                 source: "FromClass".into(),
                                 requests: Some(vec![a.result_name.to_string()]),
@@ -932,6 +936,7 @@ impl<'a> Search<'a> {
                     .then(|| dev.binding_failure_conditions.clone()),
                     consumed_capacity: consumed,
                     share_id,
+                    skip_node_operations: None,
                 });
                 devices.push(dev);
             }

@@ -106,7 +106,7 @@ fn one(claims: &[ResourceClaim], s: &Setup) -> Vec<(String, String)> {
 }
 
 fn with_constraint(mut c: ResourceClaim, constraint: DeviceConstraint) -> ResourceClaim {
-    if let Some(d) = c.spec.devices.as_mut() {
+    if let Some(d) = c.spec.get_or_insert_default().devices.as_mut() {
         d.constraints.get_or_insert_with(Vec::new).push(constraint);
     }
     c
@@ -629,6 +629,7 @@ fn partitioned_slice(unknown_counter: bool) -> ResourceSlice {
     let consume = |name: &str, mem: &str| {
         let mut d = gpu(name, "A", 0);
         d.consumes_counters = Some(vec![DeviceCounterConsumption {
+            compatibility_groups: None,
             counter_set: "gpu-0-counters".into(),
             counters: [(
                 if unknown_counter {
@@ -1370,13 +1371,13 @@ fn class_and_claim_config_are_copied() {
         driver: DRIVER.into(),
         parameters: RawExtension(serde_json::json!({ "p": p })),
     };
-    gpu_class.spec.config = Some(vec![DeviceClassConfiguration {
+    gpu_class.spec.get_or_insert_default().config = Some(vec![DeviceClassConfiguration {
         opaque: Some(opaque("class")),
     }]);
     let alloc = Allocator::new(Features::all(), [gpu_class]);
     let s = setup(&[node_slice(gpus(1))]);
     let mut c = claim("ns", "c", vec![exact("gpu", "gpu", 1, &[])]);
-    if let Some(d) = c.spec.devices.as_mut() {
+    if let Some(d) = c.spec.get_or_insert_default().devices.as_mut() {
         d.config = Some(vec![DeviceClaimConfiguration {
             opaque: Some(opaque("claim")),
             requests: Some(vec!["gpu".into()]),

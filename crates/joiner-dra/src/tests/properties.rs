@@ -127,6 +127,7 @@ fn build(case: &Case) -> Built {
             x = builders::with_attribute(x, "numa", AttributeArg::Int(i64::from(d.numa)));
             if case.counter_limit.is_some() {
                 x.consumes_counters = Some(vec![DeviceCounterConsumption {
+                    compatibility_groups: None,
                     counter_set: "s".into(),
                     counters: [(
                         "c".to_string(),
@@ -239,7 +240,10 @@ fn build(case: &Case) -> Built {
                     ..Default::default()
                 }),
             };
-            if let (Some(d), Some(con)) = (claim.spec.devices.as_mut(), constraint) {
+            if let (Some(d), Some(con)) = (
+                claim.spec.get_or_insert_default().devices.as_mut(),
+                constraint,
+            ) {
                 d.constraints = Some(vec![con]);
             }
             claim

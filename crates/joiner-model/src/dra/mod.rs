@@ -9,6 +9,8 @@
 
 pub mod convert;
 pub mod list_attributes;
+pub mod specs;
 pub mod validate;
 
 pub use convert::{Conversion, DRA_GROUP, to_v1, written_field};
+pub use specs::{claim_devices, class_spec, template_claim_spec, template_devices};

@@ -6,6 +6,7 @@
 //! Left to the allocator: whether a CEL expression compiles and what it costs (the planner gives
 //! the pods of such a claim their reason), which needs the CEL environment.
 
+use super::{class_spec, template_devices};
 use crate::api::FieldError;
 use k8s_openapi::api::resource::v1::{
     DeviceClaim, DeviceClass, DeviceConstraint, DeviceSelector, DeviceToleration, ResourceClaim,
@@ -29,17 +30,17 @@ const ALLOCATION_MODES: &str = r#""All", "ExactCount""#;
 
 /// A DeviceClass as the API server validates it.
 pub fn device_class(class: &DeviceClass) -> Result<(), FieldError> {
-    selectors("spec.selectors", class.spec.selectors.as_deref())
+    selectors("spec.selectors", class_spec(class).selectors.as_deref())
 }
 
 /// A ResourceClaim's spec as the API server validates it.
 pub fn resource_claim(claim: &ResourceClaim) -> Result<(), FieldError> {
-    claim_devices("spec.devices", claim.spec.devices.as_ref())
+    claim_devices("spec.devices", super::claim_devices(claim))
 }
 
 /// A ResourceClaimTemplate's claim spec as the API server validates it.
 pub fn resource_claim_template(template: &ResourceClaimTemplate) -> Result<(), FieldError> {
-    claim_devices("spec.spec.devices", template.spec.spec.devices.as_ref())
+    claim_devices("spec.spec.devices", template_devices(template))
 }
 
 fn required(field: impl Into<String>) -> FieldError {

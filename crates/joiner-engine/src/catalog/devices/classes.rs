@@ -46,7 +46,7 @@ fn class(name: &str, expression: &str, extended_resource: Option<&str>) -> Devic
             name: Some(name.to_string()),
             ..ObjectMeta::default()
         },
-        spec: DeviceClassSpec {
+        spec: Some(DeviceClassSpec {
             selectors: Some(vec![DeviceSelector {
                 cel: Some(CELDeviceSelector {
                     expression: expression.to_string(),
@@ -54,6 +54,6 @@ fn class(name: &str, expression: &str, extended_resource: Option<&str>) -> Devic
             }]),
             extended_resource_name: extended_resource.map(str::to_string),
             config: None,
-        },
+        }),
     }
 }

@@ -213,6 +213,7 @@ fn slice_counter(slice: u8) -> String {
 
 fn consumption(set: &str, counters: Vec<String>) -> DeviceCounterConsumption {
     DeviceCounterConsumption {
+        compatibility_groups: None,
         counter_set: set.to_string(),
         counters: counters.into_iter().map(|c| (c, counter("1"))).collect(),
     }

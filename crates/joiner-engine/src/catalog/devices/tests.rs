@@ -576,7 +576,7 @@ fn no_devices_make_empty_templates() {
 fn default_device_classes_are_the_charts() {
     let classes = default_device_classes();
     let expr = |i: usize| -> &str {
-        let spec = &classes[i].spec;
+        let spec = joiner_model::dra::class_spec(&classes[i]);
         &spec.selectors.as_ref().unwrap()[0]
             .cel
             .as_ref()
@@ -589,7 +589,9 @@ fn default_device_classes_are_the_charts() {
         "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
     );
     assert_eq!(
-        classes[0].spec.extended_resource_name.as_deref(),
+        joiner_model::dra::class_spec(&classes[0])
+            .extended_resource_name
+            .as_deref(),
         Some("nvidia.com/gpu")
     );
     assert_eq!(classes[1].metadata.name.as_deref(), Some(MIG_DEVICE_CLASS));

@@ -143,7 +143,8 @@ impl Dra {
             .classes
             .iter()
             .map(|c| {
-                let text = serde_json::to_string(&c.spec.selectors).unwrap_or_default();
+                let text = serde_json::to_string(&joiner_model::dra::class_spec(c).selectors)
+                    .unwrap_or_default();
                 (
                     c.metadata.name.clone().unwrap_or_default(),
                     named_drivers(&text),
@@ -508,11 +509,8 @@ impl Dra {
             .flatten()
             .filter_map(|k| self.claims.get(k))
         {
-            let requests = claim
-                .spec
-                .devices
-                .as_ref()
-                .and_then(|d| d.requests.as_ref());
+            let requests =
+                joiner_model::dra::claim_devices(claim).and_then(|d| d.requests.as_ref());
             for r in requests.into_iter().flatten() {
                 out.extend(r.exactly.iter().map(|e| e.device_class_name.clone()));
                 out.extend(
@@ -621,9 +619,7 @@ impl Dra {
             .flatten()
             .filter_map(|k| self.claims.get(k))
             .any(|c| {
-                c.spec
-                    .devices
-                    .as_ref()
+                joiner_model::dra::claim_devices(c)
                     .and_then(|d| d.requests.as_ref())
                     .is_some_and(|reqs| {
                         let text = serde_json::to_string(reqs).unwrap_or_default();

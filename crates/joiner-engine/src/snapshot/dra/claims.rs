@@ -87,7 +87,7 @@ pub(super) fn pod_claim_keys(
                     namespace: Some(ns.to_string()),
                     ..ObjectMeta::default()
                 },
-                spec: t.spec.spec.clone(),
+                spec: joiner_model::dra::template_claim_spec(t).cloned(),
                 status: None,
             });
             keys.push(k);
