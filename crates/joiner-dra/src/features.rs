@@ -24,6 +24,10 @@ pub struct Features {
     pub device_binding_conditions: bool,
     /// `status.devices` on claims (no effect on allocation). Beta, on from 1.33.
     pub resource_claim_device_status: bool,
+    /// Extended resources (`nvidia.com/gpu: 1` in a container's requests) served by the
+    /// DeviceClass that names them. Alpha (off) in 1.34 and 1.35; beta and on in 1.36; GA in
+    /// 1.37.
+    pub extended_resource: bool,
     /// List-typed device attributes. Alpha (off) in 1.36. Not modelled beyond the flag:
     /// `k8s-openapi` 0.29 has no list attribute field.
     pub list_type_attributes: bool,
@@ -75,6 +79,7 @@ impl Features {
             consumable_capacity: at_least_136,
             device_binding_conditions: at_least_136,
             resource_claim_device_status: true,
+            extended_resource: at_least_136,
             list_type_attributes: false,
         }
     }
@@ -100,6 +105,7 @@ impl Features {
             consumable_capacity: true,
             device_binding_conditions: true,
             resource_claim_device_status: true,
+            extended_resource: true,
             list_type_attributes: true,
         }
     }
@@ -114,6 +120,7 @@ impl Features {
             "DRAConsumableCapacity" => &mut self.consumable_capacity,
             "DRADeviceBindingConditions" => &mut self.device_binding_conditions,
             "DRAResourceClaimDeviceStatus" => &mut self.resource_claim_device_status,
+            "DRAExtendedResource" => &mut self.extended_resource,
             "DRAListTypeAttributes" => &mut self.list_type_attributes,
             _ => return false,
         };

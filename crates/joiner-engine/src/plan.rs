@@ -122,6 +122,10 @@ pub struct ClaimAllocation {
     pub node: String,
     /// Exactly a `resource.k8s.io/v1` AllocationResult.
     pub allocation: k8s_openapi::api::resource::v1::AllocationResult,
+    /// For a claim kube-scheduler makes itself (for extended resources DRA serves, named
+    /// `<pod>-extended-resources-*`): its spec as the node serves it, since no object holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec: Option<k8s_openapi::api::resource::v1::ResourceClaimSpec>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

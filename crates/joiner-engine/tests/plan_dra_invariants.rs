@@ -331,6 +331,7 @@ fn cluster(seed: u64, small: bool) -> SchedulingInput {
             claims,
             in_use: vec![],
             pod_claims,
+            extended: Default::default(),
         }),
     }
 }

@@ -53,7 +53,7 @@ fn max_into(into: &mut ResourceList, other: &ResourceList) {
 
 /// A container's effective requests: its requests, with any resource that has only a limit
 /// requesting that limit (the API server's defaulting, which manifests have not been through).
-fn container_requests(
+pub fn container_requests(
     c: &Container,
     path: &str,
 ) -> Result<ResourceList, (String, ResourceListError)> {

@@ -140,6 +140,9 @@ pub mod labels {
 
     /// The NVIDIA device plugin picks its config by this node label.
     pub const NVIDIA_DEVICE_PLUGIN_CONFIG: &str = "nvidia.com/device-plugin.config";
+    /// The GPU operator deploys no device plugin on a node where this is `"false"`: how a
+    /// cluster moving to the NVIDIA DRA driver stops the plugin node by node.
+    pub const NVIDIA_DEPLOY_DEVICE_PLUGIN: &str = "nvidia.com/gpu.deploy.device-plugin";
     /// The GPU operator's MIG manager label: which of its MIG configs (`all-1g.5gb`,
     /// `all-balanced`, ...) to apply to the node's GPUs.
     pub const NVIDIA_MIG_CONFIG: &str = "nvidia.com/mig.config";

@@ -13,9 +13,10 @@ use std::collections::BTreeSet;
 use joiner_controller::ControllerError;
 use joiner_controller::store::{ClusterStore, StoreError};
 use joiner_engine::plan::ClaimAllocation;
-use k8s_openapi::api::core::v1::{Pod, PodResourceClaimStatus};
+use k8s_openapi::api::core::v1::{Pod, PodExtendedResourceClaimStatus, PodResourceClaimStatus};
 use k8s_openapi::api::resource::v1::{
-    ResourceClaim, ResourceClaimConsumerReference, ResourceClaimStatus, ResourceClaimTemplate,
+    ResourceClaim, ResourceClaimConsumerReference, ResourceClaimSpec, ResourceClaimStatus,
+    ResourceClaimTemplate,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
@@ -60,33 +61,10 @@ pub fn allocate<S: ClusterStore>(
                 continue;
             };
             let generated = format!("{name}-{}-{}", r.name, suffix(&pod, &r.name));
-            let claim = ResourceClaim {
-                metadata: ObjectMeta {
-                    name: Some(generated.clone()),
-                    namespace: Some(ns.clone()),
-                    annotations: Some([(POD_CLAIM_NAME.to_string(), r.name.clone())].into()),
-                    owner_references: Some(vec![OwnerReference {
-                        api_version: "v1".into(),
-                        kind: "Pod".into(),
-                        name: name.clone(),
-                        uid: pod.metadata.uid.clone().unwrap_or_default(),
-                        controller: Some(true),
-                        block_owner_deletion: Some(true),
-                    }]),
-                    ..ObjectMeta::default()
-                },
-                spec: joiner_model::dra::template_claim_spec(&t).cloned(),
-                status: None,
-            };
-            let created = match store.create(&claim) {
-                Ok(c) => c,
-                Err(StoreError::Conflict(_)) => {
-                    match store.get::<ResourceClaim>(Some(&ns), &generated)? {
-                        Some(c) => c,
-                        None => continue,
-                    }
-                }
-                Err(e) => return Err(e.into()),
+            let annotation = (POD_CLAIM_NAME, r.name.as_str());
+            let spec = joiner_model::dra::template_claim_spec(&t).cloned();
+            let Some(created) = create_owned(store, &pod, &generated, annotation, spec)? else {
+                continue;
             };
             write_status(store, created, &pod, a)?;
             statuses.push(PodResourceClaimStatus {
@@ -100,7 +78,62 @@ pub fn allocate<S: ClusterStore>(
             .get_or_insert_with(Default::default)
             .resource_claim_statuses = Some(statuses);
     }
+    extended_claim(store, &mut pod, node, planned)?;
     Ok(pod)
+}
+
+/// The claim kube-scheduler makes for the pod's extended resources that DRA serves on `node`,
+/// when the plan made one: created as kube-scheduler creates it (`<pod>-extended-resources-`
+/// and a suffix, its annotation, owned by the pod), allocated as planned, and named in the
+/// pod's `status.extendedResourceClaimStatus` with the request serving each container. A pod
+/// whose status names one already keeps it, allocated where the plan moves it.
+fn extended_claim<S: ClusterStore>(
+    store: &S,
+    pod: &mut Pod,
+    node: &str,
+    planned: &[ClaimAllocation],
+) -> Result<(), ControllerError> {
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    if let Some(status) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.as_ref())
+    {
+        let key = format!("{ns}/{}", status.resource_claim_name);
+        if let Some(a) = allocation_for(planned, node, &key)
+            && let Some(existing) =
+                store.get::<ResourceClaim>(Some(&ns), &status.resource_claim_name)?
+        {
+            write_status(store, existing, pod, a)?;
+        }
+        return Ok(());
+    }
+    let part = joiner_engine::snapshot::CLAIM_NAME_PART;
+    let Some(a) = allocation_for(planned, node, &format!("{ns}/{name}-{part}-*")) else {
+        return Ok(());
+    };
+    let Some(spec) = a.spec.clone() else {
+        return Ok(());
+    };
+    let generated = format!("{name}-{part}-{}", suffix(pod, part));
+    let mappings = joiner_engine::snapshot::request_mappings(pod, &spec);
+    let annotation = (joiner_engine::snapshot::EXTENDED_CLAIM_ANNOTATION, "true");
+    let Some(created) = create_owned(store, pod, &generated, annotation, Some(spec))? else {
+        return Ok(());
+    };
+    write_status(store, created, pod, a)?;
+    pod.status
+        .get_or_insert_with(Default::default)
+        .extended_resource_claim_status = Some(PodExtendedResourceClaimStatus {
+        resource_claim_name: generated,
+        request_mappings: mappings,
+    });
+    Ok(())
 }
 
 /// Deletes the generated claims of pods that are gone, and takes gone pods' reservations off
@@ -151,6 +184,48 @@ pub fn collect<S: ClusterStore>(store: &S) -> Result<Vec<String>, ControllerErro
         }
     }
     Ok(deleted)
+}
+
+/// Creates the claim `name` in the pod's namespace, owned by the pod and annotated as its
+/// maker annotates it, or finds it made by an earlier try; `None` when it went in between.
+fn create_owned<S: ClusterStore>(
+    store: &S,
+    pod: &Pod,
+    name: &str,
+    (key, value): (&str, &str),
+    spec: Option<ResourceClaimSpec>,
+) -> Result<Option<ResourceClaim>, ControllerError> {
+    let ns = Some(
+        pod.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+    );
+    let claim = ResourceClaim {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: ns.clone(),
+            annotations: Some([(key.to_string(), value.to_string())].into()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                uid: pod.metadata.uid.clone().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec,
+        status: None,
+    };
+    match store.create(&claim) {
+        Ok(c) => Ok(Some(c)),
+        Err(StoreError::AlreadyExists(_) | StoreError::Conflict(_)) => {
+            Ok(store.get::<ResourceClaim>(ns.as_deref(), name)?)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn allocation_for<'a>(
@@ -239,6 +314,7 @@ mod tests {
 
     fn planned(claim: &str, device: &str) -> ClaimAllocation {
         ClaimAllocation {
+            spec: None,
             claim: claim.into(),
             node: "n1".into(),
             allocation: AllocationResult {
@@ -348,5 +424,87 @@ mod tests {
             .expect("get")
             .expect("there");
         assert!(shared.status.and_then(|s| s.allocation).is_none());
+    }
+
+    #[test]
+    fn a_pod_asking_for_nvidia_gpu_gets_the_claim_kube_scheduler_makes_and_keeps_it() {
+        let store = InMemoryCluster::new(ManualClock::new());
+        let trainer: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "trainer", "namespace": "ml", "uid": "u-1"},
+            "spec": {
+                "initContainers": [{"name": "fetch", "resources": {"limits": {"nvidia.com/gpu": "3"}}}],
+                "containers": [{"name": "train", "resources": {
+                    "requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "2"}}}]
+            }
+        }))
+        .expect("pod");
+        let trainer = store.create(&trainer).expect("pod");
+        let mut a = planned("ml/trainer-extended-resources-*", "gpu-0");
+        a.spec = Some(serde_json::from_value(serde_json::json!({"devices": {"requests": [
+            {"name": "container-0-request-0", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}},
+            {"name": "container-1-request-1", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}}
+        ]}}))
+        .expect("spec"));
+        let plan = [a];
+        let bound = allocate(&store, trainer.clone(), "n1", &plan).expect("allocate");
+        let status = bound
+            .status
+            .as_ref()
+            .and_then(|s| s.extended_resource_claim_status.clone())
+            .expect("extendedResourceClaimStatus");
+        let name = status.resource_claim_name.clone();
+        assert!(
+            name.starts_with("trainer-extended-resources-")
+                && name.len() == "trainer-extended-resources-".len() + 5
+        );
+        let mappings: Vec<(&str, &str, &str)> = status
+            .request_mappings
+            .iter()
+            .map(|m| {
+                (
+                    m.container_name.as_str(),
+                    m.resource_name.as_str(),
+                    m.request_name.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            mappings,
+            [
+                ("fetch", "nvidia.com/gpu", "container-0-request-0"),
+                ("train", "nvidia.com/gpu", "container-1-request-1")
+            ]
+        );
+        let claim = store
+            .get::<ResourceClaim>(Some("ml"), &name)
+            .expect("get")
+            .expect("created");
+        assert_eq!(
+            claim
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("resource.kubernetes.io/extended-resource-claim"))
+                .map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(claim.spec, plan[0].spec);
+        let claim_status = claim.status.expect("status");
+        assert_eq!(claim_status.allocation, Some(plan[0].allocation.clone()));
+        assert_eq!(claim_status.reserved_for.map(|r| r.len()), Some(1));
+
+        // A retried bind (the pod not yet updated) finds the same claim, not a second one.
+        let again = allocate(&store, trainer, "n1", &plan).expect("retry");
+        assert_eq!(
+            again
+                .status
+                .and_then(|s| s.extended_resource_claim_status)
+                .map(|s| s.resource_claim_name),
+            Some(name.clone())
+        );
+        assert_eq!(store.list::<ResourceClaim>().expect("list").len(), 1);
+
+        store.delete::<Pod>(Some("ml"), "trainer").expect("delete");
+        assert_eq!(collect(&store).expect("collect"), [name]);
     }
 }

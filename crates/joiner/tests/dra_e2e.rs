@@ -318,3 +318,71 @@ fn unlimited_sharing_puts_every_claim_on_one_gpu() {
         devices(&p).into_iter().map(|(n, _, d)| (n, d)).collect();
     assert_eq!(gpus.len(), 1);
 }
+
+#[test]
+fn device_plugin_pods_get_dra_gpus_through_the_class_that_names_their_resource() {
+    let p = plan(&example_dir("dra-extended-resource-gpu"), true);
+    let types: Vec<&str> = claims(&p)
+        .iter()
+        .map(|c| c["instanceType"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["g6.12xlarge", "g6.12xlarge"]);
+    assert_eq!(p["totalPricePerHour"], 9.2032);
+    assert!(p["unschedulable"].as_array().unwrap().is_empty());
+    let allocated = p["claims"].as_array().unwrap();
+    let names: Vec<&str> = allocated
+        .iter()
+        .map(|c| c["claim"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "ml/trainer-0-extended-resources-*",
+            "ml/trainer-1-extended-resources-*",
+            "ml/trainer-2-extended-resources-*"
+        ]
+    );
+    for c in allocated {
+        let results = c["allocation"]["devices"]["results"].as_array().unwrap();
+        assert_eq!(results.len(), 2, "two GPUs per pod: {c}");
+        assert!(results.iter().all(|r| r["driver"] == "gpu.nvidia.com"
+            && r["request"] == "container-0-request-2"
+            && r["pool"] == c["node"]));
+    }
+    // Two pods share the first node's four GPUs: no device is given twice.
+    let mut held = devices(&p);
+    held.sort();
+    held.dedup();
+    assert_eq!(held.len(), 6);
+}
+
+#[test]
+fn where_the_device_plugin_runs_it_serves_the_resource_and_no_claim_is_made() {
+    let dir = variant("dra-extended-resource-gpu", "nodepool.yaml", |t| {
+        t.replace(
+            "nvidia.com/gpu.deploy.device-plugin: \"false\"",
+            "nvidia.com/gpu.deploy.device-plugin: \"true\"",
+        )
+    });
+    let p = plan(&dir, true);
+    assert_eq!(claims(&p).len(), 2);
+    assert_eq!(p["totalPricePerHour"], 9.2032);
+    assert!(devices(&p).is_empty(), "{}", p["claims"]);
+    assert_eq!(
+        claims(&p)[0]["resources"]["allocatable"]["nvidia.com/gpu"],
+        "4"
+    );
+}
+
+#[test]
+fn before_kubernetes_1_36_no_class_serves_the_resource_and_no_node_advertises_it() {
+    let dir = variant("dra-extended-resource-gpu", "values.yaml", |t| {
+        t.replace("kubernetesVersion: \"1.37\"", "kubernetesVersion: \"1.35\"")
+    });
+    let p = plan(&dir, true);
+    assert!(claims(&p).is_empty());
+    let u = p["unschedulable"].as_array().unwrap();
+    assert_eq!(u.len(), 3);
+    let reason = u[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("nvidia.com/gpu"), "{reason}");
+}

@@ -10,6 +10,7 @@
 //! to the total hourly price (see [`planner`]).
 
 pub mod allowed;
+pub mod extended;
 mod packing;
 pub mod planner;
 pub mod pod;
@@ -187,6 +188,10 @@ pub struct DraInput {
     pub in_use: Vec<ResourceClaim>,
     /// Per pod (same index as `SchedulingInput::pods`): the keys of its claims.
     pub pod_claims: Vec<Vec<String>>,
+    /// The claims that serve pods' extended resources (`DRAExtendedResource`), by key: what
+    /// each request serves. A node whose device plugin serves a resource (allocatable above
+    /// zero) serves those requests itself, so the claim is allocated there without them.
+    pub extended: std::collections::BTreeMap<String, Vec<extended::ExtendedRequest>>,
 }
 
 /// A NodePool, with its instance types resolved.

@@ -400,6 +400,9 @@ impl<'a> Planner<'a> {
         }
         let mut index = ResourceIndex::default();
         index.intern_names(names);
+        if let Some(dra) = &input.dra {
+            index.delegate_to_dra(dra.extended.values().flatten().map(|r| r.resource.as_str()));
+        }
         let requests: Vec<Amounts> = input
             .pods
             .iter()
@@ -613,7 +616,7 @@ impl<'a> Planner<'a> {
             self.existing.push(ExistingState {
                 name: n.name.clone(),
                 labels: Rc::new(n.labels.clone()),
-                free: self.index.amounts(&n.allocatable),
+                free: self.index.allocatable(&n.allocatable),
                 zone,
                 removed: false,
             });

@@ -13,11 +13,17 @@ const NODES_LIMIT: &str = "nodes";
 /// One node, in the nanos every amount is kept in.
 const ONE_NODE: i128 = 1_000_000_000;
 
+/// Room a node has, for the planner, in a resource it does not count: far more than any
+/// plan asks for, and far from overflowing when added up.
+const UNCOUNTED: i128 = 1_000_000_000_000_000_000_000;
+
 /// Resource name <-> index.
 #[derive(Debug, Default, Clone)]
 pub struct ResourceIndex {
     names: Vec<String>,
     index: HashMap<String, usize>,
+    /// Resources DRA serves where a node does not advertise them ([`Self::allocatable`]).
+    delegated: Vec<usize>,
 }
 
 /// Exact amounts, one per indexed resource.
@@ -52,6 +58,26 @@ impl ResourceIndex {
         for (name, q) in list {
             if let Some(&i) = self.index.get(name) {
                 v[i] = q.nanos();
+            }
+        }
+        v
+    }
+
+    /// Marks extended resources a DeviceClass serves (`DRAExtendedResource`).
+    pub fn delegate_to_dra<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        self.delegated = names.into_iter().filter_map(|n| self.position(n)).collect();
+        self.delegated.sort_unstable();
+        self.delegated.dedup();
+    }
+
+    /// A node's allocatable as room for pods. A resource DRA serves that the node does not
+    /// advertise (none, or zero) is not counted there, as kube-scheduler's resource fit leaves
+    /// it to the node's DRA driver: the pod's claim for it is what must fit.
+    pub fn allocatable(&self, list: &ResourceList) -> Amounts {
+        let mut v = self.amounts(list);
+        for &i in &self.delegated {
+            if v[i] <= 0 {
+                v[i] = UNCOUNTED;
             }
         }
         v

@@ -9,14 +9,18 @@ use joiner_model::settings::Settings;
 use joiner_model::wellknown::{annotations, labels};
 use joiner_model::{InputError, Manifests, Sourced};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 
 use crate::catalog::Catalog;
 use crate::catalog::devices::{TemplateOptions, default_device_classes};
 use crate::scheduling::{DraInput, ExistingNode};
 
 mod claims;
-use claims::{pending, pod_claim_keys};
+pub(crate) mod extended;
+use claims::{extended_claim, pending, pod_claim_keys};
+pub(crate) use extended::ExtendedNames;
 
 /// The cluster's DRA feature gates: the Kubernetes version's defaults, then the explicit ones.
 pub(super) fn features(settings: &Settings, warnings: &mut Vec<String>) -> Features {
@@ -59,21 +63,9 @@ pub(super) struct Predicted<'a> {
     pub options: &'a BTreeMap<String, TemplateOptions>,
 }
 
-/// Builds the DRA inputs. `pods` are aligned with the scheduler's pods: the pending ones with
-/// claims are given, others are `None`.
-pub(super) fn build(
-    m: &Manifests,
-    settings: &Settings,
-    predicted: &Predicted<'_>,
-    machines: &[ExistingNode],
-    pods: &[Option<&Sourced<Pod>>],
-    warnings: &mut Vec<String>,
-) -> Built {
-    let Predicted {
-        catalog,
-        pools,
-        options: template_options,
-    } = *predicted;
+/// The cluster's DeviceClasses: the input's, and for each driver's chart class the input
+/// lacks, the one the chart creates.
+pub(super) fn device_classes(m: &Manifests, warnings: &mut Vec<String>) -> Vec<DeviceClass> {
     let mut classes: Vec<_> = m.device_classes.iter().map(|c| c.object.clone()).collect();
     for default in default_device_classes() {
         let name = default.metadata.name.clone().unwrap_or_default();
@@ -87,6 +79,54 @@ pub(super) fn build(
             classes.push(default);
         }
     }
+    classes
+}
+
+/// The cluster's DRA view before pods are read: its classes, its gates, and the extended
+/// resources its classes serve (none while `DRAExtendedResource` is off).
+pub(super) struct Cluster {
+    pub classes: Vec<DeviceClass>,
+    pub features: Features,
+    pub extended: ExtendedNames,
+}
+
+impl Cluster {
+    pub fn new(m: &Manifests, settings: &Settings, warnings: &mut Vec<String>) -> Cluster {
+        let classes = device_classes(m, warnings);
+        let features = features(settings, warnings);
+        let extended = if features.extended_resource {
+            ExtendedNames::new(&classes)
+        } else {
+            ExtendedNames::default()
+        };
+        Cluster {
+            classes,
+            features,
+            extended,
+        }
+    }
+}
+
+/// Builds the DRA inputs. `pods` are aligned with the scheduler's pods: the pending ones with
+/// claims (or extended resources a class serves) are given, others are `None`.
+pub(super) fn build(
+    m: &Manifests,
+    cluster: Cluster,
+    predicted: &Predicted<'_>,
+    machines: &[ExistingNode],
+    pods: &[Option<&Sourced<Pod>>],
+    warnings: &mut Vec<String>,
+) -> Built {
+    let Predicted {
+        catalog,
+        pools,
+        options: template_options,
+    } = *predicted;
+    let Cluster {
+        classes,
+        features,
+        extended: extended_names,
+    } = cluster;
 
     // Nodes Joiner manages that are not initialized yet are judged by their instance type's
     // templates, never by whatever slices they already published.
@@ -177,12 +217,23 @@ pub(super) fn build(
         .collect();
 
     let mut pod_claims = Vec::with_capacity(pods.len());
+    let mut extended = BTreeMap::new();
     let mut refused = Vec::new();
     let mut invalid = Vec::new();
     for (i, pod) in pods.iter().enumerate() {
         let keys = match pod {
             Some(pod) => match pod_claim_keys(pod, &mut claims, &templates) {
-                Ok(keys) => keys,
+                Ok(mut keys) => {
+                    match extended_claim(pod, &extended_names, &mut claims, &mut extended) {
+                        Ok(key) => keys.extend(key),
+                        Err(missing) if pending(pod) => refused.push((i, missing.reason())),
+                        Err(missing) => warnings.push(format!(
+                            "{}; its devices are not counted",
+                            missing.to_input_error(pod)
+                        )),
+                    }
+                    keys
+                }
                 Err(missing) => {
                     let e = missing.to_input_error(pod);
                     if pending(pod) {
@@ -205,12 +256,13 @@ pub(super) fn build(
 
     Built {
         input: DraInput {
-            features: features(settings, warnings),
+            features,
             classes,
             slices,
             claims,
             in_use: Vec::new(),
             pod_claims,
+            extended,
         },
         refused,
         invalid,

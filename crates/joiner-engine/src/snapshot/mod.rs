@@ -16,6 +16,7 @@
 
 pub mod corrections;
 mod dra;
+pub use dra::extended::{CLAIM_NAME_PART, EXTENDED_CLAIM_ANNOTATION, request_mappings};
 pub mod machines;
 mod overlays;
 mod pools;
@@ -394,6 +395,7 @@ impl<'a> SnapshotBuilder<'a> {
         let mut decided = Vec::new();
         let added = workload_pods(m);
         let mut with_claims = Vec::new();
+        let dra_cluster = dra_on.then(|| dra::Cluster::new(m, settings, &mut warnings));
         let volumes = volumes::Volumes::of(m);
         for p in m.pods.iter().chain(&added) {
             // Finished pods hold nothing; gated pods are not for scheduling yet.
@@ -478,16 +480,19 @@ impl<'a> SnapshotBuilder<'a> {
                 continue;
             }
             // Bound pods keep their claims too: consolidation moves them with their pods.
-            with_claims.push(info.has_resource_claims.then_some(p));
+            let extended = dra_cluster
+                .as_ref()
+                .is_some_and(|c| c.extended.requested_by(&p.object));
+            with_claims.push((info.has_resource_claims || extended).then_some(p));
             pods.push(info);
         }
-        let dra = if dra_on {
+        let dra = if let Some(cluster) = dra_cluster {
             let predicted = dra::Predicted {
                 catalog: &catalog,
                 pools: &pools,
                 options: &template_options,
             };
-            let built = dra::build(m, settings, &predicted, &nodes, &with_claims, &mut warnings);
+            let built = dra::build(m, cluster, &predicted, &nodes, &with_claims, &mut warnings);
             let mut input = built.input;
             invalid.extend(built.invalid);
             // Pods whose claims lead nowhere wait, as kube-scheduler keeps them waiting.

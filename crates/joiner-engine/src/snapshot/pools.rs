@@ -512,5 +512,15 @@ fn gpu_resources(
         },
         _ => node_resources(&node_gpus, config),
     };
+    // No device plugin on the node: it advertises no GPU resource, and a DeviceClass that
+    // names `nvidia.com/gpu` serves pods asking for it through DRA instead.
+    let mut gpus = gpus;
+    if node_labels
+        .get(labels::NVIDIA_DEPLOY_DEVICE_PLUGIN)
+        .is_some_and(|v| v == "false")
+    {
+        gpus.resources.clear();
+        gpus.fail_requests_greater_than_one = false;
+    }
     Ok((gpus, mig.map(|m| (m, split))))
 }

@@ -33,6 +33,7 @@ use joiner_model::wellknown::labels::ZONE;
 use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceClaimStatus};
 
+use super::super::extended::{ExtendedRequest, served_on};
 use super::super::{DraInput, ExistingNode, PoolInput};
 use crate::catalog::devices::{DeviceTemplates, GPU_RUNTIME_ATTRIBUTES};
 
@@ -42,6 +43,10 @@ fn probe_name(pool: &str, instance_type: &str) -> String {
 }
 
 type ProbeKey = (usize, ProbeAt, u32);
+
+/// The extended resources a node's device plugin serves (allocatable above zero), among those
+/// a DeviceClass serves: a claim made for them leaves those requests out there.
+type Plugins = Rc<BTreeSet<String>>;
 
 /// Where a probe node stands: option `option` (index into the pool input's options) of pool
 /// `pool`, in `zone` (`None`: the NodeClaim's zone is not pinned).
@@ -78,6 +83,14 @@ pub(super) struct Dra {
     launchable_drivers: BTreeSet<String>,
     /// Per (class, probe, limit): how many pods of the class a new node there serves.
     probe_copies: RefCell<HashMap<ProbeKey, u32>>,
+    /// Per claim serving extended resources: what each request serves.
+    extended: BTreeMap<String, Vec<ExtendedRequest>>,
+    /// What device plugins serve per existing node, per pool option and per planned NodeClaim.
+    node_plugins: Vec<Plugins>,
+    option_plugins: Vec<Vec<Plugins>>,
+    claim_plugins: Vec<Plugins>,
+    /// Pods' claims as nodes whose device plugins serve some of their requests see them.
+    served: RefCell<HashMap<(usize, Plugins), Rc<PreparedClaims>>>,
     /// Allocations made, in order: claim, node, result.
     pub results: Vec<(String, String, AllocationResult)>,
 }
@@ -163,7 +176,32 @@ impl Dra {
                     .map(|t| t.driver.clone())
             })
             .collect();
+        let names: BTreeSet<&str> = input
+            .extended
+            .values()
+            .flatten()
+            .map(|r| r.resource.as_str())
+            .collect();
+        let plugins = |allocatable: &joiner_model::ResourceList| -> Plugins {
+            Rc::new(
+                allocatable
+                    .iter()
+                    .filter(|(k, q)| names.contains(k.as_str()) && q.nanos() > 0)
+                    .map(|(k, _)| k.clone())
+                    .collect(),
+            )
+        };
+        let node_plugins = nodes.iter().map(|n| plugins(&n.allocatable)).collect();
+        let option_plugins = pools
+            .iter()
+            .map(|p| p.options.iter().map(|o| plugins(&o.allocatable)).collect())
+            .collect();
         Dra {
+            extended: input.extended.clone(),
+            node_plugins,
+            option_plugins,
+            claim_plugins: Vec::new(),
+            served: RefCell::new(HashMap::new()),
             class_drivers,
             launchable_drivers,
             allocator: Rc::new(Allocator::new(
@@ -231,6 +269,41 @@ impl Dra {
         prepared
     }
 
+    /// The pod's claims as a node whose device plugins serve `plugins` sees them.
+    fn prepared_on(&self, p: usize, plugins: &Plugins) -> Rc<PreparedClaims> {
+        let keys = self
+            .pod_claims
+            .get(p)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let trimmed = !plugins.is_empty()
+            && keys.iter().any(|k| {
+                self.extended
+                    .get(k)
+                    .is_some_and(|reqs| reqs.iter().any(|r| plugins.contains(&r.resource)))
+            });
+        if !trimmed {
+            return self.prepared(p);
+        }
+        let key = (p, plugins.clone());
+        if let Some(hit) = self.served.borrow().get(&key) {
+            return hit.clone();
+        }
+        let claims: Vec<ResourceClaim> = keys
+            .iter()
+            .filter_map(|k| {
+                let claim = self.claims.get(k)?;
+                match self.extended.get(k) {
+                    Some(reqs) => served_on(claim, reqs, plugins),
+                    None => Some(claim.clone()),
+                }
+            })
+            .collect();
+        let prepared = Rc::new(self.allocator.prepare(claims.iter()));
+        self.served.borrow_mut().insert(key, prepared.clone());
+        prepared
+    }
+
     /// Why the pod's claims cannot be allocated on any node, when that is so whatever the node
     /// (a device class that does not exist, a selector that does not compile, a request the
     /// cluster's feature gates refuse).
@@ -238,19 +311,23 @@ impl Dra {
         self.prepared(p).broken().map(ToString::to_string)
     }
 
-    fn try_on(&self, p: usize, view: &NodeView) -> Option<Vec<ClaimAllocation>> {
-        let prepared = self.prepared(p);
+    fn try_on(&self, p: usize, view: &NodeView, plugins: &Plugins) -> Option<Vec<ClaimAllocation>> {
+        let prepared = self.prepared_on(p, plugins);
         self.allocator
             .session(&self.inventory)
             .try_allocate(view, &self.state, &prepared)
     }
 
     pub fn fits_existing(&self, p: usize, n: usize) -> Option<Vec<ClaimAllocation>> {
-        self.try_on(p, self.node_views.get(n)?)
+        self.try_on(p, self.node_views.get(n)?, self.node_plugins.get(n)?)
     }
 
     pub fn fits_claim(&self, p: usize, c: usize) -> Option<Vec<ClaimAllocation>> {
-        self.try_on(p, self.claim_views.get(c)?.as_ref()?)
+        self.try_on(
+            p,
+            self.claim_views.get(c)?.as_ref()?,
+            self.claim_plugins.get(c)?,
+        )
     }
 
     /// Whether some network-attached device serves only nodes of some zones: then a NodeClaim
@@ -293,10 +370,13 @@ impl Dra {
         let Some(view) = self.probe(at, labels) else {
             return 0;
         };
-        if view.device_count() == 0 {
+        let Some(plugins) = self.plugins_at(at) else {
+            return 0;
+        };
+        let prepared = self.prepared_on(p, &plugins);
+        if view.device_count() == 0 && prepared.keys().next().is_some() {
             return 0;
         }
-        let prepared = self.prepared(p);
         let mut scratch = self.state.clone();
         let mut session = self.allocator.session(&self.inventory);
         let mut copies = 0;
@@ -319,6 +399,10 @@ impl Dra {
         copies
     }
 
+    fn plugins_at(&self, at: ProbeAt) -> Option<Plugins> {
+        self.option_plugins.get(at.pool)?.get(at.option).cloned()
+    }
+
     /// Gives a new NodeClaim its instance type's devices (when it publishes any) and the
     /// network-attached devices its `labels` admit.
     pub fn add_claim_node(
@@ -333,6 +417,16 @@ impl Dra {
         if self.claim_views.len() <= c {
             self.claim_views.resize(c + 1, None);
         }
+        if self.claim_plugins.len() <= c {
+            self.claim_plugins.resize(c + 1, Plugins::default());
+        }
+        self.claim_plugins[c] = self
+            .plugins_at(ProbeAt {
+                pool,
+                option: o,
+                zone: None,
+            })
+            .unwrap_or_default();
         if let (Some(Some(templates)), Some(options)) =
             (self.templates.get(pool).and_then(|v| v.get(o)), options)
         {
@@ -374,6 +468,7 @@ impl Dra {
         if let Some(slot) = self.prepared.borrow_mut().get_mut(p) {
             *slot = None;
         }
+        self.served.borrow_mut().retain(|(q, _), _| *q != p);
     }
 
     /// Records allocations made on `node` and takes their devices.
@@ -395,18 +490,44 @@ impl Dra {
                     .borrow_mut()
                     .iter_mut()
                     .for_each(|s| *s = None);
+                self.served.borrow_mut().clear();
                 self.probe_copies.borrow_mut().clear();
             }
             self.results.push((a.claim, node.to_string(), a.allocation));
         }
     }
 
+    /// The spec of a claim the plan makes for extended resources (no object holds it yet), as
+    /// `allocation` serves it: the requests a device plugin serves on that node are left out,
+    /// and they are exactly those the allocation has no devices for.
+    pub fn made_spec(
+        &self,
+        key: &str,
+        allocation: &AllocationResult,
+    ) -> Option<k8s_openapi::api::resource::v1::ResourceClaimSpec> {
+        // Planned names hold a `*`, which no object's name may.
+        if !key.contains('*') || !self.extended.contains_key(key) {
+            return None;
+        }
+        let allocated: BTreeSet<&str> = allocation
+            .devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten())
+            .map(|r| r.request.as_str())
+            .collect();
+        let mut spec = self.claims.get(key)?.spec.clone()?;
+        if let Some(requests) = spec.devices.as_mut().and_then(|d| d.requests.as_mut()) {
+            requests.retain(|r| allocated.contains(r.name.as_str()));
+        }
+        Some(spec)
+    }
+
     /// Why the pod's claims do not fit on an existing node.
     pub fn why_not_existing(&self, p: usize, n: usize) -> String {
-        self.node_views
-            .get(n)
-            .map(|v| self.why_not(p, v, false))
-            .unwrap_or_default()
+        match (self.node_views.get(n), self.node_plugins.get(n)) {
+            (Some(view), Some(plugins)) => self.why_not(p, view, plugins, false),
+            _ => String::new(),
+        }
     }
 
     /// Why a new node at `at` with `labels` cannot serve the pod's claims.
@@ -422,7 +543,8 @@ impl Dra {
         else {
             return "publishes no DRA devices Joiner knows of".into();
         };
-        let mut text = self.why_not(p, &view, true);
+        let plugins = self.plugins_at(at).unwrap_or_default();
+        let mut text = self.why_not(p, &view, &plugins, true);
         if !text.contains("no device matches") {
             return text;
         }
@@ -591,8 +713,8 @@ impl Dra {
         out.join(", ")
     }
 
-    fn why_not(&self, p: usize, view: &NodeView, before_launch: bool) -> String {
-        let prepared = self.prepared(p);
+    fn why_not(&self, p: usize, view: &NodeView, plugins: &Plugins, before_launch: bool) -> String {
+        let prepared = self.prepared_on(p, plugins);
         match self
             .allocator
             .session(&self.inventory)

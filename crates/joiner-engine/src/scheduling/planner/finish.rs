@@ -164,11 +164,11 @@ impl Planner<'_> {
         plan.bindings.sort_by(|a, b| a.pod.cmp(&b.pod));
         plan.unschedulable = unschedulable;
         plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
-        if let Some(dra) = self.dra {
-            plan.claims = dra
-                .results
+        if let Some(mut dra) = self.dra {
+            plan.claims = std::mem::take(&mut dra.results)
                 .into_iter()
                 .map(|(claim, node, allocation)| crate::plan::ClaimAllocation {
+                    spec: dra.made_spec(&claim, &allocation),
                     claim,
                     node,
                     allocation,

@@ -163,7 +163,7 @@ pub(super) fn build_pool<'a>(
                 resources::add(&mut daemon, &index.amounts(&d.pod.requests));
             }
         }
-        let mut room = index.amounts(&o.allocatable);
+        let mut room = index.allocatable(&o.allocatable);
         resources::sub(&mut room, &daemon);
         options.push(Opt {
             name: o.instance_type.clone(),

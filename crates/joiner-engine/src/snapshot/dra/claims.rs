@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 
 use joiner_model::{InputError, ObjectRef, Sourced};
+
+use super::extended::{self, ExtendedNames, ExtendedRequest};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -100,6 +102,62 @@ pub(super) fn pod_claim_keys(
         }
     }
     Ok(keys)
+}
+
+/// The claim that serves the pod's extended resources through DRA, added to `claims`, with
+/// what each of its requests serves recorded in `served`: the claim the pod's status names
+/// (kube-scheduler made it; it holds the devices), else, for a pending pod that asks for a
+/// resource some DeviceClass serves, the claim kube-scheduler would make, named
+/// `<pod>-extended-resources-*` until it exists. A bound pod whose status names none is served
+/// by its node's device plugin.
+pub(super) fn extended_claim(
+    pod: &Sourced<Pod>,
+    names: &ExtendedNames,
+    claims: &mut BTreeMap<String, ResourceClaim>,
+    served: &mut BTreeMap<String, Vec<ExtendedRequest>>,
+) -> Result<Option<String>, Missing> {
+    let ns = pod
+        .object
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or("default");
+    let recorded = pod
+        .object
+        .status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.as_ref());
+    if let Some(status) = recorded {
+        let key = format!("{ns}/{}", status.resource_claim_name);
+        if !claims.contains_key(&key) {
+            return Err(Missing::Generated {
+                field: "status.extendedResourceClaimStatus".into(),
+                key,
+            });
+        }
+        let requests = status
+            .request_mappings
+            .iter()
+            .map(|m| ExtendedRequest {
+                request: m.request_name.clone(),
+                resource: m.resource_name.clone(),
+            })
+            .collect();
+        served.insert(key.clone(), requests);
+        return Ok(Some(key));
+    }
+    if !pending(pod) {
+        return Ok(None);
+    }
+    let pod_name = pod.object.metadata.name.as_deref().unwrap_or_default();
+    let name = planned_claim_name(pod_name, extended::CLAIM_NAME_PART);
+    let Some((claim, requests)) = extended::claim_for(&pod.object, names, name.clone()) else {
+        return Ok(None);
+    };
+    let key = format!("{ns}/{name}");
+    claims.insert(key.clone(), claim);
+    served.insert(key.clone(), requests);
+    Ok(Some(key))
 }
 
 /// The name a claim the resource claim controller has not created yet goes by in a plan.

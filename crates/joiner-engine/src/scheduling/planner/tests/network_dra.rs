@@ -74,6 +74,7 @@ fn network_input(
         claims,
         in_use,
         pod_claims,
+        extended: Default::default(),
     });
     input
 }
