@@ -463,6 +463,20 @@ const RBAC: &[Grant] = &[
     grant(
         Scope::Cluster,
         "resource.k8s.io",
+        "devicetaintrules",
+        "list",
+        WATCH,
+    ),
+    grant(
+        Scope::Cluster,
+        "resource.k8s.io",
+        "devicetaintrules",
+        "watch",
+        WATCH,
+    ),
+    grant(
+        Scope::Cluster,
+        "resource.k8s.io",
         "resourceclaims",
         "list",
         WATCH,

@@ -17,7 +17,9 @@ use crate::cel::device::qualify;
 use crate::node::{NodeInfo, selector_matches};
 use joiner_model::Quantity;
 use k8s_openapi::api::core::v1::NodeSelector;
-use k8s_openapi::api::resource::v1::{CapacityRequestPolicy, DeviceTaint, ResourceSlice};
+use k8s_openapi::api::resource::v1::{
+    CapacityRequestPolicy, DeviceTaint, DeviceTaintRuleSpec, ResourceSlice,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
@@ -154,6 +156,8 @@ pub struct Inventory {
     /// needs only its own pools and the shared ones, not every node's.
     local: HashMap<String, Vec<PoolId>>,
     shared: Vec<PoolId>,
+    /// DeviceTaintRules: each device added gets the taints of the rules that select it.
+    taint_rules: Arc<[DeviceTaintRuleSpec]>,
 }
 
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
@@ -174,6 +178,7 @@ impl Default for Inventory {
             order: Vec::new(),
             local: HashMap::new(),
             shared: Vec::new(),
+            taint_rules: Arc::new([]),
         }
     }
 }
@@ -190,7 +195,27 @@ impl Clone for Inventory {
             order: self.order.clone(),
             local: self.local.clone(),
             shared: self.shared.clone(),
+            taint_rules: self.taint_rules.clone(),
         }
+    }
+}
+
+impl Inventory {
+    /// The taints of the rules that select device `name` of `pool` of `driver`. A rule without
+    /// a selector selects nothing; each field a selector sets must match.
+    fn rule_taints<'a>(
+        &'a self,
+        driver: &'a str,
+        pool: &'a str,
+        name: &'a str,
+    ) -> impl Iterator<Item = &'a DeviceTaint> + 'a {
+        self.taint_rules.iter().filter_map(move |rule| {
+            let sel = rule.device_selector.as_ref()?;
+            let is =
+                |field: &Option<String>, value: &str| field.as_deref().is_none_or(|f| f == value);
+            (is(&sel.driver, driver) && is(&sel.pool, pool) && is(&sel.device, name))
+                .then_some(&rule.taint)
+        })
     }
 }
 
@@ -220,6 +245,15 @@ impl NodeView {
 
 impl Inventory {
     /// Builds pools from slices (any order; duplicates by generation are resolved).
+    /// An empty inventory whose devices, as slices are added, also carry the taint of every
+    /// DeviceTaintRule that selects them: the same as if their driver had published it.
+    pub fn with_taint_rules(rules: impl IntoIterator<Item = DeviceTaintRuleSpec>) -> Inventory {
+        Inventory {
+            taint_rules: rules.into_iter().collect(),
+            ..Inventory::default()
+        }
+    }
+
     pub fn from_slices<'a>(slices: impl IntoIterator<Item = &'a ResourceSlice>) -> Inventory {
         let mut inventory = Inventory::default();
         inventory.add_slices(slices);
@@ -418,7 +452,13 @@ impl Inventory {
                     attributes,
                     capacity,
                     allow_multiple_allocations: device.allow_multiple_allocations.unwrap_or(false),
-                    taints: device.taints.clone().unwrap_or_default(),
+                    taints: device
+                        .taints
+                        .iter()
+                        .flatten()
+                        .chain(self.rule_taints(&driver, &pool_name, &device.name))
+                        .cloned()
+                        .collect(),
                     consumes_counters: consumes,
                     binding_conditions: device.binding_conditions.clone().unwrap_or_default(),
                     binding_failure_conditions: device

@@ -332,6 +332,7 @@ fn cluster(seed: u64, small: bool) -> SchedulingInput {
             in_use: vec![],
             pod_claims,
             extended: Default::default(),
+            taint_rules: Vec::new(),
         }),
     }
 }

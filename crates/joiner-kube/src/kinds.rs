@@ -7,7 +7,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+    DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use kube::runtime::watcher;
@@ -21,7 +21,7 @@ pub(crate) fn watch_all(b: &mut Registry) {
     for row in KINDS {
         let required = match row.live {
             Live::Required | Live::Named => true,
-            Live::Optional => false,
+            Live::Optional | Live::IfServed => false,
             Live::NotRead(_) => continue,
         };
         match row.kind {
@@ -48,6 +48,7 @@ pub(crate) fn watch_all(b: &mut Registry) {
             Kind::StorageClass => b.watch::<StorageClass>(Scope::All, required),
             Kind::NodeOverlay => b.watch::<NodeOverlay>(Scope::All, required),
             Kind::DeviceClass => b.watch::<DeviceClass>(Scope::All, required),
+            Kind::DeviceTaintRule => b.watch::<DeviceTaintRule>(Scope::All, required),
             Kind::ResourceClaim => b.watch::<ResourceClaim>(Scope::All, required),
             Kind::ResourceClaimTemplate => b.watch::<ResourceClaimTemplate>(Scope::All, required),
             Kind::ResourceSlice => b.watch::<ResourceSlice>(Scope::All, required),

@@ -17,7 +17,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+    DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
@@ -39,10 +39,6 @@ const RESTARTS: usize = 3;
 /// How long connecting to the API server, and each answer, may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The DRA versions tried, newest first: a cluster serves the newest it has turned on
-/// (`v1` from Kubernetes 1.34, `v1beta2` from 1.33, `v1beta1` from 1.32).
-const DRA_VERSIONS: &[&str] = &["v1", "v1beta2", "v1beta1"];
 
 /// What one read of the cluster found.
 #[derive(Debug, Default)]
@@ -124,6 +120,7 @@ pub async fn list_cluster(client: &Client, options: &StoreOptions) -> Result<Lis
         };
         match list_first_served(client, &resources, &scope).await {
             Ok(Some(objects)) => listing.objects.extend(objects),
+            Ok(None) if row.live == Live::IfServed => {}
             Ok(None) => listing.unread.push(Unread {
                 kind: row.name,
                 why: UnreadWhy::NotServed,
@@ -187,11 +184,16 @@ enum Scope<'a> {
 /// The API resources a kind may be served as, in the order tried; `None` for kinds the live
 /// controller does not read.
 fn resources_of(kind: Kind) -> Option<Vec<ApiResource>> {
+    // The DRA kinds in every version the kind table accepts, newest first: a cluster serves
+    // the newest it has turned on (`v1` from Kubernetes 1.34, `v1beta2` from 1.33, ...).
     let dra = |r: ApiResource| {
-        DRA_VERSIONS
+        kind.info()
+            .versions
             .iter()
-            .map(|v| ApiResource {
-                version: (*v).to_string(),
+            .filter_map(|gv| gv.split_once('/'))
+            .filter(|(group, _)| *group == r.group)
+            .map(|(_, v)| ApiResource {
+                version: v.to_string(),
                 api_version: format!("{}/{v}", r.group),
                 ..r.clone()
             })
@@ -212,6 +214,7 @@ fn resources_of(kind: Kind) -> Option<Vec<ApiResource>> {
         Kind::StorageClass => vec![erase::<StorageClass>()],
         Kind::NodeOverlay => vec![erase::<NodeOverlay>()],
         Kind::DeviceClass => dra(erase::<DeviceClass>()),
+        Kind::DeviceTaintRule => dra(erase::<DeviceTaintRule>()),
         Kind::ResourceClaim => dra(erase::<ResourceClaim>()),
         Kind::ResourceClaimTemplate => dra(erase::<ResourceClaimTemplate>()),
         Kind::ResourceSlice => dra(erase::<ResourceSlice>()),

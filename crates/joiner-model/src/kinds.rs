@@ -25,6 +25,7 @@ pub enum Kind {
     ResourceClaim,
     ResourceClaimTemplate,
     ResourceSlice,
+    DeviceTaintRule,
     PodDisruptionBudget,
     VolumeAttachment,
     PersistentVolumeClaim,
@@ -41,6 +42,10 @@ pub enum Live {
     /// Watched cluster-wide when the API server serves it; reads as empty otherwise (the DRA
     /// kinds on clusters before Kubernetes 1.34 or with `resource.k8s.io/v1` off).
     Optional,
+    /// As [`Live::Optional`], and a server that does not serve the kind holds none of it, so
+    /// nothing is missed and nothing is said (DeviceTaintRules before Kubernetes 1.37, whose
+    /// earlier versions are off unless switched on).
+    IfServed,
     /// Only the one object the settings name is watched (the device-plugin ConfigMap).
     Named,
     /// Not read by the live controller, for the reason given.
@@ -153,6 +158,18 @@ pub const KINDS: &[KindInfo] = &[
         false,
         Live::Optional,
     ),
+    // GA in Kubernetes 1.37; beta (v1beta2) in 1.36, alpha (v1alpha3) before.
+    info(
+        Kind::DeviceTaintRule,
+        "DeviceTaintRule",
+        &[
+            "resource.k8s.io/v1",
+            "resource.k8s.io/v1beta2",
+            "resource.k8s.io/v1alpha3",
+        ],
+        false,
+        Live::IfServed,
+    ),
     info(
         Kind::PodDisruptionBudget,
         "PodDisruptionBudget",
@@ -254,7 +271,7 @@ mod tests {
                 row.name
             );
         }
-        assert_eq!(KINDS.len(), 22);
+        assert_eq!(KINDS.len(), 23);
         assert_eq!(Kind::parse("Service"), None);
     }
 }

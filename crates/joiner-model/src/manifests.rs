@@ -18,7 +18,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+    DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use serde::de::DeserializeOwned;
@@ -75,6 +75,7 @@ pub struct Manifests {
     pub instance_types: Vec<Sourced<InstanceType>>,
     pub config_maps: Vec<Sourced<ConfigMap>>,
     pub device_classes: Vec<Sourced<DeviceClass>>,
+    pub device_taint_rules: Vec<Sourced<DeviceTaintRule>>,
     pub resource_claims: Vec<Sourced<ResourceClaim>>,
     pub resource_claim_templates: Vec<Sourced<ResourceClaimTemplate>>,
     pub resource_slices: Vec<Sourced<ResourceSlice>>,
@@ -386,6 +387,17 @@ impl Manifests {
                     dra::validate::device_class,
                 )?;
                 self.device_classes.push(sourced(o, c));
+            }
+            Kind::DeviceTaintRule => {
+                let r = self.decode_dra(
+                    o,
+                    object,
+                    kind,
+                    api_version,
+                    doc,
+                    dra::validate::device_taint_rule,
+                )?;
+                self.device_taint_rules.push(sourced(o, r));
             }
             Kind::ResourceClaim => {
                 let c = self.decode_dra(

@@ -386,3 +386,76 @@ fn before_kubernetes_1_36_no_class_serves_the_resource_and_no_node_advertises_it
     let reason = u[0]["reason"].as_str().unwrap();
     assert!(reason.contains("nvidia.com/gpu"), "{reason}");
 }
+
+/// A DeviceTaintRule that taints every GPU of the NVIDIA driver (a driver upgrade underway, say).
+const GPU_MAINTENANCE: &str = r#"apiVersion: resource.k8s.io/v1
+kind: DeviceTaintRule
+metadata:
+  name: gpu-maintenance
+spec:
+  deviceSelector:
+    driver: gpu.nvidia.com
+  taint:
+    key: example.com/maintenance
+    value: driver-upgrade
+    effect: NoSchedule
+"#;
+
+#[test]
+fn a_device_taint_rule_keeps_untolerating_claims_off_the_devices_it_selects() {
+    let dir = variant("dra-specific-gpu", "deviceclasses.yaml", |t| {
+        format!("{t}---\n{GPU_MAINTENANCE}")
+    });
+    let p = plan(&dir, true);
+    assert!(
+        claims(&p).is_empty(),
+        "no new node helps: its GPUs are tainted too"
+    );
+    let reason = unschedulable_reason(&p);
+    assert!(reason.contains("untolerated taints"), "{reason}");
+
+    // A request that tolerates the taint is served as before.
+    let tolerating = variant("dra-specific-gpu", "workload.yaml", |t| {
+        t.replace(
+            "          count: 1\n",
+            "          count: 1\n          tolerations:\n          - key: example.com/maintenance\n            operator: Exists\n",
+        )
+    });
+    std::fs::write(tolerating.join("rule.yaml"), GPU_MAINTENANCE).unwrap();
+    let p = plan(&tolerating, true);
+    assert_eq!(claims(&p).len(), 1);
+    assert_eq!(claims(&p)[0]["instanceType"], "p5en.48xlarge");
+
+    // A rule selecting another driver's devices, or one with no selector, changes nothing.
+    for other in [
+        GPU_MAINTENANCE.replace("driver: gpu.nvidia.com", "driver: dra.net"),
+        GPU_MAINTENANCE.replace("  deviceSelector:\n    driver: gpu.nvidia.com\n", ""),
+    ] {
+        let dir = variant("dra-specific-gpu", "deviceclasses.yaml", |t| {
+            format!("{t}---\n{other}")
+        });
+        let p = plan(&dir, true);
+        assert_eq!(claims(&p).len(), 1, "{}", p["unschedulable"]);
+    }
+}
+
+#[test]
+fn a_device_taint_rule_with_a_node_effect_is_refused_naming_the_field() {
+    let dir = variant("dra-specific-gpu", "deviceclasses.yaml", |t| {
+        format!(
+            "{t}---\n{}",
+            GPU_MAINTENANCE.replace("effect: NoSchedule", "effect: PreferNoSchedule")
+        )
+    });
+    let out = Command::new(env!("CARGO_BIN_EXE_joiner"))
+        .args(["plan", "-f"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("DeviceTaintRule/gpu-maintenance") && err.contains("spec.taint.effect"),
+        "{err}"
+    );
+}

@@ -8,7 +8,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+    DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -91,6 +91,7 @@ k8s_resource!(
     ConfigMap => Kind::ConfigMap,
     DaemonSet => Kind::DaemonSet,
     DeviceClass => Kind::DeviceClass,
+    DeviceTaintRule => Kind::DeviceTaintRule,
     ResourceClaim => Kind::ResourceClaim,
     ResourceClaimTemplate => Kind::ResourceClaimTemplate,
     ResourceSlice => Kind::ResourceSlice,
@@ -145,6 +146,7 @@ mod tests {
         agrees::<ConfigMap>();
         agrees::<DaemonSet>();
         agrees::<DeviceClass>();
+        agrees::<DeviceTaintRule>();
         agrees::<ResourceClaim>();
         agrees::<ResourceClaimTemplate>();
         agrees::<ResourceSlice>();

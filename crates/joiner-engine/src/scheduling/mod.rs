@@ -192,6 +192,9 @@ pub struct DraInput {
     /// each request serves. A node whose device plugin serves a resource (allocatable above
     /// zero) serves those requests itself, so the claim is allocated there without them.
     pub extended: std::collections::BTreeMap<String, Vec<extended::ExtendedRequest>>,
+    /// The DeviceTaintRules in force (`DRADeviceTaints` on): every device they select, on
+    /// existing and new nodes alike, carries their taint.
+    pub taint_rules: Vec<k8s_openapi::api::resource::v1::DeviceTaintRuleSpec>,
 }
 
 /// A NodePool, with its instance types resolved.

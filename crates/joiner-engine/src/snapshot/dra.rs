@@ -263,6 +263,14 @@ pub(super) fn build(
             in_use: Vec::new(),
             pod_claims,
             extended,
+            taint_rules: if features.device_taints {
+                m.device_taint_rules
+                    .iter()
+                    .map(|r| r.object.spec.clone())
+                    .collect()
+            } else {
+                Vec::new()
+            },
         },
         refused,
         invalid,

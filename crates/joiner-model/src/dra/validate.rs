@@ -9,8 +9,8 @@
 use super::{class_spec, template_devices};
 use crate::api::FieldError;
 use k8s_openapi::api::resource::v1::{
-    DeviceClaim, DeviceClass, DeviceConstraint, DeviceSelector, DeviceToleration, ResourceClaim,
-    ResourceClaimTemplate, ResourceSlice,
+    DeviceClaim, DeviceClass, DeviceConstraint, DeviceSelector, DeviceTaintRule, DeviceToleration,
+    ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use std::collections::BTreeSet;
 
@@ -267,6 +267,25 @@ fn constraint(at: &str, c: &DeviceConstraint, names: &BTreeSet<String>) -> Resul
     };
     dns_subdomain(&at, domain)?;
     c_identifier(&at, name)
+}
+
+/// A DeviceTaintRule as the API server validates it: a taint with a key and one of the three
+/// effects devices know (`PreferNoSchedule` is a node effect only).
+pub fn device_taint_rule(rule: &DeviceTaintRule) -> Result<(), FieldError> {
+    let taint = &rule.spec.taint;
+    if taint.key.is_empty() {
+        return Err(required("spec.taint.key"));
+    }
+    match taint.effect.as_str() {
+        "" => Err(required("spec.taint.effect")),
+        "None" | "NoSchedule" | "NoExecute" => Ok(()),
+        other => Err(FieldError::new(
+            "spec.taint.effect",
+            format!(
+                "Unsupported value: {other:?}: supported values: \"NoExecute\", \"NoSchedule\", \"None\""
+            ),
+        )),
+    }
 }
 
 /// A ResourceSlice as the API server validates it.

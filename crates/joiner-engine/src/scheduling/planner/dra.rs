@@ -113,7 +113,8 @@ impl Dra {
                 }
             }
         }
-        let inventory = Inventory::from_slices(input.slices.iter().chain(probe_slices.iter()));
+        let mut inventory = Inventory::with_taint_rules(input.taint_rules.iter().cloned());
+        inventory.add_slices(input.slices.iter().chain(probe_slices.iter()));
         let allocated = input
             .claims
             .values()

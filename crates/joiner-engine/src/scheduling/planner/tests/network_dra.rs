@@ -75,6 +75,7 @@ fn network_input(
         in_use,
         pod_claims,
         extended: Default::default(),
+        taint_rules: Vec::new(),
     });
     input
 }
