@@ -28,8 +28,9 @@ pub struct Features {
     /// DeviceClass that names them. Alpha (off) in 1.34 and 1.35; beta and on in 1.36; GA in
     /// 1.37.
     pub extended_resource: bool,
-    /// List-typed device attributes. Alpha (off) in 1.36. Not modelled beyond the flag:
-    /// `k8s-openapi` 0.29 has no list attribute field.
+    /// List-typed device attributes (`ints`, `bools`, `strings`, `versions`), compared as sets
+    /// by constraints and seen as lists by CEL. Alpha (off) in 1.36 and 1.37; off, the API
+    /// server drops them, and so does the snapshot.
     pub list_type_attributes: bool,
 }
 

@@ -43,6 +43,42 @@ pub enum AttributeValue {
     Bool(bool),
     String(String),
     Version(String),
+    /// A list-typed attribute (`ints`, `bools`, `strings`, `versions`): its scalar values.
+    List(Vec<AttributeValue>),
+}
+
+impl AttributeValue {
+    /// The value as constraints compare it: a set of scalars, a scalar being a set of one.
+    pub fn as_set(&self) -> &[AttributeValue] {
+        match self {
+            AttributeValue::List(items) => items,
+            scalar => std::slice::from_ref(scalar),
+        }
+    }
+
+    fn of(attr: &k8s_openapi::api::resource::v1::DeviceAttribute) -> Option<AttributeValue> {
+        let list =
+            |items: Vec<AttributeValue>| (!items.is_empty()).then_some(AttributeValue::List(items));
+        if let Some(i) = attr.int {
+            Some(AttributeValue::Int(i))
+        } else if let Some(b) = attr.bool {
+            Some(AttributeValue::Bool(b))
+        } else if let Some(s) = &attr.string {
+            Some(AttributeValue::String(s.clone()))
+        } else if let Some(v) = &attr.version {
+            Some(AttributeValue::Version(v.clone()))
+        } else if let Some(items) = &attr.ints {
+            list(items.iter().copied().map(AttributeValue::Int).collect())
+        } else if let Some(items) = &attr.bools {
+            list(items.iter().copied().map(AttributeValue::Bool).collect())
+        } else if let Some(items) = &attr.strings {
+            list(items.iter().cloned().map(AttributeValue::String).collect())
+        } else if let Some(items) = &attr.versions {
+            list(items.iter().cloned().map(AttributeValue::Version).collect())
+        } else {
+            None
+        }
+    }
 }
 
 /// The request policy of a consumable capacity, parsed.
@@ -398,15 +434,7 @@ impl Inventory {
                 let mut attributes = HashMap::new();
                 for (name, attr) in device.attributes.iter().flatten() {
                     let (domain, id) = qualify(&driver, name);
-                    let value = if let Some(i) = attr.int {
-                        AttributeValue::Int(i)
-                    } else if let Some(b) = attr.bool {
-                        AttributeValue::Bool(b)
-                    } else if let Some(s) = &attr.string {
-                        AttributeValue::String(s.clone())
-                    } else if let Some(v) = &attr.version {
-                        AttributeValue::Version(v.clone())
-                    } else {
+                    let Some(value) = AttributeValue::of(attr) else {
                         continue;
                     };
                     attributes.insert(format!("{domain}/{id}"), value);

@@ -513,10 +513,6 @@ impl Manifests {
     ) -> Result<T, InputError> {
         let conversion = dra::to_v1(kind, api_version, &mut doc);
         let written = |field: &str| dra::written_field(kind, api_version, field);
-        let set_aside = match kind {
-            Kind::ResourceSlice => dra::list_attributes::set_aside(&mut doc),
-            _ => Vec::new(),
-        };
         let mut unknown = Vec::new();
         let mut track = serde_path_to_error::Track::new();
         let value: T = serde_ignored::deserialize(
@@ -532,18 +528,6 @@ impl Manifests {
                 object: Some(object.clone()),
                 message: format!(
                     "{}: unknown field, ignored (kubectl's strict field validation would refuse it)",
-                    written(&field)
-                ),
-            });
-        }
-        for field in set_aside {
-            self.warnings.push(Warning {
-                origin: origin.clone(),
-                object: Some(object.clone()),
-                message: format!(
-                    "{}: list-typed attribute (feature gate DRAListTypeAttributes, alpha) is not \
-                     modelled by Joiner: left out, so selectors and constraints that read it \
-                     do not match this device",
                     written(&field)
                 ),
             });

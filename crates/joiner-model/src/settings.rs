@@ -231,6 +231,7 @@ pub const CLUSTER_FEATURE_GATES: &[&str] = &[
     "DRAConsumableCapacity",
     "DRADeviceBindingConditions",
     "DRAResourceClaimDeviceStatus",
+    "DRAExtendedResource",
     "DRAListTypeAttributes",
 ];
 

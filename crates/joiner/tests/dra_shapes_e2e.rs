@@ -232,9 +232,10 @@ fn a_claim_recorded_with_its_random_suffix_is_waited_for_not_copied() {
     assert_eq!(p["claims"][0]["claim"], "default/inference-gpu-9kq4x");
 }
 
-/// A slice from a cluster that runs the alpha gate `DRAListTypeAttributes`: a device with a
-/// list-typed attribute. The slice is read with that attribute left out and a warning naming
-/// it, rather than refused, and its device still serves a claim that does not read the list.
+/// A slice with a list-typed attribute (alpha gate `DRAListTypeAttributes`). With the gate off
+/// (the default) the API server would drop it: the slice is read with that attribute left out
+/// and a warning naming it, rather than refused, and its device still serves a claim that does
+/// not read the list. With the gate on the list is read and selectors see it.
 #[test]
 fn a_list_typed_attribute_is_set_aside_with_a_warning() {
     let workload = std::fs::read_to_string(example_dir("dra-specific-gpu").join("workload.yaml"))
@@ -273,4 +274,36 @@ spec:
     );
     assert!(p["nodeClaims"].as_array().unwrap().is_empty(), "{p}");
     assert_eq!(p["bindings"][0]["node"], "gpu-node", "{p}");
+
+    // With the gate on the list is read: a selector over it serves the claim on that node, and
+    // one naming a root the device lacks needs a node no type offers.
+    let on_root = |root: &str| {
+        workload.replace(
+            "device.capacity[\"gpu.nvidia.com\"].memory.compareTo(quantity(\"100Gi\")) >= 0",
+            &format!(
+                "device.capacity[\"gpu.nvidia.com\"].memory.compareTo(quantity(\"100Gi\")) >= 0 \
+                 && \"{root}\" in device.attributes[\"gpu.nvidia.com\"].pcieRoots"
+            ),
+        )
+    };
+    let gate_on = |dir: &Path| {
+        let values = dir.join("values.yaml");
+        let text = std::fs::read_to_string(&values).unwrap();
+        let text = text.replace(
+            "settings:\n",
+            "settings:\n  cluster:\n    featureGates: {DRAListTypeAttributes: true}\n",
+        );
+        std::fs::write(values, text).unwrap();
+    };
+    let dir = scenario("list-attribute-on", &on_root("pci0000:01"));
+    gate_on(&dir);
+    let (p, stderr) = plan(&dir);
+    assert!(!stderr.contains("list-typed attribute"), "{stderr}");
+    assert!(p["nodeClaims"].as_array().unwrap().is_empty(), "{p}");
+    assert_eq!(p["bindings"][0]["node"], "gpu-node", "{p}");
+    let dir = scenario("list-attribute-other-root", &on_root("pci0000:07"));
+    gate_on(&dir);
+    let (p, _) = plan(&dir);
+    assert!(p["bindings"].as_array().unwrap().is_empty(), "{p}");
+    assert_eq!(p["unschedulable"].as_array().unwrap().len(), 1, "{p}");
 }

@@ -562,9 +562,20 @@ impl<'a> Search<'a> {
             if !constraint.covers(&a.result_name) {
                 continue;
             }
-            let Some(value) = dev.attributes.get(&constraint.attribute) else {
+            let Some(value) = dev
+                .attributes
+                .get(&constraint.attribute)
+                // With the gate off a list is no value the allocator compares.
+                .filter(|v| {
+                    self.alloc.features.list_type_attributes
+                        || !matches!(v, AttributeValue::List(_))
+                })
+            else {
                 return Err(Reject::Constraint(ci));
             };
+            // Values compare as sets (a scalar is a set of one): `matchAttribute` needs a value
+            // every device it covers has, `distinctAttribute` devices that share none.
+            let mut common: Vec<&AttributeValue> = value.as_set().iter().collect();
             for c in &self.chosen {
                 if self.slots.get(c.slot).map(|s| s.0) != claim_index {
                     continue;
@@ -580,8 +591,13 @@ impl<'a> Search<'a> {
                     .device(c.device)
                     .and_then(|d| d.attributes.get(&constraint.attribute));
                 let ok = match constraint.kind {
-                    ConstraintKind::Match => other.is_some_and(|o| equal(o, value)),
-                    ConstraintKind::Distinct => other.is_none_or(|o| !equal(o, value)),
+                    ConstraintKind::Match => other.is_some_and(|o| {
+                        common.retain(|v| o.as_set().contains(v));
+                        !common.is_empty()
+                    }),
+                    ConstraintKind::Distinct => {
+                        other.is_none_or(|o| !o.as_set().iter().any(|v| value.as_set().contains(v)))
+                    }
                 };
                 if !ok {
                     return Err(Reject::Constraint(ci));
@@ -988,10 +1004,6 @@ impl<'a> Search<'a> {
         }
         out
     }
-}
-
-fn equal(a: &AttributeValue, b: &AttributeValue) -> bool {
-    a == b
 }
 
 /// Whether every NoSchedule/NoExecute taint of the device is tolerated.

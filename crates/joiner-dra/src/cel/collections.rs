@@ -1,6 +1,6 @@
-//! The sets extension (`sets.contains`, `sets.equivalent`, `sets.intersects`) and Kubernetes'
-//! list library (`isSorted`, `sum`, `min`, `max`, `indexOf`, `lastIndexOf`), which the DRA
-//! environment offers on top of standard CEL.
+//! The sets extension (`sets.contains`, `sets.equivalent`, `sets.intersects`), Kubernetes' list
+//! library (`isSorted`, `sum`, `min`, `max`, `indexOf`, `lastIndexOf`) and the DRA helper
+//! `includes`, which the DRA environment offers on top of standard CEL.
 
 use cel::common::types::{CelBool, CelDouble, CelInt, DYN_TYPE, LIST_TYPE};
 use cel::common::value::{CowVal, Val};
@@ -160,6 +160,18 @@ fn last_index_of<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Ex
     position(args, true)
 }
 
+/// `x.includes(v)`: whether `x` is `v`, or a list holding it. Kubernetes' DRA helper for an
+/// attribute that is a scalar on some devices and a list on others (`DRAListTypeAttributes`).
+fn includes<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (this, value) = two(&args)?;
+    let found = if this.as_iterable().is_some() {
+        items(this)?.iter().any(|x| x.equals(value))
+    } else {
+        this.equals(value)
+    };
+    Ok(CowVal::owned(CelBool::from(found)))
+}
+
 /// Registers the sets extension and the list library.
 pub fn extension(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_overload(
@@ -181,6 +193,13 @@ pub fn extension(env: &mut Env) -> Result<(), DeclarationError> {
         sets_intersects,
     )?;
     env.add_member_overload("isSorted", "list.isSorted()", LIST_TYPE, vec![], is_sorted)?;
+    env.add_member_overload(
+        "includes",
+        "dyn.includes(dyn)",
+        DYN_TYPE,
+        vec![DYN_TYPE],
+        includes,
+    )?;
     env.add_member_overload("sum", "list.sum()", LIST_TYPE, vec![], sum)?;
     env.add_member_overload("min", "list.min()", LIST_TYPE, vec![], list_min)?;
     env.add_member_overload("max", "list.max()", LIST_TYPE, vec![], list_max)?;

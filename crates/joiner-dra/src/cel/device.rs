@@ -11,10 +11,10 @@ use super::quantity::CelQuantity;
 use super::semver::Semver;
 use cel::ExecutionError;
 use cel::common::traits::{Container, Indexer};
-use cel::common::types::{CelBool, CelInt, CelString, Kind, Type};
+use cel::common::types::{CelBool, CelInt, CelList, CelString, Kind, Type};
 use cel::common::value::{CowVal, StaticVal, Val};
 use joiner_model::Quantity;
-use k8s_openapi::api::resource::v1::Device;
+use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -195,7 +195,7 @@ impl CelDevice {
             } else if let Some(v) = &attr.version {
                 Semver::parse(v).ok().map(|v| Box::new(v) as Box<dyn Val>)
             } else {
-                None
+                list_value(attr)
             };
             if let Some(value) = value {
                 attributes
@@ -248,6 +248,35 @@ impl Indexer for CelDevice {
         let key = key_str(idx)?;
         self.field(key).map(|v| v.clone_as_boxed())
     }
+}
+
+/// A list-typed attribute as a CEL list of its element type (`DRAListTypeAttributes`); `None`
+/// for an empty list, or versions of which one does not parse.
+fn list_value(attr: &DeviceAttribute) -> Option<Box<dyn Val>> {
+    let items: Vec<Box<dyn Val>> = if let Some(items) = &attr.ints {
+        items
+            .iter()
+            .map(|i| Box::new(CelInt::from(*i)) as Box<dyn Val>)
+            .collect()
+    } else if let Some(items) = &attr.bools {
+        items
+            .iter()
+            .map(|b| Box::new(CelBool::from(*b)) as Box<dyn Val>)
+            .collect()
+    } else if let Some(items) = &attr.strings {
+        items
+            .iter()
+            .map(|s| Box::new(CelString::from(s.clone())) as Box<dyn Val>)
+            .collect()
+    } else if let Some(items) = &attr.versions {
+        items
+            .iter()
+            .map(|v| Semver::parse(v).ok().map(|v| Box::new(v) as Box<dyn Val>))
+            .collect::<Option<_>>()?
+    } else {
+        return None;
+    };
+    (!items.is_empty()).then(|| Box::new(CelList::from(items)) as Box<dyn Val>)
 }
 
 /// Serves one device as `device` to an evaluation, without copying it.

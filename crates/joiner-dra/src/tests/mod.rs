@@ -1,3 +1,4 @@
 mod allocator;
 mod cel;
+mod list_attributes;
 mod properties;

@@ -170,7 +170,7 @@ pub(super) fn build(
                     .as_ref()
                     .is_none_or(|n| !by_template.contains(n))
             })
-            .map(|s| s.object.clone()),
+            .map(|s| published(s, &features, warnings)),
     );
 
     // Claims held only by pods that are being deleted free their devices.
@@ -275,6 +275,30 @@ pub(super) fn build(
         refused,
         invalid,
     }
+}
+
+/// A published slice as the cluster holds it: with `DRAListTypeAttributes` off the API server
+/// drops list-typed attributes, so a slice written with them has them left out, each named in
+/// a warning.
+fn published(
+    slice: &Sourced<ResourceSlice>,
+    features: &Features,
+    warnings: &mut Vec<String>,
+) -> ResourceSlice {
+    let mut out = slice.object.clone();
+    if features.list_type_attributes {
+        return out;
+    }
+    for field in joiner_model::dra::list_attributes::set_aside(&mut out) {
+        warnings.push(format!(
+            "{}: ResourceSlice/{}: {field}: list-typed attribute, dropped while the feature gate \
+             DRAListTypeAttributes (alpha) is off: left out, so selectors and constraints that \
+             read it do not match this device",
+            slice.origin,
+            slice.object.metadata.name.as_deref().unwrap_or_default(),
+        ));
+    }
+    out
 }
 
 fn key(namespace: Option<&str>, name: Option<&str>) -> String {

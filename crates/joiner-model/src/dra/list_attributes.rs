@@ -1,37 +1,32 @@
-//! List-typed device attributes (`ints`, `bools`, `strings`, `versions`), which a ResourceSlice
-//! may carry where kube-apiserver runs with the alpha feature gate `DRAListTypeAttributes`.
+//! List-typed device attributes (`ints`, `bools`, `strings`, `versions`; the alpha feature
+//! gate `DRAListTypeAttributes`).
 //!
-//! Joiner does not model them yet (k8s-openapi has no fields for them, and selectors and
-//! constraints would have to treat them as sets). Rather than refusing the whole input, as the
-//! "exactly one value" rule would when the list field is not read, such an attribute is set
-//! aside before the slice is decoded and a warning names it. Leaving it out is the cautious
-//! choice: a selector that reads it fails on that device, and a `matchAttribute` constraint
-//! over it is not met, so no claim is allocated a device on the strength of an attribute Joiner
-//! did not read.
+//! With the gate on they are read and used as the upstream allocator uses them (as sets). With
+//! it off the API server drops the list fields, so the cluster never holds them; a slice that
+//! carries them anyway (a file written for another cluster) has them set aside with a warning
+//! naming each, rather than the whole input refused. Leaving them out is the cautious choice:
+//! a selector that reads one fails on that device, and a `matchAttribute` constraint over it is
+//! not met, so no claim is allocated a device on the strength of an attribute the cluster would
+//! not have.
 
-use serde_json::Value;
+use k8s_openapi::api::resource::v1::{DeviceAttribute, ResourceSlice};
 
-/// The list-typed value fields of a device attribute.
-pub const LIST_FIELDS: &[&str] = &["ints", "bools", "strings", "versions"];
+/// Whether an attribute holds a list.
+pub fn is_list(a: &DeviceAttribute) -> bool {
+    a.ints.is_some() || a.bools.is_some() || a.strings.is_some() || a.versions.is_some()
+}
 
-/// Removes every list-typed attribute from the devices of a `v1` ResourceSlice `doc`, returning
-/// the path of each (`spec.devices[0].attributes[pcieRoots]`). An attribute that also sets a
-/// scalar value, or sets no list, is left for validation to judge.
-pub fn set_aside(doc: &mut Value) -> Vec<String> {
+/// Removes every list-typed attribute from the slice's devices, returning the path of each
+/// (`spec.devices[0].attributes[pcieRoots]`) in the order the devices and names come.
+pub fn set_aside(slice: &mut ResourceSlice) -> Vec<String> {
     let mut removed = Vec::new();
-    let Some(devices) = doc
-        .pointer_mut("/spec/devices")
-        .and_then(Value::as_array_mut)
-    else {
-        return removed;
-    };
-    for (i, device) in devices.iter_mut().enumerate() {
-        let Some(attributes) = device.get_mut("attributes").and_then(Value::as_object_mut) else {
+    for (i, device) in slice.spec.devices.iter_mut().flatten().enumerate() {
+        let Some(attributes) = device.attributes.as_mut() else {
             continue;
         };
         let listed: Vec<String> = attributes
             .iter()
-            .filter(|(_, value)| is_list_only(value))
+            .filter(|(_, a)| is_list(a))
             .map(|(name, _)| name.clone())
             .collect();
         for name in listed {
@@ -42,17 +37,6 @@ pub fn set_aside(doc: &mut Value) -> Vec<String> {
     removed
 }
 
-/// Whether an attribute's value sets exactly one list field and nothing else.
-fn is_list_only(value: &Value) -> bool {
-    let Some(fields) = value.as_object() else {
-        return false;
-    };
-    fields.len() == 1
-        && fields
-            .iter()
-            .all(|(k, v)| LIST_FIELDS.contains(&k.as_str()) && v.is_array())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,28 +44,36 @@ mod tests {
 
     #[test]
     fn list_attributes_are_set_aside_and_named() {
-        let mut doc = json!({"spec": {"devices": [
-            {"name": "gpu-0", "attributes": {
-                "type": {"string": "gpu"},
-                "pcieRoots": {"strings": ["pci0000:00", "pci0000:01"]},
-                "numaNodes": {"ints": [0, 1]}
-            }},
-            {"name": "gpu-1", "attributes": {"both": {"string": "x", "strings": ["y"]}}}
-        ]}});
-        let removed = set_aside(&mut doc);
+        let mut slice: ResourceSlice = serde_json::from_value(json!({
+            "metadata": {"name": "s"},
+            "spec": {"driver": "d", "pool": {"name": "p", "resourceSliceCount": 1}, "nodeName": "n",
+                "devices": [
+                    {"name": "gpu-0", "attributes": {
+                        "type": {"string": "gpu"},
+                        "pcieRoots": {"strings": ["pci0000:00", "pci0000:01"]},
+                        "numaNodes": {"ints": [0, 1]}
+                    }},
+                    {"name": "gpu-1", "attributes": {"model": {"string": "x"}}}
+                ]}
+        }))
+        .expect("slice");
+        let removed = set_aside(&mut slice);
         assert_eq!(
             removed,
             [
-                "spec.devices[0].attributes[pcieRoots]",
-                "spec.devices[0].attributes[numaNodes]"
+                "spec.devices[0].attributes[numaNodes]",
+                "spec.devices[0].attributes[pcieRoots]"
             ],
-            "in the order the file writes them"
+            "in name order"
         );
+        let devices = slice.spec.devices.expect("devices");
         assert_eq!(
-            doc["spec"]["devices"][0]["attributes"],
-            json!({"type": {"string": "gpu"}})
+            devices[0]
+                .attributes
+                .as_ref()
+                .map(|a| a.keys().collect::<Vec<_>>()),
+            Some(vec![&"type".to_string()])
         );
-        // Both a scalar and a list: left for validation, which refuses it.
-        assert!(doc["spec"]["devices"][1]["attributes"]["both"].is_object());
+        assert_eq!(devices[1].attributes.as_ref().map(|a| a.len()), Some(1));
     }
 }

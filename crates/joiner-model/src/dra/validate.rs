@@ -9,8 +9,8 @@
 use super::{class_spec, template_devices};
 use crate::api::FieldError;
 use k8s_openapi::api::resource::v1::{
-    DeviceClaim, DeviceClass, DeviceConstraint, DeviceSelector, DeviceTaintRule, DeviceToleration,
-    ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+    DeviceAttribute, DeviceClaim, DeviceClass, DeviceConstraint, DeviceSelector, DeviceTaintRule,
+    DeviceToleration, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use std::collections::BTreeSet;
 
@@ -21,6 +21,14 @@ const MAX_ITEMS: usize = 32;
 const MAX_SUBREQUESTS: usize = 8;
 /// Devices in one slice (`ResourceSliceMaxDevices`).
 const MAX_SLICE_DEVICES: usize = 128;
+/// Devices in one slice that uses newer device features such as list-typed attributes
+/// (`ResourceSliceMaxDevicesWithAdvancedFeatures`).
+const MAX_SLICE_DEVICES_WITH_ADVANCED_FEATURES: usize = 64;
+/// Attribute values of one device, a list counting each element
+/// (`ResourceSliceMaxAttributeValuesPerDevice`).
+const MAX_DEVICE_ATTRIBUTE_VALUES: usize = 48;
+/// Bytes of one string or version value.
+const MAX_ATTRIBUTE_TEXT: usize = 64;
 /// Attributes and capacities of one device together (`ResourceSliceMaxAttributesAndCapacitiesPerDevice`).
 const MAX_DEVICE_FIELDS: usize = 32;
 /// `CELSelectorExpressionMaxLength`.
@@ -288,6 +296,60 @@ pub fn device_taint_rule(rule: &DeviceTaintRule) -> Result<(), FieldError> {
     }
 }
 
+/// How many values a list-typed attribute holds, if it is one.
+fn list_values(a: &DeviceAttribute) -> Option<usize> {
+    a.ints
+        .as_ref()
+        .map(Vec::len)
+        .or(a.bools.as_ref().map(Vec::len))
+        .or(a.strings.as_ref().map(Vec::len))
+        .or(a.versions.as_ref().map(Vec::len))
+}
+
+/// One device attribute as the API server validates it: exactly one of the eight value fields,
+/// a list not empty, strings and versions of at most 64 bytes. Returns how many values it
+/// holds (a scalar one, a list each of its elements).
+fn attribute(at: &str, a: &DeviceAttribute) -> Result<usize, FieldError> {
+    let set = [
+        a.int.is_some(),
+        a.bool.is_some(),
+        a.string.is_some(),
+        a.version.is_some(),
+        a.ints.is_some(),
+        a.bools.is_some(),
+        a.strings.is_some(),
+        a.versions.is_some(),
+    ];
+    if set.iter().filter(|s| **s).count() != 1 {
+        return Err(FieldError::new(
+            at,
+            "Invalid value: exactly one value must be specified",
+        ));
+    }
+    let texts = a
+        .string
+        .iter()
+        .chain(a.version.iter())
+        .chain(a.strings.iter().flatten())
+        .chain(a.versions.iter().flatten());
+    for text in texts {
+        if text.len() > MAX_ATTRIBUTE_TEXT {
+            return Err(FieldError::new(
+                at,
+                format!("Too long: may not be more than {MAX_ATTRIBUTE_TEXT} bytes"),
+            ));
+        }
+    }
+    match list_values(a) {
+        Some(0) => Err(FieldError::new(
+            at,
+            "Invalid value: must not be empty if specified",
+        )),
+        Some(n) => Ok(n),
+        None => Ok(1),
+    }
+}
+
 /// A ResourceSlice as the API server validates it.
 pub fn resource_slice(slice: &ResourceSlice) -> Result<(), FieldError> {
     let spec = &slice.spec;
@@ -338,8 +400,18 @@ pub fn resource_slice(slice: &ResourceSlice) -> Result<(), FieldError> {
         }
     }
     let devices = spec.devices.as_deref().unwrap_or_default();
-    if devices.len() > MAX_SLICE_DEVICES {
-        return Err(too_many("spec.devices", devices.len(), MAX_SLICE_DEVICES));
+    // Slices using newer device features (list-typed attributes among them) hold fewer devices.
+    let has_lists = devices
+        .iter()
+        .flat_map(|d| d.attributes.iter().flatten())
+        .any(|(_, a)| list_values(a).is_some());
+    let max_devices = if has_lists {
+        MAX_SLICE_DEVICES_WITH_ADVANCED_FEATURES
+    } else {
+        MAX_SLICE_DEVICES
+    };
+    if devices.len() > max_devices {
+        return Err(too_many("spec.devices", devices.len(), max_devices));
     }
     let mut names = BTreeSet::new();
     for (i, d) in devices.iter().enumerate() {
@@ -355,19 +427,17 @@ pub fn resource_slice(slice: &ResourceSlice) -> Result<(), FieldError> {
                 ),
             ));
         }
+        let mut values = 0;
         for (name, a) in attributes.into_iter().flatten() {
-            let set = [
-                a.int.is_some(),
-                a.bool.is_some(),
-                a.string.is_some(),
-                a.version.is_some(),
-            ];
-            if set.iter().filter(|s| **s).count() != 1 {
-                return Err(FieldError::new(
-                    format!("{at}.attributes[{name}]"),
-                    "Invalid value: exactly one value must be specified",
-                ));
-            }
+            values += attribute(&format!("{at}.attributes[{name}]"), a)?;
+        }
+        if values > MAX_DEVICE_ATTRIBUTE_VALUES {
+            return Err(FieldError::new(
+                format!("{at}.attributes"),
+                format!(
+                    "Invalid value: {values}: the total number of attribute values must not exceed {MAX_DEVICE_ATTRIBUTE_VALUES}"
+                ),
+            ));
         }
         let per_device = [
             d.node_name.as_ref().is_some_and(|n| !n.is_empty()),
@@ -618,5 +688,48 @@ mod tests {
                 "devices": [{"name": "gpu-0", "attributes": {"x": {"int": 1, "string": "a"}}}]}))),
             "spec.devices[0].attributes[x]: Invalid value: exactly one value must be specified"
         );
+    }
+
+    #[test]
+    fn list_attributes_are_validated_as_the_api_server_does() {
+        let slice = |devices: serde_json::Value| {
+            resource_slice(&typed(json!({"metadata": {"name": "s"}, "spec": {
+                "driver": "gpu.nvidia.com",
+                "pool": {"name": "p", "generation": 0, "resourceSliceCount": 1},
+                "nodeName": "n",
+                "devices": devices}})))
+        };
+        let with =
+            |attr: serde_json::Value| slice(json!([{"name": "gpu-0", "attributes": {"x": attr}}]));
+        assert!(with(json!({"strings": ["pci0000:00", "pci0000:01"]})).is_ok());
+        assert_eq!(
+            field_of(with(json!({"ints": []}))),
+            "spec.devices[0].attributes[x]: Invalid value: must not be empty if specified"
+        );
+        assert_eq!(
+            field_of(with(json!({"ints": [1], "int": 1}))),
+            "spec.devices[0].attributes[x]: Invalid value: exactly one value must be specified"
+        );
+        assert!(field_of(with(json!({"strings": ["a".repeat(65)]}))).contains("Too long"));
+        let values: Vec<i64> = (0..49).collect();
+        assert_eq!(
+            field_of(with(json!({"ints": values}))),
+            "spec.devices[0].attributes: Invalid value: 49: the total number of attribute values must not exceed 48"
+        );
+        // With a list in it, a slice holds at most 64 devices; without, 128.
+        let devices = |n: usize, list: bool| -> serde_json::Value {
+            (0..n)
+                .map(|i| {
+                    let attr = if list && i == 0 {
+                        json!({"ints": [0, 1]})
+                    } else {
+                        json!({"int": 0})
+                    };
+                    json!({"name": format!("gpu-{i}"), "attributes": {"numa": attr}})
+                })
+                .collect()
+        };
+        assert!(slice(devices(65, false)).is_ok());
+        assert!(field_of(slice(devices(65, true))).starts_with("spec.devices: Too many: 65"));
     }
 }
