@@ -307,3 +307,78 @@ spec:
     assert!(p["bindings"].as_array().unwrap().is_empty(), "{p}");
     assert_eq!(p["unschedulable"].as_array().unwrap().len(), 1, "{p}");
 }
+
+/// kube-scheduler has allocated the pod's claim a device that waits for binding conditions
+/// (a fabric-attached GPU being attached) and holds the pod in PreBind until they are met: the
+/// claim is allocated and reserved for the pod, which is not bound yet. Such a pod is planned
+/// onto the node its devices are on, never reported unschedulable, and nothing is launched.
+#[test]
+fn a_pod_waiting_on_binding_conditions_is_placed_where_its_devices_are() {
+    let (p, _) = plan(&scenario("binding-conditions", WAITING_ON_BINDING));
+    assert!(p["nodeClaims"].as_array().unwrap().is_empty(), "{p}");
+    assert!(p["unschedulable"].as_array().unwrap().is_empty(), "{p}");
+    assert_eq!(p["bindings"][0]["pod"], "default/trainer", "{p}");
+    assert_eq!(p["bindings"][0]["node"], "fabric-node", "{p}");
+    // No second allocation: the claim keeps the one it has.
+    assert!(p["claims"].as_array().is_none_or(Vec::is_empty), "{p}");
+}
+
+const WAITING_ON_BINDING: &str = r#"apiVersion: v1
+kind: Node
+metadata: {name: fabric-node, labels: {kubernetes.io/hostname: fabric-node}}
+status:
+  allocatable: {cpu: '8', memory: 32Gi, pods: '110'}
+  capacity: {cpu: '8', memory: 32Gi, pods: '110'}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: fabric.example.com}
+spec:
+  selectors:
+  - cel: {expression: 'device.driver == "fabric.example.com"'}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: fabric-node-fabric}
+spec:
+  driver: fabric.example.com
+  nodeName: fabric-node
+  pool: {name: fabric-node, generation: 1, resourceSliceCount: 1}
+  devices:
+  - name: gpu-0
+    bindingConditions: [Attached]
+    bindingFailureConditions: [AttachFailed]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: trainer-gpu, namespace: default, uid: c-1}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: fabric.example.com}
+status:
+  allocation:
+    devices:
+      results:
+      - {request: gpu, driver: fabric.example.com, pool: fabric-node, device: gpu-0, bindingConditions: [Attached], bindingFailureConditions: [AttachFailed]}
+    nodeSelector:
+      nodeSelectorTerms:
+      - matchFields:
+        - {key: metadata.name, operator: In, values: [fabric-node]}
+  reservedFor:
+  - {resource: pods, name: trainer, uid: p-1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: trainer, namespace: default, uid: p-1}
+spec:
+  resourceClaims:
+  - {name: gpu, resourceClaimName: trainer-gpu}
+  containers:
+  - name: c
+    image: x
+    resources:
+      requests: {cpu: '1'}
+      claims: [{name: gpu}]
+"#;
