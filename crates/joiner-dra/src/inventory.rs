@@ -91,6 +91,30 @@ pub struct RequestPolicy {
     pub step: Option<Quantity>,
 }
 
+/// One counter set of one pool.
+pub type CounterSetKey = (PoolId, Arc<str>);
+
+/// Whether devices drawing on one counter set with these compatibility groups may be allocated
+/// together: all without groups, or all sharing at least one group.
+pub fn compatible<'a>(groups: impl IntoIterator<Item = &'a [String]>) -> bool {
+    let mut iter = groups.into_iter();
+    let Some(first) = iter.next() else {
+        return true;
+    };
+    let mut common: Vec<&String> = first.iter().collect();
+    let ungrouped = first.is_empty();
+    for g in iter {
+        if g.is_empty() != ungrouped {
+            return false;
+        }
+        common.retain(|c| g.contains(c));
+        if !ungrouped && common.is_empty() {
+            return false;
+        }
+    }
+    true
+}
+
 /// A capacity of a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Capacity {
@@ -137,6 +161,10 @@ pub struct InventoryDevice {
     pub allow_multiple_allocations: bool,
     pub taints: Vec<DeviceTaint>,
     pub consumes_counters: Vec<(CounterId, Quantity)>,
+    /// Per counter set the device draws on (`consumesCounters[].counterSet`, in its pool): its
+    /// compatibility groups, empty for none. Devices drawing on one set may be allocated
+    /// together only if all of them share a group, or none has any (Kubernetes 1.37).
+    pub compatibility: Vec<(CounterSetKey, Vec<String>)>,
     pub binding_conditions: Vec<String>,
     pub binding_failure_conditions: Vec<String>,
     pub binds_to_node: bool,
@@ -414,6 +442,18 @@ impl Inventory {
                     invalid = Some(format!("duplicate device name {:?}", device.name));
                 }
                 let mut consumes = Vec::new();
+                let compatibility = device
+                    .consumes_counters
+                    .iter()
+                    .flatten()
+                    .map(|c| {
+                        let set: Arc<str> = c.counter_set.as_str().into();
+                        (
+                            (pool_id, set),
+                            c.compatibility_groups.clone().unwrap_or_default(),
+                        )
+                    })
+                    .collect();
                 for consumption in device.consumes_counters.iter().flatten() {
                     for (name, counter) in &consumption.counters {
                         match counters.get(&(consumption.counter_set.clone(), name.clone())) {
@@ -488,6 +528,7 @@ impl Inventory {
                         .cloned()
                         .collect(),
                     consumes_counters: consumes,
+                    compatibility,
                     binding_conditions: device.binding_conditions.clone().unwrap_or_default(),
                     binding_failure_conditions: device
                         .binding_failure_conditions

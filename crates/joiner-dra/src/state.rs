@@ -7,7 +7,7 @@
 
 use crate::cel::device::qualify;
 use crate::hash::FastMap;
-use crate::inventory::{CounterId, DeviceId, Inventory};
+use crate::inventory::{CounterId, CounterSetKey, DeviceId, Inventory};
 use joiner_model::Quantity;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use std::collections::BTreeMap;
@@ -20,6 +20,9 @@ pub struct AllocationState {
     /// allocations sharing the device.
     shared: FastMap<DeviceId, SharedUse>,
     counters: FastMap<CounterId, Quantity>,
+    /// Per counter set: the compatibility groups of the devices allocated on it, with how many
+    /// devices have each list.
+    set_groups: FastMap<CounterSetKey, BTreeMap<Vec<String>, u32>>,
     /// Allocated devices that the inventory does not know (their slice is gone).
     pub unknown_devices: Vec<String>,
 }
@@ -69,6 +72,15 @@ impl AllocationState {
             .get(&device)
             .and_then(|s| s.consumed.get(capacity).copied())
             .unwrap_or(Quantity::ZERO)
+    }
+
+    /// The compatibility groups of the devices allocated on a counter set, one list per
+    /// distinct list.
+    pub fn set_groups(&self, set: &CounterSetKey) -> impl Iterator<Item = &[String]> {
+        self.set_groups
+            .get(set)
+            .into_iter()
+            .flat_map(|m| m.keys().map(Vec::as_slice))
     }
 
     /// How much of a shared counter is consumed.
@@ -148,6 +160,21 @@ impl AllocationState {
                 self.set_exclusive(id, sign > 0);
             }
             if consumes_counters {
+                for (set, groups) in &device.compatibility {
+                    let lists = self.set_groups.entry(set.clone()).or_default();
+                    let n = lists.entry(groups.clone()).or_insert(0);
+                    *n = if sign > 0 {
+                        *n + 1
+                    } else {
+                        n.saturating_sub(1)
+                    };
+                    if *n == 0 {
+                        lists.remove(groups);
+                    }
+                    if lists.is_empty() {
+                        self.set_groups.remove(set);
+                    }
+                }
                 for (counter, q) in &device.consumes_counters {
                     let slot = self.counters.entry(*counter).or_insert(Quantity::ZERO);
                     *slot = if sign > 0 {

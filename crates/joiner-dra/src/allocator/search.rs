@@ -10,7 +10,7 @@ use super::{Allocator, ClaimAllocation, MAX_RESULTS_PER_CLAIM, MatchCache};
 use crate::cel::CelError;
 use crate::cel::device::qualify;
 use crate::inventory::{
-    AttributeValue, Capacity, DeviceId, Inventory, InventoryDevice, NodeView, PoolId,
+    AttributeValue, Capacity, DeviceId, Inventory, InventoryDevice, NodeView, PoolId, compatible,
 };
 use crate::node::selector_matches;
 use crate::state::AllocationState;
@@ -556,6 +556,9 @@ impl<'a> Search<'a> {
                     return Err(Reject::Counters);
                 }
             }
+            if !self.compatible_on_counter_sets(dev) {
+                return Err(Reject::Counters);
+            }
         }
         // Constraints of the claim that cover this request.
         for (ci, constraint) in self.constraints(slot).iter().enumerate() {
@@ -605,6 +608,33 @@ impl<'a> Search<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Whether `dev` may join the devices allocated (and chosen so far) on each counter set it
+    /// draws on, by their compatibility groups ([`compatible`]).
+    fn compatible_on_counter_sets(&self, dev: &InventoryDevice) -> bool {
+        dev.compatibility.iter().all(|(set, groups)| {
+            let mut counted: Vec<DeviceId> = Vec::new();
+            let chosen = self.chosen.iter().filter(|c| !c.admin).filter_map(|c| {
+                if counted.contains(&c.device) || (c.shared && self.state.is_shared(c.device)) {
+                    return None;
+                }
+                counted.push(c.device);
+                let other = self.inv.device(c.device)?;
+                other
+                    .compatibility
+                    .iter()
+                    .find(|(s, _)| s == set)
+                    .map(|(_, g)| g.as_slice())
+            });
+            let chosen: Vec<&[String]> = chosen.collect();
+            compatible(
+                self.state
+                    .set_groups(set)
+                    .chain(chosen)
+                    .chain(std::iter::once(groups.as_slice())),
+            )
+        })
     }
 
     /// The state-independent candidate order of one alternative on this node: from the

@@ -1753,3 +1753,112 @@ fn first_available_subrequest_over_the_limit_is_skipped() {
         "{err}"
     );
 }
+
+/// Partitions of one counter set with compatibility groups (Kubernetes 1.37): each takes a
+/// tenth of the memory, so counters never decide; groups do.
+fn grouped_slice() -> ResourceSlice {
+    let part = |name: &str, groups: &[&str]| {
+        let product = if groups.is_empty() {
+            "ungrouped"
+        } else {
+            "grouped"
+        };
+        let mut d = gpu(name, product, 0);
+        d.consumes_counters = Some(vec![DeviceCounterConsumption {
+            compatibility_groups: (!groups.is_empty())
+                .then(|| groups.iter().map(|g| g.to_string()).collect()),
+            counter_set: "gpu-0-counters".into(),
+            counters: [(
+                "memory".to_string(),
+                Counter {
+                    value: Q("8Gi".into()),
+                },
+            )]
+            .into(),
+        }]);
+        d
+    };
+    let mut s = node_slice(vec![
+        part("a-x", &["x"]),
+        part("b-xy", &["x", "y"]),
+        part("c-y", &["y"]),
+        part("d-none", &[]),
+        part("e-none", &[]),
+    ]);
+    s.spec.shared_counters = Some(vec![CounterSet {
+        name: "gpu-0-counters".into(),
+        counters: [(
+            "memory".to_string(),
+            Counter {
+                value: Q("80Gi".into()),
+            },
+        )]
+        .into(),
+    }]);
+    s
+}
+
+#[test]
+fn devices_of_one_counter_set_are_allocated_together_only_when_their_groups_agree() {
+    let mut s = setup(&[grouped_slice()]);
+    // a-x and b-xy share x; c-y shares nothing with a-x, the ungrouped ones nothing with any.
+    let two = s
+        .run(
+            &allocator(),
+            &[claim("ns", "a", vec![exact("gpu", "gpu", 2, &[])])],
+        )
+        .expect("two grouped partitions");
+    assert_eq!(picked(&two[0]), pairs(&[("gpu", "a-x"), ("gpu", "b-xy")]));
+    s.commit(&two);
+    // With a-x and b-xy allocated, neither c-y (no group common to all three) nor an
+    // ungrouped partition may join them, though the counters have room.
+    let err = s
+        .run(
+            &allocator(),
+            &[claim("ns", "b", vec![exact("gpu", "gpu", 1, &[])])],
+        )
+        .expect_err("no compatible partition left");
+    match &err.reason {
+        FailureReason::NotEnoughDevices { rejected, .. } => {
+            assert_eq!(rejected.counters, 3, "{err}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Released, they hold the set no longer: an ungrouped partition may be allocated again.
+    for a in &two {
+        s.state.release(&s.inventory, &a.allocation);
+    }
+    let only_ungrouped = r#"device.attributes["gpu.example.com"].product == "ungrouped""#;
+    let after = s
+        .run(
+            &allocator(),
+            &[claim(
+                "ns",
+                "e",
+                vec![exact("gpu", "gpu", 1, &[only_ungrouped])],
+            )],
+        )
+        .expect("an ungrouped partition once the grouped ones are released");
+    assert_eq!(picked(&after[0]), pairs(&[("gpu", "d-none")]));
+    // On a fresh GPU, no three partitions go together: a-x, b-xy and c-y have no group common
+    // to all three, and the ungrouped ones go only with each other (two of them).
+    let fresh = setup(&[grouped_slice()]);
+    let three = fresh.run(
+        &allocator(),
+        &[claim("ns", "c", vec![exact("gpu", "gpu", 3, &[])])],
+    );
+    assert!(three.is_err(), "{three:?}");
+    let ungrouped = fresh.run(
+        &allocator(),
+        &[claim(
+            "ns",
+            "d",
+            vec![exact("gpu", "gpu", 2, &[only_ungrouped])],
+        )],
+    );
+    let ungrouped = ungrouped.expect("the two ungrouped partitions go together");
+    assert_eq!(
+        picked(&ungrouped[0]),
+        pairs(&[("gpu", "d-none"), ("gpu", "e-none")])
+    );
+}
