@@ -25,6 +25,7 @@ pub mod claims;
 pub mod cloud;
 pub mod command;
 mod error;
+mod gpus;
 pub mod interruption_queue;
 pub mod kubelet;
 pub mod network;

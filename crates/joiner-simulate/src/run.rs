@@ -24,6 +24,7 @@ use joiner_model::workloads::expand_workloads;
 use joiner_model::{Manifests, Quantity, Sourced};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
@@ -196,35 +197,6 @@ impl Workload {
         w.scale(1);
         w.pods.into_values().next().unwrap_or_default()
     }
-}
-
-fn gpu_of(
-    list: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
-) -> f64 {
-    list.and_then(|l| l.get("nvidia.com/gpu"))
-        .and_then(|q| Quantity::try_from(q).ok())
-        .map(|q| q.nanos() as f64 / 1e9)
-        .unwrap_or(0.0)
-}
-
-fn pod_gpus(pod: &Pod) -> f64 {
-    pod.spec
-        .as_ref()
-        .map(|s| {
-            s.containers
-                .iter()
-                .map(|c| {
-                    let r = c.resources.as_ref();
-                    let req = gpu_of(r.and_then(|r| r.requests.as_ref()));
-                    if req > 0.0 {
-                        req
-                    } else {
-                        gpu_of(r.and_then(|r| r.limits.as_ref()))
-                    }
-                })
-                .sum()
-        })
-        .unwrap_or(0.0)
 }
 
 struct Sim {
@@ -793,23 +765,24 @@ impl Sim {
             .iter()
             .map(|i| self.price(&i.instance_type, &i.zone, i.capacity_type))
             .sum();
-        let store_nodes = self.store.list::<Node>()?;
-        let gpus_allocatable = store_nodes
-            .iter()
-            .map(|n| gpu_of(n.status.as_ref().and_then(|s| s.allocatable.as_ref())))
-            .sum();
         let pods = self.observe_pods()?;
-        let mut gpus_requested = 0.0;
-        let mut pods_running = 0;
+        let mut running_pods = Vec::new();
         let mut pods_pending = 0;
         for p in &pods {
             if is_pending(p) {
                 pods_pending += 1;
             } else if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
-                pods_running += 1;
-                gpus_requested += pod_gpus(p);
+                running_pods.push(p);
             }
         }
+        let pods_running = running_pods.len();
+        let gpus = crate::gpus::count(
+            &self.store.list::<Node>()?,
+            &self.store.list::<ResourceSlice>()?,
+            &self.store.list::<ResourceClaim>()?,
+            &running_pods,
+        );
+        let (gpus_allocatable, gpus_requested) = (gpus.allocatable, gpus.requested);
         Ok(Sample {
             t,
             nodes,
