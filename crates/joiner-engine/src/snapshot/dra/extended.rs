@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{Container, ContainerExtendedResourceRequest, Po
 use k8s_openapi::api::resource::v1::{
     DeviceClaim, DeviceClass, DeviceRequest, ExactDeviceRequest, ResourceClaim, ResourceClaimSpec,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 pub use crate::scheduling::extended::ExtendedRequest;
 
@@ -45,7 +45,7 @@ pub struct ExtendedNames {
 impl ExtendedNames {
     pub fn new(classes: &[DeviceClass]) -> ExtendedNames {
         // (resource) -> (creation time, class name) of the class serving it so far.
-        let mut explicit: BTreeMap<String, (Option<String>, String)> = BTreeMap::new();
+        let mut explicit: BTreeMap<String, (Option<Time>, String)> = BTreeMap::new();
         let mut by_resource = BTreeMap::new();
         for class in classes {
             let Some(name) = class.metadata.name.clone() else {
@@ -56,13 +56,7 @@ impl ExtendedNames {
             let Some(resource) = spec.extended_resource_name.clone() else {
                 continue;
             };
-            // RFC 3339 times in UTC compare as text.
-            let created = class
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .and_then(|t| serde_json::to_value(t).ok())
-                .and_then(|v| v.as_str().map(str::to_string));
+            let created = class.metadata.creation_timestamp.clone();
             let better = match explicit.get(&resource) {
                 None => true,
                 Some((t, n)) => created > *t || (created == *t && name < *n),
