@@ -536,6 +536,11 @@ impl CloudProvider for AwsCloud {
         Ok(c.block(c.terminate_owned(&self.cluster.name, instance_id))?)
     }
 
+    fn reboot(&self, instance_id: &str) -> Result<(), CloudError> {
+        let c = &self.clients;
+        Ok(c.block(c.reboot_owned(&self.cluster.name, instance_id))?)
+    }
+
     fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
         let c = &self.clients;
         Ok(c.block(c.get_instance(instance_id))?)

@@ -111,9 +111,14 @@ pub enum AwsError {
     /// A setting the AWS edge needs is missing or unusable.
     #[error("settings: {0}")]
     Settings(String),
-    /// Asked to terminate an instance that lacks the cluster's ownership tags: refused.
-    #[error("instance {instance} lacks the ownership tags of cluster {cluster}: not terminated")]
-    NotOwned { instance: String, cluster: String },
+    /// Asked to terminate or reboot an instance that lacks the cluster's ownership tags:
+    /// refused, the call (`call`) not sent.
+    #[error("instance {instance} lacks the ownership tags of cluster {cluster}: {call} not sent")]
+    NotOwned {
+        instance: String,
+        cluster: String,
+        call: &'static str,
+    },
     /// The call was given up at the deadline of the write in progress (the leader's fence):
     /// it may or may not have reached AWS.
     #[error("gave up after {0:?}, at the deadline of this write (the leader Lease)")]

@@ -180,9 +180,41 @@ impl Clients {
             return Err(AwsError::NotOwned {
                 instance: id.to_string(),
                 cluster: cluster.to_string(),
+                call: "TerminateInstances",
             });
         }
         self.terminate_instance(id).await
+    }
+
+    /// Reboots `id` once EC2 shows it with every ownership tag of `cluster`. Unlike a
+    /// termination, a reboot is not sent to an instance EC2 does not show: node repair reboots
+    /// only nodes that have long been running, and retries (then replaces) on an error.
+    pub(crate) async fn reboot_owned(&self, cluster: &str, id: &str) -> Result<(), AwsError> {
+        match self.get_instance(id).await? {
+            Some(found) if tags::is_owned(&found.tags, cluster) => {}
+            Some(_) => {
+                return Err(AwsError::NotOwned {
+                    instance: id.to_string(),
+                    cluster: cluster.to_string(),
+                    call: "RebootInstances",
+                });
+            }
+            None => {
+                return Err(AwsError::Api {
+                    call: "RebootInstances",
+                    object: id.to_string(),
+                    code: Some(NOT_FOUND.to_string()),
+                    message: "DescribeInstances does not show the instance".to_string(),
+                });
+            }
+        }
+        self.ec2
+            .reboot_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| AwsError::api("RebootInstances", id, e))
     }
 
     async fn terminate_instance(&self, id: &str) -> Result<(), AwsError> {

@@ -58,6 +58,7 @@ fn the_policy_grants_every_call_the_aws_edge_makes() {
         "ec2:CreateLaunchTemplate",
         "ec2:CreateTags",
         "ec2:TerminateInstances",
+        "ec2:RebootInstances",
         "ec2:DeleteLaunchTemplate",
         "ec2:DescribeInstances",
         "ec2:DescribeLaunchTemplates",
@@ -132,8 +133,12 @@ fn launches_reach_reservations_and_every_image_parameter_root() {
 fn every_write_is_scoped_to_the_clusters_ownership_tags() {
     let policy = policy();
     let cluster_tag = format!("kubernetes.io/cluster/{CLUSTER}");
-    // Deletions: only what already carries the cluster tag and a NodePool.
-    for action in ["ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"] {
+    // Deletions and reboots: only what already carries the cluster tag and a NodePool.
+    for action in [
+        "ec2:TerminateInstances",
+        "ec2:RebootInstances",
+        "ec2:DeleteLaunchTemplate",
+    ] {
         for s in statements_with(&policy, action) {
             assert!(
                 owned_resource(&s)

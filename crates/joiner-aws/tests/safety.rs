@@ -100,7 +100,7 @@ fn list_returns_only_instances_with_every_ownership_tag() {
         .into_iter()
         .map(|i| i.id)
         .collect();
-    assert_eq!(listed, [karpenters]);
+    assert_eq!(listed, std::slice::from_ref(&karpenters));
 
     // The filters went to EC2: the listing is not everything with the cluster tag.
     let describe = env
@@ -142,6 +142,22 @@ fn list_returns_only_instances_with_every_ownership_tag() {
         "{still:?}"
     );
     assert_eq!(env.moto.count_since(0, "TerminateInstances"), 0);
+
+    // Node repair's reboot likewise: refused for the node group's instance, sent for Joiner's.
+    let refused = env.cloud.reboot(&node_group);
+    assert!(
+        matches!(refused, Err(CloudError::Rejected(_))),
+        "{refused:?}"
+    );
+    assert_eq!(env.moto.count_since(0, "RebootInstances"), 0);
+    env.cloud
+        .reboot(&karpenters)
+        .expect("reboot an owned instance");
+    let sent = last(&env, "RebootInstances");
+    assert_eq!(
+        sent.params.get("InstanceId.1").map(String::as_str),
+        Some(karpenters.as_str())
+    );
 }
 
 /// The tags of each resource type in a request's `<prefix>TagSpecification.N` parameters.

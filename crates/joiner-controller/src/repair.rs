@@ -1,9 +1,14 @@
-//! Node repair, as Karpenter v1.14 does it behind its `NodeRepair` gate (off by default): a node
-//! of Joiner's whose condition shows it broken for longer than its policy tolerates (a GPU fault
-//! reported as `AcceleratedHardwareReady: False` for 10 minutes, say) is replaced. Its NodeClaim
-//! gets a termination deadline of now and is deleted, so the termination finalizer drains it at
-//! once, as Karpenter's forceful repair does (budgets and `do-not-disrupt` do not hold a broken
-//! node), and the provisioner plans its pods again.
+//! Node repair, as Karpenter does it behind its `NodeRepair` gate (off by default): a node of
+//! Joiner's whose condition shows it broken for longer than its policy tolerates (a GPU fault
+//! reported as `AcceleratedHardwareReady: False` for 10 minutes, say) is repaired.
+//!
+//! - With the AWS gate `RebootForRepair` (Karpenter v1.15, off by default), a fault a reboot
+//!   clears is first rebooted in place ([`reboot`]), at most twice a day; a node still broken
+//!   a toleration after its reboot came back is rebooted again or replaced.
+//! - Otherwise it is replaced: its NodeClaim gets a termination deadline of now and is deleted,
+//!   so the termination finalizer drains it at once, as Karpenter's forceful repair does
+//!   (budgets and `do-not-disrupt` do not hold a broken node), and the provisioner plans its
+//!   pods again.
 //!
 //! The world is not trusted further than it must be:
 //! - only nodes of a NodeClaim (one Joiner launched) are repaired;
@@ -12,10 +17,12 @@
 //! - the cache may be behind the API server: before acting, the Node is read again from the
 //!   server, and a node that has recovered meanwhile is left alone.
 
+use std::collections::BTreeMap;
+
 use joiner_model::api::nodeclaim::NodeClaim;
 use joiner_model::feature_gates::FeatureGate;
 use joiner_model::wellknown::{DisruptionAction, DisruptionReason, annotations, labels};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::cloud::CloudProvider;
 use crate::context::Ctx;
@@ -25,8 +32,9 @@ use crate::store::{ClusterStore, StoreError};
 use crate::termination;
 
 pub mod policy;
+pub mod reboot;
 
-use policy::{AWS_REPAIR_POLICIES, Broken, Verdict};
+use policy::{AWS_REBOOT_POLICY, Broken, RepairAction, RepairPolicy, Verdict};
 
 /// One pass of node repair over every node; nothing unless the `NodeRepair` gate is on.
 pub fn reconcile<S: ClusterStore, C: CloudProvider>(
@@ -40,9 +48,41 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
     {
         return Ok(());
     }
+    let policies = policy::aws_policies(ctx.config.settings.reboot_for_repair);
     let nodes = ctx.store.list::<Node>()?;
     let claims = ctx.store.list::<NodeClaim>()?;
-    for (name, verdict) in policy::verdicts(&nodes, &AWS_REPAIR_POLICIES, ctx.now) {
+    let node_of = |claim: &NodeClaim| termination::node_of(claim, &nodes);
+    // Reboots under way go on, whatever the gate says now: one half done is finished.
+    let rebooting: Vec<&NodeClaim> = claims
+        .iter()
+        .filter(|c| !c.is_deleting() && reboot::in_progress(c))
+        .collect();
+    if !rebooting.is_empty() {
+        let pods = ctx.store.list::<Pod>()?;
+        for claim in rebooting {
+            // A NodeClaim without its Node: nothing to reboot; termination or the lifecycle
+            // has it.
+            let Some(node) = node_of(claim) else { continue };
+            let name = node.metadata.name.clone().unwrap_or_default();
+            match reboot::advance(ctx, claim, node, &pods) {
+                Ok(reboot::Next::Wait) => {}
+                Ok(reboot::Next::Replace(why)) => {
+                    let condition = policy::broken(node, &policies, None)
+                        .map_or(AWS_REBOOT_POLICY.condition, |b| b.policy.condition);
+                    if let Err(e) = replace(ctx, &name, claim, condition, why) {
+                        ctx.error(Reconciler::Repair, &format!("Node {name}"), e);
+                    }
+                }
+                Err(e) => ctx.error(Reconciler::Repair, &format!("rebooting Node {name}"), e),
+            }
+        }
+    }
+    // A condition that held through a reboot counts from the reboot's end.
+    let not_before: BTreeMap<String, _> = claims
+        .iter()
+        .filter_map(|c| Some((node_of(c)?.metadata.name.clone()?, reboot::finished_at(c)?)))
+        .collect();
+    for (name, verdict) in policy::verdicts(&nodes, &policies, ctx.now, &not_before) {
         let Some(claim) = nodes
             .iter()
             .find(|n| n.metadata.name.as_deref() == Some(name.as_str()))
@@ -55,12 +95,13 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
             // Not a node Joiner launched: not Joiner's to replace.
             continue;
         };
-        if claim.is_deleting() {
+        if claim.is_deleting() || reboot::in_progress(claim) {
             continue;
         }
         match verdict {
             Verdict::Repair(broken) => {
-                if let Err(e) = repair(ctx, &name, claim, &broken) {
+                let since = not_before.get(&name).copied();
+                if let Err(e) = repair(ctx, &name, claim, &broken, &policies, since) {
                     ctx.error(Reconciler::Repair, &format!("Node {name}"), e);
                 }
             }
@@ -85,17 +126,21 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
     Ok(())
 }
 
-/// Replaces the broken node of `claim`, if the API server still says it is broken.
+/// Reboots or replaces the broken node of `claim`, if the API server still says it is broken:
+/// a reboot where the policy says so and the node has had fewer than
+/// [`reboot::MAX_REBOOTS`] in the last day, a replacement otherwise.
 fn repair<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     node: &str,
     claim: &NodeClaim,
     broken: &Broken,
+    policies: &[RepairPolicy],
+    not_before: Option<k8s_openapi::jiff::Timestamp>,
 ) -> Result<(), ControllerError> {
     let fresh = ctx.store.get_uncached::<Node>(None, node)?;
     let still = fresh
         .as_ref()
-        .and_then(|n| policy::broken(n, &AWS_REPAIR_POLICIES))
+        .and_then(|n| policy::broken(n, policies, not_before))
         .is_some_and(|b| b.repair_at <= ctx.now);
     if !still {
         tracing::info!(
@@ -104,6 +149,31 @@ fn repair<S: ClusterStore, C: CloudProvider>(
         );
         return Ok(());
     }
+    if broken.policy.action == RepairAction::Reboot {
+        if reboot::recent_reboots(claim, ctx.now) < reboot::MAX_REBOOTS {
+            return reboot::commit(ctx, node, claim, broken, &broken.reason);
+        }
+        tracing::info!(
+            nodeclaim = claim.name(),
+            "node repair: rebooted {} times within a day and still unhealthy; replacing",
+            reboot::MAX_REBOOTS
+        );
+    }
+    let detail = format!(
+        "{}={} since {}",
+        broken.policy.condition, broken.policy.status, broken.since
+    );
+    replace(ctx, node, claim, broken.policy.condition, detail)
+}
+
+/// Replaces the node of `claim`: its NodeClaim's drain ends now and it is deleted.
+fn replace<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    node: &str,
+    claim: &NodeClaim,
+    condition: &'static str,
+    detail: String,
+) -> Result<(), ControllerError> {
     // The drain ends now (a deadline already earlier stays), and says why.
     let mut c = claim.clone();
     let earlier = c
@@ -132,23 +202,18 @@ fn repair<S: ClusterStore, C: CloudProvider>(
         Err(StoreError::NotFound(_)) => return Ok(()),
         Err(e) => return Err(e.into()),
     }
-    let condition = broken.policy.condition;
     tracing::warn!(
         nodeclaim = claim.name(),
         node,
         condition,
-        status = broken.policy.status,
-        since = %broken.since,
+        detail,
         "node repair: replacing an unhealthy node"
     );
     ctx.report.disruption.push(DisruptionEvent {
         action: DisruptionAction::Decided,
         reason: DisruptionCause::Reason(DisruptionReason::Unhealthy),
         node_claims: vec![claim.name().to_string()],
-        detail: vec![format!(
-            "{condition}={} since {}",
-            broken.policy.status, broken.since
-        )],
+        detail: vec![detail],
     });
     ctx.report.repaired.push(Repaired {
         node_claim: claim.name().to_string(),

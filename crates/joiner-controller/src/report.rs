@@ -126,6 +126,8 @@ pub struct StepReport {
     /// NodeClaims whose broken node is not repaired because too many of its NodePool's nodes
     /// are broken, with what to tell (`NodeRepairBlocked`).
     pub repair_blocked: Vec<(String, String)>,
+    /// What node repair's reboots did this step ([`crate::repair::reboot`]).
+    pub reboots: Vec<RebootStep>,
     /// What failed and will be retried.
     pub errors: Vec<ControllerError>,
     /// The part of the controller each of `errors` happened in, in the same order, so failures
@@ -356,6 +358,40 @@ pub struct Repaired {
     pub capacity_type: String,
     /// The image its instance runs (`status.imageID`), `""` if not known.
     pub image_id: String,
+}
+
+/// A step of a reboot node repair made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RebootStep {
+    pub node_claim: String,
+    pub node: String,
+    pub phase: RebootPhase,
+    /// What happened, as the `Rebooting` condition's message says it.
+    pub message: String,
+}
+
+/// The phases of a reboot, as the `Rebooting` condition's reasons name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RebootPhase {
+    /// Decided: the node is tainted and drained.
+    Requested,
+    /// The cloud was asked to reboot the instance.
+    Issued,
+    /// The node came back Ready on a new boot.
+    Succeeded,
+    /// It did not, or the cloud refused: the node is replaced.
+    Failed,
+}
+
+impl RebootPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RebootPhase::Requested => "requested",
+            RebootPhase::Issued => "issued",
+            RebootPhase::Succeeded => "succeeded",
+            RebootPhase::Failed => "failed",
+        }
+    }
 }
 
 /// Why a [`DisruptionEvent`] happened, in the one closed set the disruption step speaks:

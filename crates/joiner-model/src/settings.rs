@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::duration::parse_duration;
-use crate::feature_gates::FeatureGates;
+use crate::feature_gates::{FeatureGate, FeatureGates};
 
 /// A setting with the wrong type or an unusable value, or a `--set` expression that cannot be
 /// parsed. Always names the key path or the expression.
@@ -270,6 +270,9 @@ pub struct Settings {
     pub dra_efa: bool,
     /// Schedule pods as if their DRA resource claims were not there (Karpenter's default).
     pub ignore_dra_requests: bool,
+    /// Karpenter's `RebootForRepair` AWS gate (off by default): node repair reboots a node whose
+    /// fault a reboot clears before it replaces it. Acts only with `featureGates.nodeRepair`.
+    pub reboot_for_repair: bool,
 }
 
 /// Where the NVIDIA device plugin's configuration (time-slicing, MPS) lives.
@@ -343,6 +346,7 @@ impl Default for Settings {
             dra_nvidia_gpu: false,
             dra_efa: false,
             ignore_dra_requests: true,
+            reboot_for_repair: false,
         }
     }
 }
@@ -643,10 +647,11 @@ fn resolve_dra(
                 .to_string(),
         );
     }
-    if gates.boolean("rebootForRepair")? == Some(true) {
+    out.reboot_for_repair = gates.boolean("rebootForRepair")? == Some(true);
+    if out.reboot_for_repair && !out.feature_gates.enabled(FeatureGate::NodeRepair) {
         warnings.push(
-            "settings.awsFeatureGates.rebootForRepair: accepted, not acted on by Joiner: Joiner's \
-             node repair (featureGates.nodeRepair) replaces unhealthy nodes, never reboots them"
+            "settings.awsFeatureGates.rebootForRepair: on, but it acts only through node repair, \
+             which is off (settings.featureGates.nodeRepair)"
                 .to_string(),
         );
     }
@@ -721,14 +726,14 @@ mod tests {
     fn feature_gates_turned_on_that_joiner_does_not_act_on_say_so() {
         let (s, warnings) = settings(
             "settings:\n  featureGates: {spotToSpotConsolidation: true, capacityBuffer: true}\n  \
-             awsFeatureGates: {nodeClassCEL: true, rebootForRepair: true}\n",
+             awsFeatureGates: {nodeClassCEL: true}\n",
         )
         .unwrap();
         assert!(
             s.feature_gates
                 .enabled(FeatureGate::SpotToSpotConsolidation)
         );
-        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(
             warnings
                 .iter()
@@ -739,11 +744,26 @@ mod tests {
                 .iter()
                 .any(|w| w.starts_with("settings.awsFeatureGates.nodeClassCEL: accepted"))
         );
+    }
+
+    #[test]
+    fn reboot_for_repair_is_an_aws_gate_that_needs_node_repair() {
+        let (s, warnings) =
+            settings("settings: {awsFeatureGates: {rebootForRepair: true}}").unwrap();
+        assert!(s.reboot_for_repair);
         assert!(
             warnings
                 .iter()
-                .any(|w| w.starts_with("settings.awsFeatureGates.rebootForRepair: accepted"))
+                .any(|w| w.starts_with("settings.awsFeatureGates.rebootForRepair: on, but")),
+            "{warnings:?}"
         );
+        let (s, warnings) = settings(
+            "settings: {featureGates: {nodeRepair: true}, awsFeatureGates: {rebootForRepair: true}}",
+        )
+        .unwrap();
+        assert!(s.reboot_for_repair && warnings.is_empty(), "{warnings:?}");
+        let (s, _) = settings("settings: {}").unwrap();
+        assert!(!s.reboot_for_repair, "off by default, as in Karpenter");
     }
 
     #[test]

@@ -215,6 +215,16 @@ pub mod annotations {
     pub const INTERRUPTION_DEADLINE: &str = "joiner.dev/interruption-deadline";
     /// Joiner's own, on a pod expanded from a workload: the workload it stands for.
     pub const OWNER: &str = "joiner.dev/owner";
+    /// On a NodeClaim node repair reboots (Karpenter's name): the Node's `status.nodeInfo.bootID`
+    /// before the reboot, so a new boot is told from the old one.
+    pub const REBOOT_PRE_BOOT_ID: &str = "karpenter.sh/reboot-pre-boot-id";
+    /// Joiner's own, on a NodeClaim node repair has rebooted: when each reboot was decided
+    /// (RFC 3339, comma separated, oldest first), so the reboots of the last 24 hours are
+    /// counted after a restart too (Karpenter keeps them in memory).
+    pub const REPAIR_REBOOTS: &str = "joiner.dev/repair-reboots";
+    /// Joiner's own, on a NodeClaim being rebooted: when the cloud was asked to reboot it
+    /// (RFC 3339); the new boot is waited for from then.
+    pub const REBOOT_ISSUED: &str = "joiner.dev/reboot-issued";
 }
 
 /// Node taints.
@@ -223,6 +233,8 @@ pub mod taints {
     pub const DISRUPTED: &str = "karpenter.sh/disrupted";
     /// The taint Kubernetes gives a cordoned node.
     pub const UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
+    /// Keeps new pods off a node node repair is rebooting (Karpenter's).
+    pub const REBOOTING: &str = "karpenter.sh/rebooting";
 }
 
 /// Finalizers.

@@ -35,6 +35,8 @@ pub enum CloudCall {
     Launch,
     /// `TerminateInstances`.
     Terminate,
+    /// `RebootInstances`.
+    Reboot,
     /// `DescribeInstances` by instance id.
     DescribeInstance,
     /// `DescribeInstances` filtered by the cluster's tags.
@@ -52,9 +54,10 @@ pub enum CloudCall {
 }
 
 impl CloudCall {
-    pub const ALL: [CloudCall; 9] = [
+    pub const ALL: [CloudCall; 10] = [
         CloudCall::Launch,
         CloudCall::Terminate,
+        CloudCall::Reboot,
         CloudCall::DescribeInstance,
         CloudCall::ListInstances,
         CloudCall::InstanceTypes,
@@ -69,6 +72,7 @@ impl CloudCall {
         match self {
             CloudCall::Launch => "CreateFleet",
             CloudCall::Terminate => "TerminateInstances",
+            CloudCall::Reboot => "RebootInstances",
             CloudCall::DescribeInstance => "DescribeInstances (by id)",
             CloudCall::ListInstances => "DescribeInstances (by tag)",
             CloudCall::InstanceTypes => "DescribeInstanceTypes/Offerings",
@@ -117,6 +121,10 @@ impl<C: CloudProvider> CloudProvider for CountingCloud<C> {
     fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
         self.count(CloudCall::Terminate);
         self.inner.terminate(instance_id)
+    }
+    fn reboot(&self, instance_id: &str) -> Result<(), CloudError> {
+        self.count(CloudCall::Reboot);
+        self.inner.reboot(instance_id)
     }
     fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
         self.count(CloudCall::DescribeInstance);

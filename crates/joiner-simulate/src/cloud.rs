@@ -51,6 +51,8 @@ struct State {
     terminated_at: BTreeMap<String, Timestamp>,
     /// Every TerminateInstances call that reached the cloud, by instance id, in order.
     terminate_calls: Vec<String>,
+    /// When each instance was rebooted (RebootInstances), oldest first.
+    reboots: BTreeMap<String, Vec<Timestamp>>,
     /// How far listings trail launches and terminations, and how long a fresh instance reads
     /// as NotFound (EC2's eventual consistency).
     list_lag: Duration,
@@ -321,6 +323,19 @@ impl SimulatedCloud {
         self.lock().terminate_calls.clone()
     }
 
+    /// How long a reboot keeps an instance's node away: the operating system restarting, the
+    /// GPU driver loading and the kubelet registering again.
+    pub const REBOOT_TIME: Duration = Duration::from_secs(180);
+
+    /// When the instance was rebooted, oldest first.
+    pub fn reboots_of(&self, instance_id: &str) -> Vec<Timestamp> {
+        self.lock()
+            .reboots
+            .get(instance_id)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// The next `n` TerminateInstances calls fail (the connection drops before EC2 answers)
     /// and leave the instance running.
     pub fn fail_next_terminations(&self, n: u32) {
@@ -572,6 +587,29 @@ impl CloudProvider for SimulatedCloud {
             i.state = InstanceState::Terminated;
             s.terminated_at.insert(instance_id.to_string(), now);
         }
+        Ok(())
+    }
+
+    fn reboot(&self, instance_id: &str) -> Result<(), CloudError> {
+        let mut s = self.lock();
+        if Self::throttled(&mut s) {
+            return Err(CloudError::Throttled);
+        }
+        let running = s
+            .instances
+            .get(instance_id)
+            .is_some_and(|i| i.state == InstanceState::Running);
+        if !running {
+            // EC2 answers InvalidInstanceID.NotFound or IncorrectState.
+            return Err(CloudError::Rejected(format!(
+                "RebootInstances: {instance_id} is not a running instance"
+            )));
+        }
+        let now = self.clock.now();
+        s.reboots
+            .entry(instance_id.to_string())
+            .or_default()
+            .push(now);
         Ok(())
     }
 

@@ -8,7 +8,9 @@ use std::time::Duration;
 use joiner_engine::catalog::devices::{ConsumableCapacity, TemplateOptions, builtin_templates};
 use joiner_model::api::EC2NodeClass;
 use joiner_model::wellknown::{annotations, labels, tags};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, NodeSpec, NodeStatus};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo,
+};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -63,6 +65,63 @@ fn k8s_list<'a>(
 ) -> BTreeMap<String, K8sQuantity> {
     list.map(|(k, v)| (k.clone(), K8sQuantity::from(*v)))
         .collect()
+}
+
+/// The boot id of an instance's node after `reboots` reboots.
+pub fn boot_id(instance: &str, reboots: usize) -> String {
+    format!("{instance}-boot-{reboots}")
+}
+
+/// A rebooted instance's node: `Ready: Unknown` while it boots (its kubelet stops posting), then
+/// `Ready: True` on a new boot id. True when it wrote the node (the kubelet does nothing else
+/// with it this step).
+fn rebooting<S: ClusterStore>(
+    store: &S,
+    node: &Node,
+    cloud: &SimulatedCloud,
+    instance: &str,
+    now: Timestamp,
+) -> Result<bool, StoreError> {
+    let reboots = cloud.reboots_of(instance);
+    let Some(last) = reboots.last() else {
+        return Ok(false);
+    };
+    let booting = now < add(*last, SimulatedCloud::REBOOT_TIME);
+    let done = reboots
+        .iter()
+        .filter(|t| add(**t, SimulatedCloud::REBOOT_TIME) <= now)
+        .count();
+    let mut n = node.clone();
+    let status = n.status.get_or_insert_with(Default::default);
+    let mut changed = false;
+    let info = status.node_info.get_or_insert_with(Default::default);
+    if !booting && info.boot_id != boot_id(instance, done) {
+        info.boot_id = boot_id(instance, done);
+        changed = true;
+    }
+    let (ready, reason) = if booting {
+        ("Unknown", "NodeStatusUnknown")
+    } else {
+        ("True", "KubeletReady")
+    };
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    match conditions.iter_mut().find(|c| c.type_ == "Ready") {
+        Some(c) if c.status == ready => {}
+        Some(c) => {
+            c.status = ready.into();
+            c.reason = Some(reason.into());
+            c.last_transition_time = Some(k8s_time(now));
+            changed = true;
+        }
+        None => {}
+    }
+    if !changed {
+        return Ok(booting);
+    }
+    match store.update(&n) {
+        Ok(_) | Err(StoreError::Conflict(_)) => Ok(true),
+        Err(e) => Err(e),
+    }
 }
 
 impl SimulatedKubelet {
@@ -137,6 +196,10 @@ impl SimulatedKubelet {
                                 reason: Some("KubeletReady".into()),
                                 ..NodeCondition::default()
                             }]),
+                            node_info: Some(NodeSystemInfo {
+                                boot_id: boot_id(&instance.id, 0),
+                                ..NodeSystemInfo::default()
+                            }),
                             ..NodeStatus::default()
                         }),
                     };
@@ -145,6 +208,7 @@ impl SimulatedKubelet {
                         Err(e) => return Err(e),
                     }
                 }
+                Some(node) if rebooting(store, node, cloud, &instance.id, now)? => {}
                 Some(node) if now >= add(registered_at, self.device_plugin_delay) => {
                     self.publish_slices(store, node, &instance.instance_type, claim.as_ref())?;
                     let gfd =

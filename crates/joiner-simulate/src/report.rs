@@ -98,9 +98,17 @@ pub fn summary_text(s: &Summary) -> String {
         }
     );
     if let Some(r) = &s.repairs {
+        let rebooted = if r.rebooted > 0 {
+            format!(
+                "rebooted {} times ({} mended by a reboot), ",
+                r.rebooted, r.recovered_by_reboot
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "  nodes failed: {}; replaced by node repair {}, time to repair mean {:.0} s, max {:.0} s",
+            "  nodes failed: {}; {rebooted}replaced by node repair {}, time to repair mean {:.0} s, max {:.0} s",
             r.failed, r.repaired, r.mean_seconds, r.max_seconds
         );
     }

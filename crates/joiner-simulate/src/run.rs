@@ -108,6 +108,12 @@ pub struct Repairs {
     pub failed: usize,
     /// Of those, replaced by node repair.
     pub repaired: usize,
+    /// Reboots node repair made (`rebootForRepair`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub rebooted: usize,
+    /// Failed nodes a reboot mended.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub recovered_by_reboot: usize,
     pub mean_seconds: f64,
     pub max_seconds: f64,
 }
@@ -231,8 +237,23 @@ struct Sim {
     failed_since: BTreeMap<String, u64>,
     /// Nodes failed in all.
     failed_count: usize,
-    /// For each failed node node repair replaced, the seconds from the fault to the decision.
+    /// For each failed node node repair replaced, the seconds from the fault to the decision;
+    /// for each a reboot mended, to its recovery.
     repair_times: Vec<u64>,
+    /// The faults `failNode` put on nodes that a reboot may clear, by Node name.
+    faults: BTreeMap<String, Fault>,
+    /// Reboots node repair had the cloud make.
+    rebooted: usize,
+    /// Failed nodes a reboot mended.
+    recovered_by_reboot: usize,
+}
+
+/// A fault of a node, and the boot it was last seen on.
+struct Fault {
+    node_claim: String,
+    condition: String,
+    survives_reboot: bool,
+    boot: String,
 }
 
 impl Sim {
@@ -619,7 +640,28 @@ impl Sim {
             let Some(node) = c.status.node_name.clone() else {
                 continue;
             };
-            set_node_condition(&self.store, &node, &condition, "False", self.clock.now())?;
+            set_node_condition(
+                &self.store,
+                &node,
+                &condition,
+                ("False", f.reason()),
+                self.clock.now(),
+            )?;
+            let boot = self
+                .store
+                .get::<Node>(None, &node)?
+                .and_then(|n| n.status?.node_info)
+                .map(|i| i.boot_id)
+                .unwrap_or_default();
+            self.faults.insert(
+                node.clone(),
+                Fault {
+                    node_claim: c.name().to_string(),
+                    condition: condition.clone(),
+                    survives_reboot: f.survives_reboot,
+                    boot,
+                },
+            );
             let t = self.t();
             self.failed_count += 1;
             self.failed_since.entry(c.name().to_string()).or_insert(t);
@@ -633,7 +675,10 @@ impl Sim {
             }
             failed.push(json!({"node": node, "nodeClaim": c.name()}));
         }
-        let mut fields = json!({"nodes": failed, "condition": condition});
+        let mut fields = json!({"nodes": failed, "condition": condition, "reason": f.reason()});
+        if f.survives_reboot {
+            fields["survivesReboot"] = json!(true);
+        }
         if let Some(d) = back_in {
             fields["for"] = json!(format!("{}s", d.as_secs()));
         }
@@ -650,12 +695,74 @@ impl Sim {
         self.recoveries = later;
         for (_, node, condition, claim) in due {
             self.failed_since.remove(&claim);
-            if set_node_condition(&self.store, &node, &condition, "True", self.clock.now())? {
+            self.faults.remove(&node);
+            if set_node_condition(
+                &self.store,
+                &node,
+                &condition,
+                ("True", "SimulatedRecovery"),
+                self.clock.now(),
+            )? {
                 self.event(
                     "nodeRecovered",
                     json!({"node": node, "condition": condition}),
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// Faulty nodes that came back from a reboot: a fault a reboot clears is gone (its node
+    /// repaired), one that survives it is seen on the new boot too.
+    fn after_reboots(&mut self) -> Result<(), Error> {
+        let t = self.t();
+        let nodes: Vec<String> = self.faults.keys().cloned().collect();
+        for name in nodes {
+            let Some(node) = self.store.get::<Node>(None, &name)? else {
+                self.faults.remove(&name);
+                continue;
+            };
+            let status = node.status.as_ref();
+            let boot = status
+                .and_then(|s| s.node_info.as_ref())
+                .map(|i| i.boot_id.clone())
+                .unwrap_or_default();
+            let ready = status
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let Some(fault) = self.faults.get_mut(&name) else {
+                continue;
+            };
+            if boot == fault.boot || !ready {
+                continue;
+            }
+            fault.boot = boot;
+            let claim = fault.node_claim.clone();
+            if fault.survives_reboot {
+                self.event(
+                    "faultSurvivedReboot",
+                    json!({"node": name, "nodeClaim": claim}),
+                );
+                continue;
+            }
+            let condition = fault.condition.clone();
+            self.faults.remove(&name);
+            self.recoveries.retain(|r| r.1 != name);
+            set_node_condition(
+                &self.store,
+                &name,
+                &condition,
+                ("True", "SimulatedRecovery"),
+                self.clock.now(),
+            )?;
+            if let Some(since) = self.failed_since.remove(&claim) {
+                self.repair_times.push(t.saturating_sub(since));
+                self.recovered_by_reboot += 1;
+            }
+            self.event(
+                "nodeRecovered",
+                json!({"node": name, "nodeClaim": claim, "condition": condition, "byReboot": true}),
+            );
         }
         Ok(())
     }
@@ -682,6 +789,16 @@ impl Sim {
     }
 
     fn record(&mut self, r: &StepReport) {
+        for step in &r.reboots {
+            if step.phase == joiner_controller::RebootPhase::Issued {
+                self.rebooted += 1;
+            }
+            self.event(
+                "reboot",
+                json!({"nodeClaim": step.node_claim, "node": step.node,
+                       "phase": step.phase.as_str(), "message": step.message}),
+            );
+        }
         for name in &r.created {
             let claim = self.store.get::<NodeClaim>(None, name).ok().flatten();
             let types = claim
@@ -959,6 +1076,9 @@ pub fn simulate_observed(
         failed_since: BTreeMap::new(),
         failed_count: 0,
         repair_times: Vec::new(),
+        faults: BTreeMap::new(),
+        rebooted: 0,
+        recovered_by_reboot: 0,
     };
     let tick = scenario.tick;
     let tick_s = tick.as_secs();
@@ -1023,6 +1143,7 @@ pub fn simulate_observed(
         }
         sim.record(&report);
         sim.kubelet.step(&sim.store, &sim.cloud, clock.now())?;
+        sim.after_reboots()?;
         sim.attacher.step(&sim.store, clock.now())?;
         let s = sim.sample()?;
         peak = (peak.0.max(s.nodes), peak.1.max(s.instances));
@@ -1118,7 +1239,9 @@ pub fn simulate_observed(
             let times = &sim.repair_times;
             Repairs {
                 failed: sim.failed_count,
-                repaired: times.len(),
+                repaired: times.len() - sim.recovered_by_reboot,
+                rebooted: sim.rebooted,
+                recovered_by_reboot: sim.recovered_by_reboot,
                 mean_seconds: if times.is_empty() {
                     0.0
                 } else {
@@ -1145,7 +1268,7 @@ fn set_node_condition(
     store: &InMemoryCluster,
     node: &str,
     type_: &str,
-    status: &str,
+    (status, reason): (&str, &str),
     now: Timestamp,
 ) -> Result<bool, Error> {
     let Some(mut n) = store.get::<Node>(None, node)? else {
@@ -1161,6 +1284,7 @@ fn set_node_condition(
             c.status = status.to_string();
             c.last_transition_time = Some(Time(now));
         }
+        c.reason = Some(reason.to_string());
         c.last_heartbeat_time = Some(Time(now));
     };
     match conditions.iter_mut().find(|c| c.type_ == type_) {
@@ -1168,7 +1292,7 @@ fn set_node_condition(
         None => conditions.push(NodeCondition {
             type_: type_.to_string(),
             status: status.to_string(),
-            reason: Some("SimulatedFault".to_string()),
+            reason: Some(reason.to_string()),
             last_transition_time: Some(Time(now)),
             last_heartbeat_time: Some(Time(now)),
             ..NodeCondition::default()
@@ -1179,4 +1303,8 @@ fn set_node_condition(
         Err(StoreError::NotFound(_)) => Ok(false),
         Err(e) => Err(e.into()),
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }

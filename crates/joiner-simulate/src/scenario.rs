@@ -28,6 +28,9 @@
 //!     # The node's GPUs fail (condition False, from the node monitoring agent), for 20m or for
 //!     # good without `for`: node repair (featureGates.nodeRepair) replaces it after 10m.
 //!     failNode: {nodeClaim: "*", count: 1, condition: AcceleratedHardwareReady, for: 20m}
+//!     # With a reason a reboot clears, awsFeatureGates.rebootForRepair reboots it first (3m);
+//!     # `survivesReboot: true` is a GPU a reboot does not mend: rebooted twice, then replaced.
+//!     failNode: {nodeClaim: "*", reason: NvidiaXID119Error, survivesReboot: true}
 //!     faults:
 //!       insufficientCapacity: [{instanceType: g4dn.xlarge, zone: us-east-1a, capacityType: on-demand}]
 //!       launchErrors: {count: 1, message: "RequestLimitExceeded"}
@@ -250,6 +253,14 @@ pub struct FailNode {
     pub condition: Option<String>,
     #[serde(default, rename = "for")]
     pub for_: Option<String>,
+    /// The condition's reason, as the node monitoring agent writes it (`NvidiaXID119Error`):
+    /// node repair reboots for the faults a reboot clears (with `rebootForRepair`).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Whether the fault is still there after a reboot (a GPU that is really broken); by
+    /// default a reboot clears it.
+    #[serde(default)]
+    pub survives_reboot: bool,
 }
 
 impl FailNode {
@@ -258,6 +269,11 @@ impl FailNode {
         self.condition
             .as_deref()
             .unwrap_or("AcceleratedHardwareReady")
+    }
+
+    /// The condition's reason, `SimulatedFault` unless given.
+    pub fn reason(&self) -> &str {
+        self.reason.as_deref().unwrap_or("SimulatedFault")
     }
 
     /// The NodeClaims it acts on, in `deleteNode`'s shape.

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 
 use joiner_controller::clock::{Clock, ManualClock};
 use joiner_controller::store::{ClusterStore, InMemoryCluster};
-use joiner_controller::{Controller, StepReport};
+use joiner_controller::{Controller, RebootPhase, StepReport};
+use joiner_model::api::NodeClaim;
 use joiner_model::feature_gates::FeatureGates;
 use joiner_model::wellknown::{DisruptionAction, DisruptionReason};
 use joiner_simulate::SimulatedCloud;
@@ -28,6 +29,11 @@ struct Lab {
 impl Lab {
     /// The learning lab with four pods on two nodes, never consolidated, repair on or off.
     fn new(repair: bool) -> Lab {
+        Lab::with(repair, false)
+    }
+
+    /// As [`Lab::new`], with `rebootForRepair` on or off.
+    fn with(repair: bool, reboot: bool) -> Lab {
         let mut m = joiner_test_support::load_example("time-slicing-learning-lab");
         for d in &mut m.deployments {
             d.object.spec.replicas = Some(4);
@@ -40,6 +46,7 @@ impl Lab {
             &mut warnings,
         );
         assert!(warnings.is_empty(), "{warnings:?}");
+        world.config.settings.reboot_for_repair = reboot;
         let mut pool = world.node_pool();
         pool.spec.disruption.consolidate_after = "Never".into();
         world.store.update(&pool).expect("update");
@@ -83,6 +90,12 @@ impl Lab {
 
     /// The node's GPUs fail now, as the node monitoring agent reports it.
     fn fail_gpus(&self, node: &str) {
+        self.fail_gpus_with(node, "NvidiaXID79Error");
+    }
+
+    /// The node's GPUs fail now with this reason (`NvidiaXID119Error`), or fail again: a
+    /// condition already `False` keeps its transition time, as the agent leaves it.
+    fn fail_gpus_with(&self, node: &str, reason: &str) {
         let mut n = self
             .world
             .store
@@ -94,14 +107,50 @@ impl Lab {
             .get_or_insert_with(Default::default)
             .conditions
             .get_or_insert_with(Vec::new);
-        conditions.push(NodeCondition {
-            type_: "AcceleratedHardwareReady".into(),
-            status: "False".into(),
-            reason: Some("NvidiaXID79Error".into()),
-            last_transition_time: Some(Time(self.world.clock.now())),
-            ..NodeCondition::default()
-        });
+        conditions.retain(|c| c.type_ != "AcceleratedHardwareReady" || c.status == "False");
+        if conditions
+            .iter()
+            .all(|c| c.type_ != "AcceleratedHardwareReady")
+        {
+            conditions.push(NodeCondition {
+                type_: "AcceleratedHardwareReady".into(),
+                status: "False".into(),
+                reason: Some(reason.into()),
+                last_transition_time: Some(Time(self.world.clock.now())),
+                ..NodeCondition::default()
+            });
+        }
         self.world.store.update(&n).expect("update the node");
+    }
+
+    /// The node's GPUs report healthy again.
+    fn mend_gpus(&self, node: &str) {
+        let mut n = self
+            .world
+            .store
+            .get::<Node>(None, node)
+            .expect("get")
+            .expect("the node");
+        if let Some(cs) = n.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            cs.retain(|c| c.type_ != "AcceleratedHardwareReady");
+        }
+        self.world.store.update(&n).expect("update the node");
+    }
+
+    /// The NodeClaim of a node.
+    fn claim_of(&self, node: &str) -> NodeClaim {
+        self.world
+            .live_claims()
+            .into_iter()
+            .find(|c| c.status.node_name.as_deref() == Some(node))
+            .expect("the node's NodeClaim")
+    }
+
+    /// The instance id of a node.
+    fn instance_of(&self, node: &str) -> String {
+        let claim = self.claim_of(node);
+        let provider = claim.status.provider_id.as_deref().expect("a provider id");
+        provider.rsplit('/').next().expect("an id").to_string()
     }
 }
 
@@ -195,4 +244,119 @@ fn when_more_than_a_fifth_of_the_pool_is_broken_nothing_is_repaired_and_each_say
             .contains("2 of NodePool g4-nodepool's 2 nodes are unhealthy"),
         "{blocked:?}"
     );
+}
+
+fn reboots(reports: &[StepReport], phase: RebootPhase) -> usize {
+    reports
+        .iter()
+        .flat_map(|r| &r.reboots)
+        .filter(|r| r.phase == phase)
+        .count()
+}
+
+fn settled_with_reboots() -> (Lab, String) {
+    let lab = Lab::with(true, true);
+    let mut c = lab.controller();
+    lab.run(&mut c, 120);
+    lab.world.assert_nothing_pending();
+    let node = lab.nodes()[0].clone();
+    (lab, node)
+}
+
+#[test]
+fn a_gpu_fault_a_reboot_clears_is_rebooted_in_place_not_replaced() {
+    let (lab, node) = settled_with_reboots();
+    let mut c = lab.controller();
+    let instance = lab.instance_of(&node);
+    lab.fail_gpus_with(&node, "NvidiaXID119Error");
+    let early = lab.run(&mut c, 9 * 60 + 50);
+    assert_eq!(
+        reboots(&early, RebootPhase::Requested),
+        0,
+        "before its toleration"
+    );
+    // At 10 minutes: tainted, drained (nothing holds the lab's pods), rebooted.
+    let reports = lab.run(&mut c, 60);
+    assert_eq!(reboots(&reports, RebootPhase::Requested), 1);
+    assert_eq!(reboots(&reports, RebootPhase::Issued), 1);
+    assert_eq!(lab.world.cloud.reboots_of(&instance).len(), 1);
+    assert!(repairs(&reports).is_empty(), "replaced instead of rebooted");
+    let tainted = |lab: &Lab| {
+        lab.world
+            .store
+            .get::<Node>(None, &node)
+            .expect("get")
+            .and_then(|n| n.spec?.taints)
+            .is_some_and(|ts| ts.iter().any(|t| t.key == "karpenter.sh/rebooting"))
+    };
+    assert!(tainted(&lab), "no new pods while it reboots");
+    // The reboot mends the GPU; the node comes back Ready on a new boot.
+    lab.mend_gpus(&node);
+    let reports = lab.run(&mut c, 5 * 60);
+    assert_eq!(reboots(&reports, RebootPhase::Succeeded), 1);
+    assert!(!tainted(&lab));
+    let claim = lab.claim_of(&node);
+    let cond = claim.condition("Rebooting").expect("Rebooting");
+    assert_eq!(
+        (cond.status.as_str(), cond.reason.as_str()),
+        ("False", "RebootSucceeded")
+    );
+    // Healthy from then on: no further repair.
+    let reports = lab.run(&mut c, 20 * 60);
+    assert!(repairs(&reports).is_empty());
+    assert!(lab.nodes().contains(&node));
+    lab.world.assert_nothing_pending();
+    lab.world.assert_one_instance_per_claim();
+}
+
+#[test]
+fn a_gpu_a_reboot_does_not_mend_is_rebooted_twice_then_replaced() {
+    let (lab, node) = settled_with_reboots();
+    let mut c = lab.controller();
+    let instance = lab.instance_of(&node);
+    let claim = lab.claim_of(&node).name().to_string();
+    lab.fail_gpus_with(&node, "NvidiaXID119Error");
+    // Reboot at 10m, back 3m later; judged again 10m after the reboot's end: a second reboot;
+    // after that one, the node is replaced.
+    let mut all = Vec::new();
+    for _ in 0..60 {
+        all.extend(lab.run(&mut c, 60));
+        if !repairs(&all).is_empty() {
+            break;
+        }
+    }
+    assert_eq!(lab.world.cloud.reboots_of(&instance).len(), 2);
+    assert_eq!(reboots(&all, RebootPhase::Succeeded), 2);
+    assert_eq!(repairs(&all), [&claim]);
+    let reboots_at = lab.world.cloud.reboots_of(&instance);
+    let gap = reboots_at[1].duration_since(reboots_at[0]).as_secs();
+    // The second waits the reboot (3m) and a full toleration (10m) after the first.
+    assert!((13 * 60..14 * 60).contains(&gap), "{gap} s between reboots");
+    lab.run(&mut c, 300);
+    assert!(!lab.nodes().contains(&node));
+    lab.world.assert_nothing_pending();
+    lab.world.assert_one_instance_per_claim();
+}
+
+#[test]
+fn a_fatal_gpu_fault_is_replaced_without_a_reboot() {
+    let (lab, node) = settled_with_reboots();
+    let mut c = lab.controller();
+    let instance = lab.instance_of(&node);
+    lab.fail_gpus(&node);
+    let reports = lab.run(&mut c, 10 * 60 + 20);
+    assert_eq!(repairs(&reports).len(), 1);
+    assert!(lab.world.cloud.reboots_of(&instance).is_empty());
+}
+
+#[test]
+fn the_safety_threshold_holds_back_reboots_too() {
+    let (lab, _) = settled_with_reboots();
+    let mut c = lab.controller();
+    for node in lab.nodes() {
+        lab.fail_gpus_with(&node, "NvidiaXID119Error");
+    }
+    let reports = lab.run(&mut c, 15 * 60);
+    assert_eq!(reboots(&reports, RebootPhase::Requested), 0);
+    assert!(!reports.last().expect("a step").repair_blocked.is_empty());
 }

@@ -182,6 +182,11 @@ pub trait CloudProvider {
     /// Callers terminate only instances whose tags they have just read and found owned
     /// ([`tags::is_owned`](joiner_model::wellknown::tags::is_owned)); the AWS edge's IAM policy refuses any other.
     fn terminate(&self, instance_id: &str) -> Result<(), CloudError>;
+    /// Reboots an instance (node repair, behind `RebootForRepair`): the operating system
+    /// restarts, the instance and its volumes stay. The edge reboots only an instance it reads
+    /// as Joiner's (every ownership tag); one that is gone or not Joiner's is
+    /// [`CloudError::Rejected`], which node repair answers by replacing the node.
+    fn reboot(&self, instance_id: &str) -> Result<(), CloudError>;
     /// One instance, terminated ones included while the cloud still reports them. `None` is
     /// not proof that it is gone: EC2 answers `InvalidInstanceID.NotFound` for a while after a
     /// launch (its API is eventually consistent).
@@ -222,6 +227,9 @@ macro_rules! forward_cloud {
             }
             fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
                 (**self).terminate(instance_id)
+            }
+            fn reboot(&self, instance_id: &str) -> Result<(), CloudError> {
+                (**self).reboot(instance_id)
             }
             fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
                 (**self).get(instance_id)

@@ -442,6 +442,7 @@ fn drift_candidates<'a>(
         .iter()
         .filter(|c| drifted.contains(c.name()))
         .filter(|c| !c.is_deleting() && c.is_true(conditions::INITIALIZED))
+        .filter(|c| !crate::repair::reboot::in_progress(c))
         .filter(|c| statics::may_disrupt(view, c) && statics::drift_ready(view, c))
         .filter(|c| c.annotation(annotations::DISRUPTION_REASON).is_none())
         // A termination grace period bounds the drain, so neither holds a drift back then (as
@@ -563,6 +564,7 @@ fn expired(now: Timestamp, view: &View) -> Option<&NodeClaim> {
         .iter()
         .filter(|c| !c.is_deleting() && c.is_true(conditions::INITIALIZED))
         .filter(|c| c.annotation(annotations::DISRUPTION_REASON).is_none())
+        .filter(|c| !crate::repair::reboot::in_progress(c))
         .filter(|c| statics::may_disrupt(view, c))
         .filter_map(|c| {
             let after = duration_setting(c.spec.expire_after.as_deref()?)?;
@@ -697,9 +699,11 @@ fn consolidation_candidates(
         let Some(claim) = view.claim_of_node(name) else {
             continue;
         };
+        // A node node repair is rebooting is empty for a while, not for good.
         if claim.is_deleting()
             || !claim.is_true(conditions::INITIALIZED)
             || claim.annotation(annotations::DISRUPTION_REASON).is_some()
+            || crate::repair::reboot::in_progress(claim)
         {
             continue;
         }

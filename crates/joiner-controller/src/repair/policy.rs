@@ -1,4 +1,4 @@
-//! Which nodes are unhealthy enough to repair, as Karpenter v1.14's node health controller
+//! Which nodes are unhealthy enough to repair, and how, as Karpenter's node health controller
 //! decides it, without I/O.
 //!
 //! A node breaks a repair policy when one of its conditions has the policy's type and status;
@@ -19,23 +19,95 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::clock::add;
 
-/// A condition that, held long enough, means the node should be replaced.
+/// What node repair does to a node that breaks a policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepairAction {
+    /// Reboot it in place (Karpenter v1.15's `RebootNode`, behind `RebootForRepair`).
+    Reboot,
+    /// Replace it: its NodeClaim is deleted and its pods planned again.
+    Replace,
+}
+
+/// Which reasons of a condition a policy covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reasons {
+    Any,
+    /// An NVIDIA XID a reboot clears ([`REBOOT_CLEARABLE_XIDS`]), as the EKS node monitoring
+    /// agent names it (`NvidiaXID119Error`).
+    RebootClearableXid,
+}
+
+impl Reasons {
+    fn cover(self, reason: Option<&str>) -> bool {
+        match self {
+            Reasons::Any => true,
+            Reasons::RebootClearableXid => xid_of(reason.unwrap_or_default())
+                .is_some_and(|x| REBOOT_CLEARABLE_XIDS.contains(&x)),
+        }
+    }
+}
+
+/// The NVIDIA XIDs node repair reboots for, where it may: faults of the GPU's firmware or
+/// memory that a GPU reset clears (46 GPU stopped processing, 62 internal micro-controller
+/// halt, 63 and 64 row remapping pending or failed to record, 109 context switch timeout, 119
+/// and 120 GSP timeouts, 140 unrecovered ECC error). The rest the node monitoring agent calls
+/// fatal (48 double-bit ECC, 74 NVLink, 79 fallen off the bus, 95 uncontained ECC, ...) are
+/// replaced. Joiner's list: Karpenter v1.15's own was not at hand; 46 and 140 reboot and 79
+/// replaces in both.
+pub const REBOOT_CLEARABLE_XIDS: [u32; 8] = [46, 62, 63, 64, 109, 119, 120, 140];
+
+/// The XID a condition reason names (`NvidiaXID119Error` → 119), if any.
+fn xid_of(reason: &str) -> Option<u32> {
+    let at = reason.find("XID")? + 3;
+    let digits: String = reason[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// A condition that, held long enough, means the node should be repaired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RepairPolicy {
     /// The node condition's type.
     pub condition: &'static str,
     /// The status that is unhealthy.
     pub status: &'static str,
+    /// The reasons covered.
+    pub reasons: Reasons,
     /// How long the condition may hold before the node is repaired.
     pub toleration: Duration,
+    pub action: RepairAction,
 }
 
 const fn policy(condition: &'static str, status: &'static str, minutes: u64) -> RepairPolicy {
     RepairPolicy {
         condition,
         status,
+        reasons: Reasons::Any,
         toleration: Duration::from_secs(minutes * 60),
+        action: RepairAction::Replace,
     }
+}
+
+/// With `RebootForRepair`: a GPU fault a reboot clears is rebooted after 10 minutes, before
+/// the policies that replace.
+pub const AWS_REBOOT_POLICY: RepairPolicy = RepairPolicy {
+    condition: "AcceleratedHardwareReady",
+    status: "False",
+    reasons: Reasons::RebootClearableXid,
+    toleration: Duration::from_secs(600),
+    action: RepairAction::Reboot,
+};
+
+/// The AWS provider's policies, the reboot one first when `reboot` (a condition is judged by
+/// the first policy that covers it).
+pub fn aws_policies(reboot: bool) -> Vec<RepairPolicy> {
+    reboot
+        .then_some(AWS_REBOOT_POLICY)
+        .into_iter()
+        .chain(AWS_REPAIR_POLICIES)
+        .collect()
 }
 
 /// Karpenter's AWS provider's repair policies: the kubelet's `Ready`, and the conditions the
@@ -57,6 +129,8 @@ pub const UNHEALTHY_LIMIT_PERCENT: usize = 20;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Broken {
     pub policy: RepairPolicy,
+    /// The condition's reason (`NvidiaXID119Error`), `""` when it gives none.
+    pub reason: String,
     pub since: Timestamp,
     pub repair_at: Timestamp,
 }
@@ -77,18 +151,28 @@ pub enum Verdict {
     },
 }
 
-/// The policy `node` breaks with the earliest deadline, if any.
-pub fn broken(node: &Node, policies: &[RepairPolicy]) -> Option<Broken> {
+/// The policy `node` breaks with the earliest deadline, if any. Time counts from the
+/// condition's `lastTransitionTime`, or from `not_before` when later (the end of a reboot: a
+/// condition that stayed as it was through the reboot has held only since).
+pub fn broken(
+    node: &Node,
+    policies: &[RepairPolicy],
+    not_before: Option<Timestamp>,
+) -> Option<Broken> {
     let conditions = node.status.as_ref()?.conditions.as_ref()?;
     conditions
         .iter()
         .filter_map(|c| {
-            let policy = policies
-                .iter()
-                .find(|p| p.condition == c.type_ && p.status == c.status)?;
+            let policy = policies.iter().find(|p| {
+                p.condition == c.type_
+                    && p.status == c.status
+                    && p.reasons.cover(c.reason.as_deref())
+            })?;
             let since = c.last_transition_time.as_ref()?.0;
+            let since = not_before.map_or(since, |t| t.max(since));
             Some(Broken {
                 policy: *policy,
+                reason: c.reason.clone().unwrap_or_default(),
                 since,
                 repair_at: add(since, policy.toleration),
             })
@@ -107,6 +191,7 @@ pub fn verdicts(
     nodes: &[Node],
     policies: &[RepairPolicy],
     now: Timestamp,
+    not_before: &BTreeMap<String, Timestamp>,
 ) -> BTreeMap<String, Verdict> {
     let pool_of = |n: &Node| {
         n.metadata
@@ -122,8 +207,8 @@ pub fn verdicts(
             continue;
         };
         *total.entry(pool.clone()).or_default() += 1;
-        if let Some(b) = broken(node, policies) {
-            let name = node.metadata.name.clone().unwrap_or_default();
+        let name = node.metadata.name.clone().unwrap_or_default();
+        if let Some(b) = broken(node, policies, not_before.get(&name).copied()) {
             broken_in.entry(pool).or_default().push((name, b));
         }
     }

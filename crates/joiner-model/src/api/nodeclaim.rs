@@ -46,6 +46,10 @@ pub mod conditions {
     /// `ConsistencyCheckFailed`) when it registered with less, as Karpenter's consistency check
     /// writes it.
     pub const CONSISTENT_STATE_FOUND: &str = "ConsistentStateFound";
+    /// Node repair's reboot, as Karpenter v1.15 writes it: `True` with reason `RebootRequested`
+    /// (draining) then `RebootIssued` (the cloud rebooting it); `False` with `RebootSucceeded`
+    /// (a new boot came up Ready) or `RebootFailed` (then the node is replaced).
+    pub const REBOOTING: &str = "Rebooting";
 }
 
 /// A `karpenter.sh/v1` NodeClaim.

@@ -92,7 +92,7 @@ impl<S: ClusterStore> ClusterStore for FencedStore<S> {
     }
 }
 
-/// A [`CloudProvider`] whose `launch`, `terminate` and launch-template deletion are sent only
+/// A [`CloudProvider`] whose `launch`, `terminate`, `reboot` and launch-template deletion are sent only
 /// while the fence holds, and within its deadline; otherwise `CloudError::Other("not the
 /// leader: …")` (nothing was sent: the caller retries on a later step, when it leads).
 #[derive(Debug, Clone)]
@@ -122,6 +122,9 @@ impl<C: CloudProvider> CloudProvider for FencedCloud<C> {
     }
     fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
         cloud_write(&self.fence, || self.inner.terminate(instance_id))
+    }
+    fn reboot(&self, instance_id: &str) -> Result<(), CloudError> {
+        cloud_write(&self.fence, || self.inner.reboot(instance_id))
     }
     fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
         self.inner.get(instance_id)
@@ -260,6 +263,10 @@ mod tests {
             Err(CloudError::NoOfferings)
         }
         fn terminate(&self, _: &str) -> Result<(), CloudError> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        fn reboot(&self, _: &str) -> Result<(), CloudError> {
             self.writes.fetch_add(1, Ordering::SeqCst);
             Ok(())
         }

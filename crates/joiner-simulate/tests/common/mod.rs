@@ -404,6 +404,9 @@ impl CloudProvider for FusedCloud<'_> {
     fn terminate(&self, instance_id: &str) -> Result<(), CloudError> {
         self.fuse.write(|| self.inner.terminate(instance_id))
     }
+    fn reboot(&self, instance_id: &str) -> Result<(), CloudError> {
+        self.fuse.write(|| self.inner.reboot(instance_id))
+    }
     fn get(&self, instance_id: &str) -> Result<Option<Instance>, CloudError> {
         self.inner.get(instance_id)
     }

@@ -127,6 +127,7 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
             image_id: "ami-0123".into(),
         }],
         repair_blocked: vec![("a".into(), "blocked".into())],
+        reboots: Vec::new(),
         errors: vec![
             ControllerError::Cloud(CloudError::Throttled),
             ControllerError::Store(StoreError::Unavailable("down".into())),
