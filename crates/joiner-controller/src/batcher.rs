@@ -96,8 +96,20 @@ pub fn fnv1a(parts: &[&str]) -> u64 {
 
 /// What the batcher watches: the pending pods and the live NodeClaims. Returns the fingerprint
 /// and whether any pod is pending.
-pub fn fingerprint(pods: &[Pod], claims: &[NodeClaim]) -> (u64, bool) {
-    let pending: BTreeSet<String> = pods.iter().filter(|p| is_pending(p)).map(pod_key).collect();
+///
+/// With `buffers` (CapacityBuffers to keep), the buffers' virtual pods count as pending and
+/// where every pod runs is watched too: a pod that starts on a buffer's warm room takes it
+/// without ever being pending, and the buffer then needs new room planned.
+pub fn fingerprint(pods: &[Pod], claims: &[NodeClaim], buffers: bool) -> (u64, bool) {
+    let mut pending: BTreeSet<String> =
+        pods.iter().filter(|p| is_pending(p)).map(pod_key).collect();
+    let any_pending = buffers || !pending.is_empty();
+    if buffers {
+        pending.extend(pods.iter().filter_map(|p| {
+            let node = p.spec.as_ref()?.node_name.as_deref()?;
+            Some(format!("{}@{node}", pod_key(p)))
+        }));
+    }
     let live: BTreeSet<&str> = claims
         .iter()
         .filter(|c| !c.is_deleting())
@@ -106,7 +118,7 @@ pub fn fingerprint(pods: &[Pod], claims: &[NodeClaim]) -> (u64, bool) {
     let mut parts: Vec<&str> = pending.iter().map(String::as_str).collect();
     parts.push("--");
     parts.extend(live);
-    (fnv1a(&parts), !pending.is_empty())
+    (fnv1a(&parts), any_pending)
 }
 
 #[cfg(test)]

@@ -194,7 +194,8 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
             .and_then(|pods| Ok((pods, self.store.list::<NodeClaim>()?)));
         match observed {
             Ok((pods, claims)) => {
-                let (fp, pending) = fingerprint(&pods, &claims);
+                let (fp, pending) =
+                    fingerprint(&pods, &claims, keeps_buffers(ctx.config, ctx.store));
                 self.batcher.observe(now, fp, pending);
                 if self.batcher.close(now)
                     && let Err(e) = provision(&mut ctx)
@@ -204,6 +205,9 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
                 }
             }
             Err(e) => ctx.error(Reconciler::Provisioning, "reading pods", e),
+        }
+        if let Err(e) = crate::buffer_status::reconcile(&mut ctx) {
+            ctx.error(Reconciler::Provisioning, "CapacityBuffer status", e);
         }
         ctx.during(Reconciler::Disruption);
         if let Err(e) = disrupt(&mut ctx, &mut self.disruption) {
@@ -216,4 +220,16 @@ impl<S: ClusterStore, C: CloudProvider, K: Clock> Controller<S, C, K> {
         self.throttle.record(now, &report.errors);
         report
     }
+}
+
+/// Whether there are CapacityBuffers to keep (the `CapacityBuffer` gate on and at least one
+/// buffer): provisioning then plans their virtual pods even with no pod pending.
+fn keeps_buffers<S: ClusterStore>(config: &Config, store: &S) -> bool {
+    config
+        .settings
+        .feature_gates
+        .enabled(joiner_model::feature_gates::FeatureGate::CapacityBuffer)
+        && store
+            .list::<joiner_model::api::capacitybuffer::CapacityBuffer>()
+            .is_ok_and(|b| !b.is_empty())
 }

@@ -17,6 +17,7 @@
 //! duplicates a NodeClaim or an instance and never leaks one past garbage collection.
 
 pub mod batcher;
+pub mod buffer_status;
 pub mod clock;
 pub mod cloud;
 pub mod config;

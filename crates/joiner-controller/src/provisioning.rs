@@ -43,6 +43,14 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
         .map(|p| p.name.clone())
         .collect();
     let catalog = offered_types(view);
+    // CapacityBuffers' virtual pods stand for room, not pods: nothing is said of them.
+    let virtual_pods: BTreeSet<String> = view
+        .input()
+        .pods
+        .iter()
+        .filter(|p| p.capacity_buffer.is_some())
+        .map(|p| p.key())
+        .collect();
     let ignored = view.ignored_pods();
     let by_zone = view.pending_by_effective_zone().into_iter().collect();
     // A pod the plan puts on an in-flight machine waits for that NodeClaim.
@@ -56,11 +64,13 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
     ctx.report.scheduling_duration = Some(started.elapsed());
     ctx.report.no_instance_types = no_instance_types;
     ctx.report.catalog = Some(catalog);
+    ctx.report.buffers = Some(plan.capacity_buffers.clone());
     let placed: BTreeSet<&String> = plan
         .bindings
         .iter()
         .map(|b| &b.pod)
         .chain(plan.node_claims.iter().flat_map(|c| &c.pods))
+        .filter(|p| !virtual_pods.contains(*p))
         .collect();
     ctx.report.placed = placed.into_iter().cloned().collect();
     ctx.report.ignored_pods = Some(ignored);
@@ -102,7 +112,7 @@ pub fn provision<S: ClusterStore, C: CloudProvider>(
             tracing::info!(nodeclaim = created.name(), pods = ?planned.pods, "created NodeClaim");
             ctx.report.created.push(created.name().to_string());
         }
-        for pod in &planned.pods {
+        for pod in planned.pods.iter().filter(|p| !virtual_pods.contains(*p)) {
             ctx.report
                 .nominated
                 .push((pod.clone(), created.name().to_string()));

@@ -128,6 +128,8 @@ pub struct StepReport {
     pub repair_blocked: Vec<(String, String)>,
     /// What node repair's reboots did this step ([`crate::repair::reboot`]).
     pub reboots: Vec<RebootStep>,
+    /// What the plan made of each CapacityBuffer, when provisioning planned this step.
+    pub buffers: Option<Vec<joiner_engine::plan::PlannedBuffer>>,
     /// What failed and will be retried.
     pub errors: Vec<ControllerError>,
     /// The part of the controller each of `errors` happened in, in the same order, so failures

@@ -28,6 +28,11 @@ pub struct Plan {
     /// How each batch of new NodeClaims was packed: exactly, or greedily and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub packing: Vec<PackedBatch>,
+    /// What each CapacityBuffer keeps (behind the `CapacityBuffer` gate). Its virtual pods are
+    /// counted here, not in `bindings` or `unschedulable`; the NodeClaims that hold them list
+    /// them among their `pods` (`capacity-buffer-<buffer>-<i>`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub capacity_buffers: Vec<PlannedBuffer>,
 }
 
 impl Plan {
@@ -41,6 +46,7 @@ impl Plan {
             claims: Vec::new(),
             total_price_per_hour: Price::ZERO,
             packing: Vec::new(),
+            capacity_buffers: Vec::new(),
         }
     }
 }
@@ -126,6 +132,30 @@ pub struct ClaimAllocation {
     /// `<pod>-extended-resources-*`): its spec as the node serves it, since no object holds it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec: Option<k8s_openapi::api::resource::v1::ResourceClaimSpec>,
+}
+
+/// A CapacityBuffer's chunks in the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedBuffer {
+    /// `namespace/name`.
+    pub buffer: String,
+    /// The chunks it keeps.
+    pub replicas: u32,
+    /// Chunks that fit the room existing nodes (and NodeClaims in flight) have left.
+    pub on_existing_nodes: u32,
+    /// Chunks on new NodeClaims, launched for the buffer.
+    pub on_new_node_claims: u32,
+    /// The new NodeClaims holding its chunks.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub node_claims: Vec<String>,
+    /// Chunks no node can hold, and why the first of them cannot be placed.
+    pub unplaced: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unplaced_reason: Option<String>,
+    /// Why the buffer keeps nothing (`PodTemplateNotFound: ...`), when it cannot be resolved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_ready: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

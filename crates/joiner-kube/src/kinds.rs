@@ -1,10 +1,13 @@
 //! Where each kind of Joiner's table ([`joiner_model::kinds::KINDS`]) is watched: its `live`
 //! column says whether the controller needs it, may do without it, or reads one object by name.
 
+use joiner_model::api::capacitybuffer::CapacityBuffer;
 use joiner_model::api::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use joiner_model::kinds::{KINDS, Kind, Live};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
@@ -47,6 +50,8 @@ pub(crate) fn watch_all(b: &mut Registry) {
             Kind::PersistentVolume => b.watch::<PersistentVolume>(Scope::All, required),
             Kind::StorageClass => b.watch::<StorageClass>(Scope::All, required),
             Kind::NodeOverlay => b.watch::<NodeOverlay>(Scope::All, required),
+            Kind::PodTemplate => b.watch::<PodTemplate>(Scope::All, required),
+            Kind::CapacityBuffer => b.watch::<CapacityBuffer>(Scope::All, required),
             Kind::DeviceClass => b.watch::<DeviceClass>(Scope::All, required),
             Kind::DeviceTaintRule => b.watch::<DeviceTaintRule>(Scope::All, required),
             Kind::ResourceClaim => b.watch::<ResourceClaim>(Scope::All, required),

@@ -11,10 +11,13 @@
 use std::path::Path;
 use std::time::Duration;
 
+use joiner_model::api::capacitybuffer::CapacityBuffer;
 use joiner_model::api::{EC2NodeClass, NodeClaim, NodeOverlay, NodePool};
 use joiner_model::kinds::{KINDS, Kind, Live};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
@@ -213,6 +216,8 @@ fn resources_of(kind: Kind) -> Option<Vec<ApiResource>> {
         Kind::PersistentVolume => vec![erase::<PersistentVolume>()],
         Kind::StorageClass => vec![erase::<StorageClass>()],
         Kind::NodeOverlay => vec![erase::<NodeOverlay>()],
+        Kind::PodTemplate => vec![erase::<PodTemplate>()],
+        Kind::CapacityBuffer => vec![erase::<CapacityBuffer>()],
         Kind::DeviceClass => dra(erase::<DeviceClass>()),
         Kind::DeviceTaintRule => dra(erase::<DeviceTaintRule>()),
         Kind::ResourceClaim => dra(erase::<ResourceClaim>()),

@@ -27,7 +27,7 @@ pub struct StoreOptions {
     /// its kubelet reports. The simulated cloud's kubelet (`--cloud simulated`) adds `Node`.
     pub status_kinds: Vec<&'static str>,
     /// Kinds of which this process writes only the status: an update is a `PUT …/status`
-    /// alone, never a PUT of the object. EC2NodeClasses, NodePools and NodeOverlays are the user's:
+    /// alone, never a PUT of the object. EC2NodeClasses, NodePools, NodeOverlays and CapacityBuffers are the user's:
     /// the controller writes what it found of them (resolved selectors, node counts, readiness),
     /// and a PUT of the whole object from Joiner's types would drop any field of a newer CRD
     /// they do not know.
@@ -42,7 +42,7 @@ impl Default for StoreOptions {
             write_timeout: Duration::from_secs(30),
             overlay_ttl: Duration::from_secs(120),
             status_kinds: vec!["NodeClaim"],
-            status_only_kinds: vec!["EC2NodeClass", "NodePool", "NodeOverlay"],
+            status_only_kinds: vec!["EC2NodeClass", "NodePool", "NodeOverlay", "CapacityBuffer"],
         }
     }
 }

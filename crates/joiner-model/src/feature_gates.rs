@@ -54,15 +54,20 @@ impl FeatureGate {
         matches!(self, FeatureGate::ReservedCapacity)
     }
 
-    /// Why turning the gate on changes nothing in Joiner; `None` for the gates Joiner acts on.
-    pub fn not_acted_on(self) -> Option<&'static str> {
+    /// Where turning the gate on changes less in Joiner than in Karpenter; `None` for the
+    /// gates Joiner acts on everywhere.
+    pub fn partly_acted_on(self) -> Option<&'static str> {
         match self {
             FeatureGate::SpotToSpotConsolidation
             | FeatureGate::ReservedCapacity
             | FeatureGate::NodeOverlay
             | FeatureGate::StaticCapacity
             | FeatureGate::NodeRepair => None,
-            FeatureGate::CapacityBuffer => Some("Joiner keeps no spare capacity for buffers"),
+            FeatureGate::CapacityBuffer => Some(
+                "a buffer with a scalableRef is kept by joiner plan alone: the controller (live \
+                 and in joiner simulate) reads pods, not workloads, and keeps podTemplateRef \
+                 buffers",
+            ),
         }
     }
 }
@@ -102,9 +107,9 @@ impl FeatureGates {
                 continue;
             };
             gates.set.insert(gate, on);
-            if let Some(why) = gate.not_acted_on().filter(|_| on) {
+            if let Some(why) = gate.partly_acted_on().filter(|_| on) {
                 warnings.push(format!(
-                    "{path}.{key}: accepted, not acted on by Joiner: {why}"
+                    "{path}.{key}: only partly acted on by Joiner: {why}"
                 ));
             }
         }
@@ -151,7 +156,7 @@ mod tests {
         );
         assert!(
             warnings[1].starts_with(
-                "settings.featureGates.capacityBuffer: accepted, not acted on by Joiner"
+                "settings.featureGates.capacityBuffer: only partly acted on by Joiner"
             ),
             "{warnings:?}"
         );

@@ -32,6 +32,8 @@ pub enum Kind {
     PersistentVolume,
     StorageClass,
     NodeOverlay,
+    PodTemplate,
+    CapacityBuffer,
 }
 
 /// How the live controller reads a kind.
@@ -215,6 +217,22 @@ pub const KINDS: &[KindInfo] = &[
         false,
         Live::Optional,
     ),
+    // The shape of a CapacityBuffer's chunks (`podTemplateRef`).
+    info(
+        Kind::PodTemplate,
+        "PodTemplate",
+        &["v1"],
+        true,
+        Live::Required,
+    ),
+    // Read when the API server serves it (Karpenter's chart installs the CRD from v1.14).
+    info(
+        Kind::CapacityBuffer,
+        "CapacityBuffer",
+        &["autoscaling.x-k8s.io/v1beta1"],
+        true,
+        Live::IfServed,
+    ),
 ];
 
 const fn info(
@@ -271,7 +289,7 @@ mod tests {
                 row.name
             );
         }
-        assert_eq!(KINDS.len(), 23);
+        assert_eq!(KINDS.len(), 25);
         assert_eq!(Kind::parse("Service"), None);
     }
 }

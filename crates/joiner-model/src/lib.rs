@@ -15,6 +15,7 @@ pub use quantity::{Format, Quantity, QuantityError};
 pub mod api;
 pub mod resources;
 pub use resources::{ResourceList, pod_requests};
+pub mod buffers;
 pub mod do_not_disrupt;
 pub mod dra;
 pub mod duration;

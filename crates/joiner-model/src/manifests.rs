@@ -15,7 +15,9 @@ use std::fmt;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
@@ -24,6 +26,7 @@ use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::api::capacitybuffer::CapacityBuffer;
 use crate::api::nodepool::NodePoolV1Beta1;
 use crate::api::{EC2NodeClass, FieldError, InstanceType, NodeClaim, NodeOverlay, NodePool};
 use crate::dra;
@@ -89,6 +92,10 @@ pub struct Manifests {
     pub storage_classes: Vec<Sourced<StorageClass>>,
     /// Adjustments to the instance types the planner sees (behind the `NodeOverlay` gate).
     pub node_overlays: Vec<Sourced<NodeOverlay>>,
+    /// Spare capacity to keep (behind the `CapacityBuffer` gate), and the pod templates its
+    /// chunks take their shape from.
+    pub capacity_buffers: Vec<Sourced<CapacityBuffer>>,
+    pub pod_templates: Vec<Sourced<PodTemplate>>,
     pub warnings: Vec<Warning>,
     /// Where each object was first defined, to reject a second definition.
     seen: HashMap<ObjectRef, Source>,
@@ -481,6 +488,15 @@ impl Manifests {
                 let it: InstanceType = self.decode_crd(o, object, doc)?;
                 it.validate().map_err(|e| e.into_input_error(o, object))?;
                 self.instance_types.push(sourced(o, it));
+            }
+            Kind::PodTemplate => {
+                let t = decode(o, object, doc)?;
+                self.pod_templates.push(sourced(o, t));
+            }
+            Kind::CapacityBuffer => {
+                let b: CapacityBuffer = self.decode_crd(o, object, doc)?;
+                b.validate().map_err(|e| e.into_input_error(o, object))?;
+                self.capacity_buffers.push(sourced(o, b));
             }
             Kind::NodeOverlay => {
                 let overlay: NodeOverlay = self.decode_crd(o, object, doc)?;

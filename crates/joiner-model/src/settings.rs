@@ -737,7 +737,7 @@ mod tests {
         assert!(
             warnings
                 .iter()
-                .any(|w| w.starts_with("settings.featureGates.capacityBuffer: accepted"))
+                .any(|w| w.starts_with("settings.featureGates.capacityBuffer: only partly"))
         );
         assert!(
             warnings

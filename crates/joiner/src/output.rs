@@ -224,6 +224,12 @@ fn table(plan: &Plan, wide: bool) -> String {
             let _ = writeln!(out, "  {}: {}", u.pod, u.reason);
         }
     }
+    if !plan.capacity_buffers.is_empty() {
+        out.push_str("\nCapacity buffers:\n");
+        for b in &plan.capacity_buffers {
+            let _ = writeln!(out, "  {}", buffer_line(b));
+        }
+    }
     if !plan.packing.is_empty() {
         out.push_str("\nPacking:\n");
         for b in &plan.packing {
@@ -282,6 +288,32 @@ pub fn packing_line(b: &joiner_engine::plan::PackedBatch) -> String {
         }
         (Solver::Greedy, None) => format!("{what}, packed greedily"),
     }
+}
+
+/// One CapacityBuffer's line: `lab/warm: 2 chunk(s), 1 on existing nodes, 1 on new g4-nodepool-1`.
+fn buffer_line(b: &joiner_engine::plan::PlannedBuffer) -> String {
+    if let Some(why) = &b.not_ready {
+        return format!("{}: not ready, keeps nothing ({why})", b.buffer);
+    }
+    let mut parts = vec![format!("{} chunk(s)", b.replicas)];
+    if b.on_existing_nodes > 0 {
+        parts.push(format!("{} on existing nodes", b.on_existing_nodes));
+    }
+    if b.on_new_node_claims > 0 {
+        parts.push(format!(
+            "{} on new {}",
+            b.on_new_node_claims,
+            b.node_claims.join(", ")
+        ));
+    }
+    if b.unplaced > 0 {
+        parts.push(format!(
+            "{} not placed ({})",
+            b.unplaced,
+            b.unplaced_reason.as_deref().unwrap_or("no node fits")
+        ));
+    }
+    format!("{}: {}", b.buffer, parts.join(", "))
 }
 
 #[cfg(test)]

@@ -146,6 +146,8 @@ impl InMemoryCluster {
                 Kind::PersistentVolume => put(self, &m.persistent_volumes)?,
                 Kind::StorageClass => put(self, &m.storage_classes)?,
                 Kind::NodeOverlay => put(self, &m.node_overlays)?,
+                Kind::PodTemplate => put(self, &m.pod_templates)?,
+                Kind::CapacityBuffer => put(self, &m.capacity_buffers)?,
                 // Expanded into pods above; the catalog is not a cluster object.
                 Kind::Deployment
                 | Kind::ReplicaSet
@@ -313,6 +315,8 @@ pub fn manifests_of<S: ClusterStore + ?Sized>(store: &S) -> Result<Manifests, St
             Kind::PersistentVolume => m.persistent_volumes = all(store)?,
             Kind::StorageClass => m.storage_classes = all(store)?,
             Kind::NodeOverlay => m.node_overlays = all(store)?,
+            Kind::PodTemplate => m.pod_templates = all(store)?,
+            Kind::CapacityBuffer => m.capacity_buffers = all(store)?,
             // Not stored in a cluster Joiner reads (see the table's `live` column).
             Kind::Deployment
             | Kind::ReplicaSet

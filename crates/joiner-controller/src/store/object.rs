@@ -2,10 +2,13 @@
 
 use std::fmt;
 
+use joiner_model::api::capacitybuffer::CapacityBuffer;
 use joiner_model::api::{EC2NodeClass, NodeOverlay, NodePool};
 use joiner_model::kinds::Kind;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
@@ -100,6 +103,7 @@ k8s_resource!(
     PersistentVolumeClaim => Kind::PersistentVolumeClaim,
     PersistentVolume => Kind::PersistentVolume,
     StorageClass => Kind::StorageClass,
+    PodTemplate => Kind::PodTemplate,
 );
 
 /// Custom resources Joiner defines the types of.
@@ -126,6 +130,7 @@ custom_resource!(NodeClaim, Kind::NodeClaim, "nodeclaims");
 custom_resource!(NodePool, Kind::NodePool, "nodepools");
 custom_resource!(EC2NodeClass, Kind::EC2NodeClass, "ec2nodeclasses");
 custom_resource!(NodeOverlay, Kind::NodeOverlay, "nodeoverlays");
+custom_resource!(CapacityBuffer, Kind::CapacityBuffer, "capacitybuffers");
 
 #[cfg(test)]
 mod tests {

@@ -700,11 +700,14 @@ impl<'a> Planner<'a> {
             .collect();
         let get = |p: usize, i: Option<usize>| i.map(|i| self.requests[p][i]).unwrap_or(0);
         let ext = |p: usize| extended.iter().map(|&i| self.requests[p][i]).sum::<i128>();
+        let buffer = |p: usize| self.input.pods[p].capacity_buffer.is_some();
         pending.sort_by(|&a, &b| {
-            let first = match order {
+            // Real pods take the room there is before any buffer's virtual pods do.
+            let first = buffer(a).cmp(&buffer(b));
+            let first = first.then(match order {
                 Order::DominantShare => dominant[b].cmp(&dominant[a]),
                 Order::ExtendedFirst => std::cmp::Ordering::Equal,
-            };
+            });
             first
                 .then_with(|| ext(b).cmp(&ext(a)))
                 .then_with(|| get(b, cpu).cmp(&get(a, cpu)))

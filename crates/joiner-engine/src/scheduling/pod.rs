@@ -117,6 +117,9 @@ pub struct PodInfo {
     pub do_not_disrupt: bool,
     /// What evicting it costs, as Karpenter weighs disruption ([`eviction_cost`]).
     pub eviction_cost: f64,
+    /// For a CapacityBuffer's virtual pod, its buffer (`namespace/name`): room kept for pods to
+    /// come, placed after every real pod ([`joiner_model::buffers`]).
+    pub capacity_buffer: Option<String>,
 }
 
 impl PodInfo {
@@ -361,6 +364,7 @@ impl PodInfo {
                 .flatten()
                 .find(|o| o.kind == "DaemonSet")
                 .map(|o| format!("{namespace}/{}", o.name)),
+            capacity_buffer: joiner_model::buffers::buffer_of(pod),
         })
     }
 

@@ -14,6 +14,7 @@
 //! the result is immutable and read through accessors, and its warnings are produced here and
 //! nowhere else.
 
+mod buffers;
 pub mod corrections;
 mod dra;
 pub use dra::extended::{CLAIM_NAME_PART, EXTENDED_CLAIM_ANNOTATION, request_mappings};
@@ -88,6 +89,8 @@ pub struct ClusterSnapshot {
     statics: Vec<statics::StaticPool>,
     /// Every NodeClaim's name: static slots are chosen among the names no NodeClaim holds.
     claim_names: BTreeSet<String>,
+    /// The CapacityBuffers whose virtual pods are among the pending pods.
+    buffers: buffers::Buffers,
 }
 
 /// Gathers what shapes a [`ClusterSnapshot`]; see [`ClusterSnapshot::builder`].
@@ -394,10 +397,16 @@ impl<'a> SnapshotBuilder<'a> {
         let mut pods = Vec::new();
         let mut decided = Vec::new();
         let added = workload_pods(m);
+        let (buffers, buffer_pods) = if settings.feature_gates.enabled(FeatureGate::CapacityBuffer)
+        {
+            buffers::Buffers::of(m, &mut warnings)
+        } else {
+            (buffers::Buffers::default(), Vec::new())
+        };
         let mut with_claims = Vec::new();
         let dra_cluster = dra_on.then(|| dra::Cluster::new(m, settings, &mut warnings));
         let volumes = volumes::Volumes::of(m);
-        for p in m.pods.iter().chain(&added) {
+        for p in m.pods.iter().chain(&added).chain(&buffer_pods) {
             // Finished pods hold nothing; gated pods are not for scheduling yet.
             let status = p.object.status.as_ref();
             if matches!(
@@ -566,6 +575,7 @@ impl<'a> SnapshotBuilder<'a> {
                 .iter()
                 .map(|c| c.object.name().to_string())
                 .collect(),
+            buffers,
         })
     }
 }
@@ -783,7 +793,45 @@ impl ClusterSnapshot {
 
     /// The consolidation moves for this round ([`crate::disruption::consolidate`]).
     pub fn consolidate(&self) -> Vec<crate::disruption::Decision> {
-        crate::disruption::consolidate(&self.input, &self.feature_gates)
+        crate::disruption::consolidate(&self.consolidation_input(), &self.feature_gates)
+    }
+
+    /// The input consolidation weighs: each CapacityBuffer's virtual pods that fit existing
+    /// nodes (or NodeClaims in flight) bound there, as if they ran, so the room a buffer keeps
+    /// is neither "empty" nor free for other nodes' pods, and a move must find them room too
+    /// (Karpenter simulates them with the pending pods). Buffer pods no existing node holds are
+    /// left out: they wait for new capacity whatever consolidation does.
+    fn consolidation_input(&self) -> std::borrow::Cow<'_, SchedulingInput> {
+        if !self
+            .input
+            .pods
+            .iter()
+            .any(|p| p.capacity_buffer.is_some() && p.node_name.is_none())
+        {
+            return std::borrow::Cow::Borrowed(&self.input);
+        }
+        let plan = crate::scheduling::placements(&self.input);
+        let existing: BTreeSet<&str> = self.input.nodes.iter().map(|n| n.name.as_str()).collect();
+        let at: BTreeMap<&str, &str> = plan
+            .bindings
+            .iter()
+            .filter(|b| existing.contains(b.node.as_str()))
+            .map(|b| (b.pod.as_str(), b.node.as_str()))
+            .collect();
+        let mut input = self.input.clone();
+        input.pods.retain_mut(|p| {
+            if p.capacity_buffer.is_none() || p.node_name.is_some() {
+                return true;
+            }
+            match at.get(p.key().as_str()) {
+                Some(node) => {
+                    p.node_name = Some((*node).to_string());
+                    true
+                }
+                None => false,
+            }
+        });
+        std::borrow::Cow::Owned(input)
     }
 
     /// The consolidation moves for this round, with the verdicts of the moves weighed, `lap`
@@ -795,7 +843,11 @@ impl ClusterSnapshot {
         Vec<crate::disruption::Decision>,
         Vec<crate::disruption::MoveVerdict>,
     ) {
-        crate::disruption::consolidate_weighed(&self.input, &self.feature_gates, lap)
+        crate::disruption::consolidate_weighed(
+            &self.consolidation_input(),
+            &self.feature_gates,
+            lap,
+        )
     }
 
     /// New nodes for the pods of `nodes` ([`crate::disruption::replacements`]).
@@ -917,6 +969,7 @@ impl ClusterSnapshot {
         }
         plan.unschedulable.extend(self.decided.iter().cloned());
         plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+        self.buffers.report(&mut plan);
         plan
     }
 

@@ -6,6 +6,7 @@
 //! returns a [`FieldError`] (a field path and a message); the caller, which knows the file and the
 //! object, turns it into an [`crate::InputError`].
 
+pub mod capacitybuffer;
 pub mod crds;
 pub mod ec2nodeclass;
 pub mod instancetype;

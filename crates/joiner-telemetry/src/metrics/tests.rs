@@ -128,6 +128,7 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
         }],
         repair_blocked: vec![("a".into(), "blocked".into())],
         reboots: Vec::new(),
+        buffers: None,
         errors: vec![
             ControllerError::Cloud(CloudError::Throttled),
             ControllerError::Store(StoreError::Unavailable("down".into())),
