@@ -53,6 +53,6 @@ pub use error::ControllerError;
 pub use joiner_engine::disruption::MoveVerdict;
 pub use report::{
     CloudCall, DisruptionBlock, DisruptionCause, DisruptionEvent, DoNotDisruptNote, NodeClaimEvent,
-    NotDrained, OfferedAt, OfferedType, PoolBudget, RebootPhase, RebootStep, Reconciler, Repaired,
-    StepReport, Unconsolidatable,
+    NotDrained, OfferedAt, OfferedType, PoolBudget, RebootFailure, RebootPhase, RebootStep,
+    Reconciler, Repaired, StepReport, Unconsolidatable,
 };

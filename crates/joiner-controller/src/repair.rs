@@ -5,10 +5,13 @@
 //! - With the AWS gate `RebootForRepair` (Karpenter v1.15, off by default), a fault a reboot
 //!   clears is first rebooted in place ([`reboot`]), at most twice a day; a node still broken
 //!   a toleration after its reboot came back is rebooted again or replaced.
-//! - Otherwise it is replaced: its NodeClaim gets a termination deadline of now and is deleted,
-//!   so the termination finalizer drains it at once, as Karpenter's forceful repair does
-//!   (budgets and `do-not-disrupt` do not hold a broken node), and the provisioner plans its
-//!   pods again.
+//! - Otherwise it is replaced: its NodeClaim gets a termination deadline of the policy's drain
+//!   bound (10 minutes; none for `Ready: Unknown`; the NodeClaim's `terminationGracePeriod` if
+//!   shorter) and is deleted, so the termination finalizer drains it through the Eviction API
+//!   as PodDisruptionBudgets allow until then and deletes what is left, as Karpenter v1.15's
+//!   repair does (the NodePool's budgets and `do-not-disrupt` do not hold a broken node past
+//!   the bound); the provisioner plans its pods again.
+//! - `karpenter.sh/do-not-repair: "true"` on the Node or NodeClaim keeps repair off it.
 //!
 //! The world is not trusted further than it must be:
 //! - only nodes of a NodeClaim (one Joiner launched) are repaired;
@@ -67,9 +70,10 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
             match reboot::advance(ctx, claim, node, &pods) {
                 Ok(reboot::Next::Wait) => {}
                 Ok(reboot::Next::Replace(why)) => {
-                    let condition = policy::broken(node, &policies, None)
-                        .map_or(AWS_REBOOT_POLICY.condition, |b| b.policy.condition);
-                    if let Err(e) = replace(ctx, &name, claim, condition, why) {
+                    // Drained before the reboot already: the broken policy's bound again.
+                    let policy = policy::broken(node, &policies, None)
+                        .map_or(AWS_REBOOT_POLICY, |b| b.policy);
+                    if let Err(e) = replace(ctx, &name, claim, &policy, why) {
                         ctx.error(Reconciler::Repair, &format!("Node {name}"), e);
                     }
                 }
@@ -99,6 +103,15 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
             continue;
         }
         match verdict {
+            Verdict::Repair(_) if do_not_repair(&nodes, &name, claim) => {
+                ctx.report.repair_blocked.push((
+                    claim.name().to_string(),
+                    format!(
+                        "repair is blocked through the \"{}\" annotation",
+                        annotations::DO_NOT_REPAIR
+                    ),
+                ));
+            }
             Verdict::Repair(broken) => {
                 let since = not_before.get(&name).copied();
                 if let Err(e) = repair(ctx, &name, claim, &broken, &policies, since) {
@@ -124,6 +137,19 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
         }
     }
     Ok(())
+}
+
+/// Whether the Node named `node` or its NodeClaim is marked `karpenter.sh/do-not-repair: "true"`.
+fn do_not_repair(nodes: &[Node], node: &str, claim: &NodeClaim) -> bool {
+    let marked = |a: Option<&std::collections::BTreeMap<String, String>>| {
+        a.and_then(|a| a.get(annotations::DO_NOT_REPAIR))
+            .is_some_and(|v| v == "true")
+    };
+    marked(claim.metadata.annotations.as_ref())
+        || nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(node))
+            .is_some_and(|n| marked(n.metadata.annotations.as_ref()))
 }
 
 /// Reboots or replaces the broken node of `claim`, if the API server still says it is broken:
@@ -163,7 +189,7 @@ fn repair<S: ClusterStore, C: CloudProvider>(
         "{}={} since {}",
         broken.policy.condition, broken.policy.status, broken.since
     );
-    replace(ctx, node, claim, broken.policy.condition, detail)
+    replace(ctx, node, claim, &broken.policy, detail)
 }
 
 /// Replaces the node of `claim`: its NodeClaim's drain ends now and it is deleted.
@@ -171,22 +197,31 @@ fn replace<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     node: &str,
     claim: &NodeClaim,
-    condition: &'static str,
+    policy: &RepairPolicy,
     detail: String,
 ) -> Result<(), ControllerError> {
-    // The drain ends now (a deadline already earlier stays), and says why.
+    let condition = policy.condition;
+    // The drain is bounded by the policy's grace period, or the NodeClaim's own if shorter (a
+    // deadline already earlier stays), and says why.
     let mut c = claim.clone();
+    let bound = claim
+        .spec
+        .termination_grace_period
+        .as_deref()
+        .and_then(crate::clock::duration_setting)
+        .map_or(policy.drain, |d| d.min(policy.drain));
+    let deadline = crate::clock::add(ctx.now, bound);
     let earlier = c
         .annotation(annotations::TERMINATION_TIMESTAMP)
         .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-        .is_some_and(|t| t <= ctx.now);
+        .is_some_and(|t| t <= deadline);
     let reason = DisruptionReason::Unhealthy.as_str();
     if !earlier || c.annotation(annotations::DISRUPTION_REASON) != Some(reason) {
         let a = c.metadata.annotations.get_or_insert_with(Default::default);
         if !earlier {
             a.insert(
                 annotations::TERMINATION_TIMESTAMP.into(),
-                ctx.now.to_string(),
+                deadline.to_string(),
             );
         }
         a.insert(annotations::DISRUPTION_REASON.into(), reason.into());

@@ -382,7 +382,18 @@ pub enum RebootPhase {
     /// The node came back Ready on a new boot.
     Succeeded,
     /// It did not, or the cloud refused: the node is replaced.
-    Failed,
+    Failed(RebootFailure),
+}
+
+/// Why a reboot failed, as Karpenter v1.15's `karpenter_nodes_reboots_total{result}` says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RebootFailure {
+    /// The cloud refused the reboot, or kept failing for the retry window.
+    ProviderError,
+    /// The node did not come back Ready on a new boot in time.
+    RecoveryTimeout,
+    /// There was nothing to reboot (the NodeClaim names no instance).
+    InvalidRequest,
 }
 
 impl RebootPhase {
@@ -391,7 +402,18 @@ impl RebootPhase {
             RebootPhase::Requested => "requested",
             RebootPhase::Issued => "issued",
             RebootPhase::Succeeded => "succeeded",
-            RebootPhase::Failed => "failed",
+            RebootPhase::Failed(_) => "failed",
+        }
+    }
+
+    /// The `result` label of a reboot that ended, `None` while it goes on.
+    pub fn result(self) -> Option<&'static str> {
+        match self {
+            RebootPhase::Requested | RebootPhase::Issued => None,
+            RebootPhase::Succeeded => Some("succeeded"),
+            RebootPhase::Failed(RebootFailure::ProviderError) => Some("provider_error"),
+            RebootPhase::Failed(RebootFailure::RecoveryTimeout) => Some("recovery_timeout"),
+            RebootPhase::Failed(RebootFailure::InvalidRequest) => Some("invalid_request"),
         }
     }
 }

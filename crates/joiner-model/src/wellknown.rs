@@ -157,6 +157,9 @@ pub mod labels {
 pub mod annotations {
     /// On a pod or a node: never disrupt voluntarily.
     pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+    /// `"true"` on a Node or NodeClaim keeps node repair off it (Karpenter v1.15); unlike
+    /// `do-not-disrupt`, which repair does not heed.
+    pub const DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
     /// On a pod: what its ReplicaSet weighs in choosing pods to remove; Karpenter weighs
     /// evictions by it too.
     pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";

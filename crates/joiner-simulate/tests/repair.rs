@@ -360,3 +360,76 @@ fn the_safety_threshold_holds_back_reboots_too() {
     assert_eq!(reboots(&reports, RebootPhase::Requested), 0);
     assert!(!reports.last().expect("a step").repair_blocked.is_empty());
 }
+
+/// A PodDisruptionBudget letting no lab pod go.
+fn hold_every_pod(lab: &Lab) {
+    let pdb: k8s_openapi::api::policy::v1::PodDisruptionBudget =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "lab", "namespace": "default"},
+            "spec": {"minAvailable": 4, "selector": {"matchLabels": {"app": "learning-lab"}}},
+        }))
+        .expect("a PDB");
+    lab.world.store.create(&pdb).expect("create the PDB");
+}
+
+fn forced(reports: &[StepReport]) -> Vec<&String> {
+    reports
+        .iter()
+        .flat_map(|r| &r.disruption)
+        .filter(|e| e.action == DisruptionAction::Forced)
+        .flat_map(|e| &e.detail)
+        .collect()
+}
+
+#[test]
+fn a_replaced_node_drains_as_its_budgets_allow_for_ten_minutes_then_its_pods_go() {
+    let (lab, node) = settled(true);
+    hold_every_pod(&lab);
+    let mut c = lab.controller();
+    lab.fail_gpus(&node);
+    let decided = lab.run(&mut c, 10 * 60 + 20);
+    assert_eq!(repairs(&decided).len(), 1);
+    // The budget refuses every eviction: the pods stay for the policy's 10 minutes.
+    let held = lab.run(&mut c, 9 * 60);
+    assert!(forced(&held).is_empty(), "deleted before the drain's bound");
+    assert!(
+        held.iter().any(|r| !r.eviction_refused.is_empty()),
+        "the drain asked the Eviction API"
+    );
+    let bound = lab.run(&mut c, 90);
+    assert_eq!(
+        forced(&bound).len(),
+        3,
+        "the broken node's three pods go at the bound"
+    );
+    lab.run(&mut c, 300);
+    assert!(!lab.nodes().contains(&node));
+    lab.world.assert_nothing_pending();
+}
+
+#[test]
+fn a_node_marked_do_not_repair_is_left_and_says_why() {
+    let (lab, node) = settled(true);
+    let mut n = lab
+        .world
+        .store
+        .get::<Node>(None, &node)
+        .expect("get")
+        .expect("the node");
+    n.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert("karpenter.sh/do-not-repair".into(), "true".into());
+    lab.world.store.update(&n).expect("annotate");
+    let mut c = lab.controller();
+    lab.fail_gpus(&node);
+    let reports = lab.run(&mut c, 15 * 60);
+    assert!(repairs(&reports).is_empty());
+    let blocked = &reports.last().expect("a step").repair_blocked;
+    assert!(
+        blocked
+            .iter()
+            .any(|(_, why)| why.contains("karpenter.sh/do-not-repair")),
+        "{blocked:?}"
+    );
+}

@@ -56,6 +56,11 @@ pub enum EventKind {
     /// The NodeClaim's node is broken, but node repair leaves it: too many of its NodePool's
     /// nodes are.
     NodeRepairBlocked,
+    /// Node repair rebooted the NodeClaim's node and it came back Ready on a new boot.
+    RebootObserved,
+    /// Node repair's reboot failed (refused, or no new Ready boot in time); the node is
+    /// replaced.
+    RebootFailed,
     /// What a pod's `karpenter.sh/do-not-disrupt` comes to now.
     DoNotDisrupt(DoNotDisruptNote),
     /// The NodeClaim's Node offers less than the plan predicted (Karpenter's consistency
@@ -91,6 +96,8 @@ impl EventKind {
             EventKind::DisruptionBlocked(_) | EventKind::NodeBlocked => "DisruptionBlocked",
             EventKind::Unconsolidatable => "Unconsolidatable",
             EventKind::NodeRepairBlocked => "NodeRepairBlocked",
+            EventKind::RebootObserved => "RebootObserved",
+            EventKind::RebootFailed => "RebootFailed",
             EventKind::DoNotDisrupt(DoNotDisruptNote::Until(_)) => "DoNotDisruptUntil",
             EventKind::DoNotDisrupt(DoNotDisruptNote::Elapsed) => "DoNotDisruptGracePeriodElapsed",
             EventKind::DoNotDisrupt(DoNotDisruptNote::Invalid) => "InvalidDoNotDisruptAnnotation",
@@ -113,6 +120,7 @@ impl EventKind {
             | EventKind::DisruptionBlocked(_)
             | EventKind::NodeBlocked
             | EventKind::Unconsolidatable
+            | EventKind::RebootObserved
             | EventKind::DoNotDisrupt(DoNotDisruptNote::Until(_) | DoNotDisruptNote::Elapsed)
             | EventKind::Interruption(InterruptionKind::RebalanceRecommendation) => false,
             EventKind::FailedScheduling
@@ -120,6 +128,7 @@ impl EventKind {
             | EventKind::FailedConsistencyCheck
             | EventKind::NoCompatibleInstanceTypes
             | EventKind::NodeRepairBlocked
+            | EventKind::RebootFailed
             | EventKind::DoNotDisrupt(DoNotDisruptNote::Invalid)
             | EventKind::Interruption(_) => true,
             EventKind::Termination(t) => t.is_warning(),
@@ -143,6 +152,7 @@ impl EventKind {
             | EventKind::Unconsolidatable
             | EventKind::NodeRepairBlocked
             | EventKind::DoNotDisrupt(_) => "Disrupt",
+            EventKind::RebootObserved | EventKind::RebootFailed => "Reboot",
             EventKind::Transitioned(_) => "Transition",
             EventKind::Rival(true) => "StandDown",
             EventKind::Rival(false) => "Resume",
@@ -417,6 +427,14 @@ pub fn events_of(report: &StepReport, subjects: &Subjects) -> Vec<ObjectEvent> {
     }
     for (claim, why) in &report.repair_blocked {
         out.extend(subjects.on_claim(claim, EventKind::NodeRepairBlocked, why.clone()));
+    }
+    for r in &report.reboots {
+        let kind = match r.phase {
+            joiner_controller::RebootPhase::Succeeded => EventKind::RebootObserved,
+            joiner_controller::RebootPhase::Failed(_) => EventKind::RebootFailed,
+            _ => continue,
+        };
+        out.extend(subjects.on_claim(&r.node_claim, kind, r.message.clone()));
     }
     for (p, value, note) in &report.do_not_disrupt {
         out.push(subjects.event(

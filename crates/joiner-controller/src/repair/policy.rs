@@ -78,7 +78,15 @@ pub struct RepairPolicy {
     /// How long the condition may hold before the node is repaired.
     pub toleration: Duration,
     pub action: RepairAction,
+    /// How long the node's drain may take once repair acts (Karpenter v1.15's per-policy
+    /// termination grace period): PodDisruptionBudgets pace the evictions until then, and what
+    /// is left is deleted. Zero deletes the pods at once.
+    pub drain: Duration,
 }
+
+/// The drain Karpenter v1.15's AWS policies allow a broken node: 10 minutes, none for a node
+/// whose kubelet stopped reporting (`Ready: Unknown`: its pods are not running anyway).
+const DRAIN: Duration = Duration::from_secs(600);
 
 const fn policy(condition: &'static str, status: &'static str, minutes: u64) -> RepairPolicy {
     RepairPolicy {
@@ -87,6 +95,14 @@ const fn policy(condition: &'static str, status: &'static str, minutes: u64) -> 
         reasons: Reasons::Any,
         toleration: Duration::from_secs(minutes * 60),
         action: RepairAction::Replace,
+        drain: DRAIN,
+    }
+}
+
+const fn at_once(policy: RepairPolicy) -> RepairPolicy {
+    RepairPolicy {
+        drain: Duration::ZERO,
+        ..policy
     }
 }
 
@@ -98,6 +114,7 @@ pub const AWS_REBOOT_POLICY: RepairPolicy = RepairPolicy {
     reasons: Reasons::RebootClearableXid,
     toleration: Duration::from_secs(600),
     action: RepairAction::Reboot,
+    drain: DRAIN,
 };
 
 /// The AWS provider's policies, the reboot one first when `reboot` (a condition is judged by
@@ -114,7 +131,7 @@ pub fn aws_policies(reboot: bool) -> Vec<RepairPolicy> {
 /// EKS node monitoring agent reports (`AcceleratedHardwareReady` for GPU and Neuron faults).
 pub const AWS_REPAIR_POLICIES: [RepairPolicy; 7] = [
     policy("Ready", "False", 30),
-    policy("Ready", "Unknown", 30),
+    at_once(policy("Ready", "Unknown", 30)),
     policy("AcceleratedHardwareReady", "False", 10),
     policy("StorageReady", "False", 30),
     policy("NetworkingReady", "False", 30),

@@ -35,7 +35,7 @@ use crate::cloud::{CloudError, CloudProvider, instance_id_of};
 use crate::context::Ctx;
 use crate::error::ControllerError;
 use crate::pods::{is_daemon_pod, is_finished, pod_key};
-use crate::report::{DisruptionCause, DisruptionEvent, RebootPhase, RebootStep};
+use crate::report::{DisruptionCause, DisruptionEvent, RebootFailure, RebootPhase, RebootStep};
 use crate::store::{ClusterStore, Preconditions, StoreError};
 
 use super::policy::Broken;
@@ -236,7 +236,13 @@ fn issue<S: ClusterStore, C: CloudProvider>(
 ) -> Result<Next, ControllerError> {
     let name = node.metadata.name.as_deref().unwrap_or_default();
     let Some(instance) = claim.status.provider_id.as_deref().and_then(instance_id_of) else {
-        return fail(ctx, claim, name, "the NodeClaim names no instance".into());
+        return fail(
+            ctx,
+            claim,
+            name,
+            RebootFailure::InvalidRequest,
+            "the NodeClaim names no instance".into(),
+        );
     };
     let boot_id = boot_id(node).unwrap_or_default().to_string();
     // The boot id first: a reboot that happens is then always told from the boot before it.
@@ -254,12 +260,15 @@ fn issue<S: ClusterStore, C: CloudProvider>(
     }
     match ctx.cloud.reboot(instance) {
         Ok(()) => {}
-        Err(CloudError::Rejected(why)) => return fail(ctx, claim, name, why),
+        Err(CloudError::Rejected(why)) => {
+            return fail(ctx, claim, name, RebootFailure::ProviderError, why);
+        }
         Err(e) if ctx.now >= give_up_at => {
             return fail(
                 ctx,
                 claim,
                 name,
+                RebootFailure::ProviderError,
                 format!("the reboot call kept failing: {e}"),
             );
         }
@@ -325,6 +334,7 @@ fn recovered<S: ClusterStore, C: CloudProvider>(
             ctx,
             claim,
             name,
+            RebootFailure::RecoveryTimeout,
             format!(
                 "the node did not come back Ready on a new boot within {} minutes",
                 RECOVERY_WINDOW.as_secs() / 60
@@ -339,6 +349,7 @@ fn fail<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     claim: &NodeClaim,
     node: &str,
+    failure: RebootFailure,
     why: String,
 ) -> Result<Next, ControllerError> {
     let mut c = claim.clone();
@@ -360,7 +371,7 @@ fn fail<S: ClusterStore, C: CloudProvider>(
         why,
         "node repair: the reboot failed; replacing the node"
     );
-    report(ctx, claim, node, RebootPhase::Failed, why.clone());
+    report(ctx, claim, node, RebootPhase::Failed(failure), why.clone());
     Ok(Next::Replace(format!("reboot failed: {why}")))
 }
 

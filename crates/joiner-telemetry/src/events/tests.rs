@@ -523,3 +523,35 @@ fn what_keeps_a_node_from_disruption_is_told_on_it_and_do_not_disrupt_on_its_pod
     assert!(recorder.should_publish(&events[0], Duration::ZERO));
     assert!(recorder.should_publish(&events[0], Duration::from_secs(120)));
 }
+
+#[test]
+fn a_reboot_that_ends_is_told_on_the_node_claim_and_its_node() {
+    let step = |phase| joiner_controller::RebootStep {
+        node_claim: "gpu-1".into(),
+        node: "ip-10-0-0-1".into(),
+        phase,
+        message: "the reboot".into(),
+    };
+    let report = StepReport {
+        reboots: vec![
+            step(joiner_controller::RebootPhase::Requested),
+            step(joiner_controller::RebootPhase::Succeeded),
+            step(joiner_controller::RebootPhase::Failed(
+                joiner_controller::RebootFailure::ProviderError,
+            )),
+        ],
+        ..StepReport::default()
+    };
+    let events = events_of(&report, &subjects());
+    let told: Vec<_> = said(&events)
+        .into_iter()
+        .filter(|(_, _, about)| *about == Involved::NodeClaim("gpu-1".into()))
+        .collect();
+    assert_eq!(
+        told,
+        [
+            ("RebootObserved", false, Involved::NodeClaim("gpu-1".into())),
+            ("RebootFailed", true, Involved::NodeClaim("gpu-1".into())),
+        ]
+    );
+}

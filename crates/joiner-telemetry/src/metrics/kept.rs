@@ -71,6 +71,12 @@ fn busy() -> Metrics {
             approved: true,
             score: Some((0.7, true)),
         }],
+        reboots: vec![joiner_controller::RebootStep {
+            node_claim: "b".into(),
+            node: "n-b".into(),
+            phase: joiner_controller::RebootPhase::Succeeded,
+            message: "back".into(),
+        }],
         repaired: vec![joiner_controller::Repaired {
             node_claim: "b".into(),
             node_pool: "gpu".into(),

@@ -96,6 +96,7 @@ pub struct Metrics {
     nodeclaims_terminated: Counters,
     nodeclaims_disrupted: Counters,
     nodeclaims_unhealthy_disrupted: Counters,
+    nodes_reboots: Counters,
     nodes_created: Counters,
     nodes_terminated: Counters,
     nodes_drained: Counters,
@@ -162,6 +163,10 @@ impl Metrics {
         let nodeclaims_unhealthy_disrupted = counters(
             "karpenter_nodeclaims_unhealthy_disrupted",
             "NodeClaims node repair replaced, by the node condition that broke them, NodePool, capacity type and image",
+        );
+        let nodes_reboots = counters(
+            "karpenter_nodes_reboots",
+            "Reboots node repair made (rebootForRepair), by how they ended: succeeded, provider_error, recovery_timeout or invalid_request",
         );
         let nodes_created = counters(
             "karpenter_nodes_created",
@@ -299,6 +304,7 @@ impl Metrics {
             nodeclaims_terminated,
             nodeclaims_disrupted,
             nodeclaims_unhealthy_disrupted,
+            nodes_reboots,
             nodes_created,
             nodes_terminated,
             nodes_drained,

@@ -194,6 +194,14 @@ fn record_lifecycle(report: &StepReport, claims: &Claims, metrics: &Metrics) {
             ]))
             .inc();
     }
+    for r in &report.reboots {
+        if let Some(result) = r.phase.result() {
+            metrics
+                .nodes_reboots
+                .get_or_create(&labels(&[("result", result)]))
+                .inc();
+        }
+    }
     for name in &report.drained {
         let c = claim(claims, name);
         metrics

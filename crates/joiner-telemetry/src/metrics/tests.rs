@@ -127,7 +127,22 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
             image_id: "ami-0123".into(),
         }],
         repair_blocked: vec![("a".into(), "blocked".into())],
-        reboots: Vec::new(),
+        reboots: vec![
+            joiner_controller::RebootStep {
+                node_claim: "a".into(),
+                node: "n-a".into(),
+                phase: joiner_controller::RebootPhase::Issued,
+                message: "rebooted instance i-1".into(),
+            },
+            joiner_controller::RebootStep {
+                node_claim: "b".into(),
+                node: "n-b".into(),
+                phase: joiner_controller::RebootPhase::Failed(
+                    joiner_controller::RebootFailure::RecoveryTimeout,
+                ),
+                message: "not back".into(),
+            },
+        ],
         buffers: None,
         errors: vec![
             ControllerError::Cloud(CloudError::Throttled),
@@ -209,6 +224,14 @@ fn a_step_report_becomes_karpenter_and_joiner_metrics() {
     has(
         &lines,
         r#"karpenter_nodeclaims_unhealthy_disrupted_total{condition="AcceleratedHardwareReady",nodepool="gpu",capacity_type="spot",image_id="ami-0123"} 1"#,
+    );
+    has(
+        &lines,
+        r#"karpenter_nodes_reboots_total{result="recovery_timeout"} 1"#,
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains(r#"result="issued""#)),
+        "a reboot under way has no result yet"
     );
     has(
         &lines,

@@ -192,3 +192,20 @@ fn xids_are_read_from_the_agents_reasons() {
     assert_eq!(xid_of("NvidiaXIDError"), None);
     assert_eq!(xid_of("KernelBug"), None);
 }
+
+#[test]
+fn a_node_whose_kubelet_went_silent_is_drained_at_once_and_the_rest_for_ten_minutes() {
+    let drain = |condition: &str, status: &str| {
+        AWS_REPAIR_POLICIES
+            .iter()
+            .find(|p| p.condition == condition && p.status == status)
+            .map(|p| p.drain)
+    };
+    assert_eq!(drain("Ready", "Unknown"), Some(Duration::ZERO));
+    assert_eq!(drain("Ready", "False"), Some(Duration::from_secs(600)));
+    assert_eq!(
+        drain("AcceleratedHardwareReady", "False"),
+        Some(Duration::from_secs(600))
+    );
+    assert_eq!(AWS_REBOOT_POLICY.drain, Duration::from_secs(600));
+}
