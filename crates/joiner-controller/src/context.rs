@@ -202,6 +202,19 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
     pub fn view(&mut self) -> Result<&ClusterSnapshot, ControllerError> {
         if self.view.is_none() || self.stale {
             let mut m = manifests_of(self.store)?;
+            if self
+                .config
+                .settings
+                .feature_gates
+                .enabled(joiner_model::feature_gates::FeatureGate::CapacityBuffer)
+            {
+                let list: Vec<_> = m
+                    .capacity_buffers
+                    .iter()
+                    .map(|b| b.object.clone())
+                    .collect();
+                m.scale_targets = crate::buffer_status::scale_targets(self.store, &list);
+            }
             mark_unresolved(&mut m.node_classes, crate::clock::k8s_time(self.now));
             let placement_groups = self.placement_groups.current(&m.node_classes);
             mark_unplaced(

@@ -27,6 +27,22 @@ pub mod annotations {
     pub const NAMESPACE: &str = "karpenter.sh/capacity-buffer-namespace";
 }
 
+/// A workload a CapacityBuffer's `scalableRef` names, as the controller reads it for the buffer
+/// alone (it reads pods, not workloads, otherwise): never expanded into pods.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScaleTarget {
+    /// `Deployment`, `StatefulSet` or `ReplicaSet`.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// `spec.replicas` (1 when unset).
+    pub replicas: i32,
+    pub template: PodTemplateSpec,
+    /// Why the workload could not be read, if it could not: its buffer is not ready this time
+    /// (`ResolutionFailed`), and every other buffer is kept as usual.
+    pub unreadable: Option<String>,
+}
+
 /// A buffer worked out: its template, how many chunks, and the PodTemplate's generation when
 /// it names one.
 #[derive(Debug, Clone, PartialEq)]
@@ -143,6 +159,17 @@ fn workload(
             ));
         }
     };
+    let target = m
+        .scale_targets
+        .iter()
+        .find(|t| t.kind == kind && t.namespace == ns && t.name == name);
+    if let Some(why) = target.and_then(|t| t.unreadable.as_ref()) {
+        return Err(unresolved(
+            conditions::RESOLUTION_FAILED,
+            format!("{kind} \"{name}\" could not be read: {why}"),
+        ));
+    }
+    let found = found.or_else(|| target.map(|t| (t.template.clone(), Some(t.replicas))));
     let (template, replicas) = found.ok_or_else(|| {
         unresolved(
             conditions::SCALABLE_REF_NOT_FOUND,

@@ -62,12 +62,8 @@ impl FeatureGate {
             | FeatureGate::ReservedCapacity
             | FeatureGate::NodeOverlay
             | FeatureGate::StaticCapacity
-            | FeatureGate::NodeRepair => None,
-            FeatureGate::CapacityBuffer => Some(
-                "a buffer with a scalableRef is kept by joiner plan alone: the controller (live \
-                 and in joiner simulate) reads pods, not workloads, and keeps podTemplateRef \
-                 buffers",
-            ),
+            | FeatureGate::NodeRepair
+            | FeatureGate::CapacityBuffer => None,
         }
     }
 }
@@ -149,15 +145,9 @@ mod tests {
         ]);
         assert!(gates.enabled(FeatureGate::SpotToSpotConsolidation));
         assert!(!gates.enabled(FeatureGate::ReservedCapacity));
-        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(
             warnings[0].starts_with("settings.featureGates.SpotToSpotConsolidation: not one of"),
-            "{warnings:?}"
-        );
-        assert!(
-            warnings[1].starts_with(
-                "settings.featureGates.capacityBuffer: only partly acted on by Joiner"
-            ),
             "{warnings:?}"
         );
         assert!(gates.enabled(FeatureGate::NodeOverlay));

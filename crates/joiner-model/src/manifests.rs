@@ -96,6 +96,9 @@ pub struct Manifests {
     /// chunks take their shape from.
     pub capacity_buffers: Vec<Sourced<CapacityBuffer>>,
     pub pod_templates: Vec<Sourced<PodTemplate>>,
+    /// Workloads the buffers' `scalableRef`s name, read by the controller for them alone
+    /// (files give `deployments` and the like instead).
+    pub scale_targets: Vec<crate::buffers::ScaleTarget>,
     pub warnings: Vec<Warning>,
     /// Where each object was first defined, to reject a second definition.
     seen: HashMap<ObjectRef, Source>,

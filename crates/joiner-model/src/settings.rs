@@ -733,12 +733,7 @@ mod tests {
             s.feature_gates
                 .enabled(FeatureGate::SpotToSpotConsolidation)
         );
-        assert_eq!(warnings.len(), 2, "{warnings:?}");
-        assert!(
-            warnings
-                .iter()
-                .any(|w| w.starts_with("settings.featureGates.capacityBuffer: only partly"))
-        );
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(
             warnings
                 .iter()

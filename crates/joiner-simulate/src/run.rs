@@ -318,7 +318,12 @@ impl Sim {
             self.event("note", json!({"note": note}));
         }
         if let Some(s) = &step.scale {
-            self.find_workload(&s.deployment)?.scale(s.replicas);
+            let w = self.find_workload(&s.deployment)?;
+            w.scale(s.replicas);
+            let deployment = w.deployment.object.clone();
+            // The cluster's Deployment follows, as `kubectl scale` writes it (a CapacityBuffer's
+            // `scalableRef` reads its replicas).
+            store_deployment(&self.store, &deployment)?;
             self.event(
                 "scale",
                 json!({"deployment": s.deployment, "replicas": s.replicas}),
@@ -1264,6 +1269,22 @@ pub fn simulate_observed(
 
 /// Sets a condition of a Node (added if it has none of that type), with its transition time when
 /// the status changes. Returns whether the Node is still there.
+/// Writes `d` into the cluster, creating it or replacing its spec.
+fn store_deployment(store: &InMemoryCluster, d: &Deployment) -> Result<(), Error> {
+    let ns = d.metadata.namespace.as_deref();
+    let name = d.metadata.name.as_deref().unwrap_or_default();
+    match store.get::<Deployment>(ns, name)? {
+        Some(mut stored) => {
+            stored.spec = d.spec.clone();
+            store.update(&stored)?;
+        }
+        None => {
+            store.create(d)?;
+        }
+    }
+    Ok(())
+}
+
 fn set_node_condition(
     store: &InMemoryCluster,
     node: &str,

@@ -106,3 +106,47 @@ fn without_the_gate_nothing_is_kept_or_written() {
     let buffer = world.store.list::<CapacityBuffer>().expect("buffers")[0].clone();
     assert!(buffer.status.conditions.is_empty());
 }
+
+#[test]
+fn a_buffer_of_a_share_of_a_deployment_reads_the_deployment_from_the_cluster() {
+    let mut m = joiner_test_support::load_example("capacity-buffer-lab");
+    // Three quarters of the lab's 4 replicas, rounded up: 3 seats.
+    m.capacity_buffers[0].object.spec = serde_json::from_value(serde_json::json!({
+        "scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "learning-lab"},
+        "percentage": 75,
+    }))
+    .expect("a spec");
+    let mut world = common::World::new(&m);
+    let mut warnings = Vec::new();
+    world.config.settings.feature_gates = FeatureGates::from_values(
+        "settings.featureGates",
+        &[("capacityBuffer".to_string(), true)].into(),
+        &mut warnings,
+    );
+    let mut c = Controller::new(
+        &world.store,
+        &world.cloud,
+        world.clock.clone(),
+        world.config.clone(),
+    );
+    let workload = world.pods_by_key();
+    let mut created = Vec::new();
+    for _ in 0..60 {
+        world.before_step(&workload);
+        created.extend(c.step().created);
+        world.tick();
+    }
+    let buffer = world.store.list::<CapacityBuffer>().expect("buffers")[0].clone();
+    assert_eq!(buffer.status.replicas, Some(3), "{:?}", buffer.status);
+    assert_eq!(
+        condition(&buffer, "ReadyForProvisioning"),
+        Some(("True".into(), "Resolved".into()))
+    );
+    assert_eq!(
+        buffer.status.pod_template_ref, None,
+        "a scalableRef buffer names no template"
+    );
+    // The lab's 4 pods and 3 seats: 7 time-sliced GPUs, three nodes.
+    assert_eq!(created.len(), 3, "{created:?}");
+    world.assert_nothing_pending();
+}

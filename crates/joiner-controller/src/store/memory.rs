@@ -148,12 +148,13 @@ impl InMemoryCluster {
                 Kind::NodeOverlay => put(self, &m.node_overlays)?,
                 Kind::PodTemplate => put(self, &m.pod_templates)?,
                 Kind::CapacityBuffer => put(self, &m.capacity_buffers)?,
-                // Expanded into pods above; the catalog is not a cluster object.
-                Kind::Deployment
-                | Kind::ReplicaSet
-                | Kind::StatefulSet
-                | Kind::Job
-                | Kind::InstanceType => {}
+                // Held as a cluster holds them (a CapacityBuffer's `scalableRef` reads them);
+                // their pods are expanded above, and the planner reads those.
+                Kind::Deployment => put(self, &m.deployments)?,
+                Kind::ReplicaSet => put(self, &m.replica_sets)?,
+                Kind::StatefulSet => put(self, &m.stateful_sets)?,
+                // The catalog is not a cluster object; a Job's pods are expanded above.
+                Kind::Job | Kind::InstanceType => {}
             }
         }
         Ok(())

@@ -5,7 +5,7 @@ use std::fmt;
 use joiner_model::api::capacitybuffer::CapacityBuffer;
 use joiner_model::api::{EC2NodeClass, NodeOverlay, NodePool};
 use joiner_model::kinds::Kind;
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate,
 };
@@ -104,6 +104,9 @@ k8s_resource!(
     PersistentVolume => Kind::PersistentVolume,
     StorageClass => Kind::StorageClass,
     PodTemplate => Kind::PodTemplate,
+    Deployment => Kind::Deployment,
+    StatefulSet => Kind::StatefulSet,
+    ReplicaSet => Kind::ReplicaSet,
 );
 
 /// Custom resources Joiner defines the types of.

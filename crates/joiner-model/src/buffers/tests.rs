@@ -131,3 +131,23 @@ fn virtual_pods_carry_the_template_but_no_volumes_of_their_own() {
     assert_eq!(kept, ["scratch"]);
     assert_eq!(buffer_of(&Pod::default()), None);
 }
+
+#[test]
+fn the_controller_resolves_a_scalable_ref_from_the_workload_it_read_and_a_failed_read_says_so() {
+    let mut m = Manifests::default();
+    let b = buffer("{scalableRef: {kind: StatefulSet, name: db}, percentage: 50}");
+    let target = |unreadable: Option<&str>| ScaleTarget {
+        kind: "StatefulSet".into(),
+        namespace: "lab".into(),
+        name: "db".into(),
+        replicas: 5,
+        template: PodTemplateSpec::default(),
+        unreadable: unreadable.map(str::to_string),
+    };
+    m.scale_targets.push(target(None));
+    assert_eq!(resolve(&b, &m).map(|r| r.replicas), Ok(3));
+    m.scale_targets = vec![target(Some("the API server is unavailable"))];
+    let why = resolve(&b, &m).unwrap_err();
+    assert_eq!(why.reason, "ResolutionFailed");
+    assert!(why.message.contains("could not be read"), "{why:?}");
+}
