@@ -15,10 +15,9 @@ use joiner_model::api::capacitybuffer::{
     CapacityBuffer, CapacityBufferStatus, LocalObjectRef, conditions,
 };
 use joiner_model::api::nodeclaim::set_bool;
-use joiner_model::buffers::{self, Resolved, ScaleTarget, Unresolved};
+use joiner_model::buffers::{self, Resolved, Unresolved};
 use joiner_model::feature_gates::FeatureGate;
 use joiner_model::manifests::Sourced;
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::PodTemplate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -56,7 +55,7 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
             object: t,
         })
         .collect();
-    m.scale_targets = scale_targets(ctx.store, &list);
+    m.scale_targets = crate::scale_targets::read(ctx.store, &list);
     let planned = ctx.report.buffers.clone();
     let now = crate::clock::k8s_time(ctx.now);
     for buffer in list.into_iter().filter(buffers::is_active) {
@@ -80,55 +79,6 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
         }
     }
     Ok(())
-}
-
-/// The workloads the active buffers' `scalableRef`s name, each read from the API server (the
-/// controller watches pods, not workloads; Karpenter reads them the same way). A workload that
-/// does not exist is left out (its buffer is `ScalableRefNotFound`); one whose read failed is
-/// marked so, and only its buffer is not ready this time.
-pub fn scale_targets<S: ClusterStore>(store: &S, buffers: &[CapacityBuffer]) -> Vec<ScaleTarget> {
-    let mut out = Vec::new();
-    for b in buffers.iter().filter(|b| buffers::is_active(b)) {
-        let Some(r) = &b.spec.scalable_ref else {
-            continue;
-        };
-        if r.api_group
-            .as_deref()
-            .is_some_and(|g| !g.is_empty() && g != "apps")
-        {
-            continue;
-        }
-        let ns = Some(b.namespace());
-        let read = match r.kind.as_str() {
-            "Deployment" => store
-                .get_uncached::<Deployment>(ns, &r.name)
-                .map(|d| d.map(|d| (d.spec.replicas, d.spec.template))),
-            "StatefulSet" => store
-                .get_uncached::<StatefulSet>(ns, &r.name)
-                .map(|s| s.map(|s| (s.spec.replicas, s.spec.template))),
-            "ReplicaSet" => store
-                .get_uncached::<ReplicaSet>(ns, &r.name)
-                .map(|s| s.map(|s| (s.spec.replicas, s.spec.template.unwrap_or_default()))),
-            _ => Ok(None),
-        };
-        let target = |replicas: Option<i32>, template, unreadable| ScaleTarget {
-            kind: r.kind.clone(),
-            namespace: b.namespace().to_string(),
-            name: r.name.clone(),
-            replicas: replicas.unwrap_or(1),
-            template,
-            unreadable,
-        };
-        match read {
-            Ok(Some((replicas, template))) => out.push(target(replicas, template, None)),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(buffer = b.name(), error = %e, "reading a CapacityBuffer's scalableRef");
-                out.push(target(None, Default::default(), Some(e.to_string())));
-            }
-        }
-    }
-    out
 }
 
 /// The status `buffer` should have. `plan` is `None` when no plan was made this step (the

@@ -213,7 +213,7 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
                     .iter()
                     .map(|b| b.object.clone())
                     .collect();
-                m.scale_targets = crate::buffer_status::scale_targets(self.store, &list);
+                m.scale_targets = crate::scale_targets::read(self.store, &list);
             }
             mark_unresolved(&mut m.node_classes, crate::clock::k8s_time(self.now));
             let placement_groups = self.placement_groups.current(&m.node_classes);

@@ -39,6 +39,7 @@ pub mod pods;
 pub mod provisioning;
 pub mod repair;
 mod report;
+pub mod scale_targets;
 pub mod statics;
 pub mod store;
 pub mod termination;

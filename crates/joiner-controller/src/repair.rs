@@ -22,6 +22,7 @@
 
 use std::collections::BTreeMap;
 
+use joiner_model::api::NodePool;
 use joiner_model::api::nodeclaim::NodeClaim;
 use joiner_model::feature_gates::FeatureGate;
 use joiner_model::wellknown::{DisruptionAction, DisruptionReason, annotations, labels};
@@ -81,6 +82,7 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
             }
         }
     }
+    let mut budgets = Budgets::new(ctx.store.list::<NodePool>()?, &claims);
     // A condition that held through a reboot counts from the reboot's end.
     let not_before: BTreeMap<String, _> = claims
         .iter()
@@ -112,6 +114,15 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
                     ),
                 ));
             }
+            Verdict::Repair(_) if !budgets.take(claim, ctx.now) => {
+                ctx.report.repair_blocked.push((
+                    claim.name().to_string(),
+                    format!(
+                        "Node repair blocked by NodePool {}'s disruption budget for Unhealthy",
+                        claim.label(labels::NODEPOOL).unwrap_or_default()
+                    ),
+                ));
+            }
             Verdict::Repair(broken) => {
                 let since = not_before.get(&name).copied();
                 if let Err(e) = repair(ctx, &name, claim, &broken, &policies, since) {
@@ -137,6 +148,65 @@ pub fn reconcile<S: ClusterStore, C: CloudProvider>(
         }
     }
     Ok(())
+}
+
+/// The NodePools' disruption budgets for `Unhealthy` (Karpenter v1.15: repair is a disruption
+/// its budgets limit), counting the repairs this pass makes.
+struct Budgets {
+    pools: BTreeMap<String, NodePool>,
+    /// Per pool: live NodeClaims, and those being disrupted (deleting, moving or rebooting).
+    counts: BTreeMap<String, (usize, usize)>,
+}
+
+impl Budgets {
+    fn new(pools: Vec<NodePool>, claims: &[NodeClaim]) -> Budgets {
+        let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        for c in claims {
+            let Some(pool) = c.label(labels::NODEPOOL) else {
+                continue;
+            };
+            let entry = counts.entry(pool.to_string()).or_default();
+            if !c.is_deleting() {
+                entry.0 += 1;
+            }
+            if c.is_deleting()
+                || c.annotation(annotations::DISRUPTION_REASON).is_some()
+                || reboot::in_progress(c)
+            {
+                entry.1 += 1;
+            }
+        }
+        Budgets {
+            pools: pools
+                .into_iter()
+                .filter_map(|p| Some((p.metadata.name.clone()?, p)))
+                .collect(),
+            counts,
+        }
+    }
+
+    /// Takes one disruption of `claim`'s pool's budget, if it allows one more now. A NodeClaim
+    /// whose NodePool is gone is not held (nothing budgets it).
+    fn take(&mut self, claim: &NodeClaim, now: k8s_openapi::jiff::Timestamp) -> bool {
+        let Some(name) = claim.label(labels::NODEPOOL) else {
+            return true;
+        };
+        let Some(pool) = self.pools.get(name) else {
+            return true;
+        };
+        let (total, disrupting) = self.counts.get(name).copied().unwrap_or_default();
+        let allowed = crate::disruption::budgets::allowed_disruptions(
+            pool,
+            DisruptionReason::Unhealthy,
+            total,
+            now,
+        );
+        if disrupting >= allowed {
+            return false;
+        }
+        self.counts.entry(name.to_string()).or_default().1 += 1;
+        true
+    }
 }
 
 /// Whether the Node named `node` or its NodeClaim is marked `karpenter.sh/do-not-repair: "true"`.

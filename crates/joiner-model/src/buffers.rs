@@ -27,21 +27,7 @@ pub mod annotations {
     pub const NAMESPACE: &str = "karpenter.sh/capacity-buffer-namespace";
 }
 
-/// A workload a CapacityBuffer's `scalableRef` names, as the controller reads it for the buffer
-/// alone (it reads pods, not workloads, otherwise): never expanded into pods.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ScaleTarget {
-    /// `Deployment`, `StatefulSet` or `ReplicaSet`.
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-    /// `spec.replicas` (1 when unset).
-    pub replicas: i32,
-    pub template: PodTemplateSpec,
-    /// Why the workload could not be read, if it could not: its buffer is not ready this time
-    /// (`ResolutionFailed`), and every other buffer is kept as usual.
-    pub unreadable: Option<String>,
-}
+pub use crate::api::capacitybuffer::ScaleTarget;
 
 /// A buffer worked out: its template, how many chunks, and the PodTemplate's generation when
 /// it names one.

@@ -98,7 +98,7 @@ pub struct Manifests {
     pub pod_templates: Vec<Sourced<PodTemplate>>,
     /// Workloads the buffers' `scalableRef`s name, read by the controller for them alone
     /// (files give `deployments` and the like instead).
-    pub scale_targets: Vec<crate::buffers::ScaleTarget>,
+    pub scale_targets: Vec<crate::api::capacitybuffer::ScaleTarget>,
     pub warnings: Vec<Warning>,
     /// Where each object was first defined, to reject a second definition.
     seen: HashMap<ObjectRef, Source>,

@@ -420,11 +420,14 @@ impl DisruptionReason {
     }
 
     /// Whether NodePool disruption budgets limit this reason (as in Karpenter v1: expiry and
-    /// interruption are forceful and not budgeted).
+    /// interruption are forceful and not budgeted; node repair is, from v1.15).
     pub fn is_budgeted(self) -> bool {
         matches!(
             self,
-            DisruptionReason::Empty | DisruptionReason::Underutilized | DisruptionReason::Drifted
+            DisruptionReason::Empty
+                | DisruptionReason::Underutilized
+                | DisruptionReason::Drifted
+                | DisruptionReason::Unhealthy
         )
     }
 }
@@ -742,6 +745,10 @@ mod tests {
         assert!(serde_json::from_str::<DisruptionReason>("\"Bored\"").is_err());
         assert!(!DisruptionReason::Expired.is_budgeted());
         assert!(DisruptionReason::Drifted.is_budgeted());
+        assert!(
+            DisruptionReason::Unhealthy.is_budgeted(),
+            "repair, from Karpenter v1.15"
+        );
     }
 
     /// Each kind's handling, as the README's interruption table states it.

@@ -433,3 +433,38 @@ fn a_node_marked_do_not_repair_is_left_and_says_why() {
         "{blocked:?}"
     );
 }
+
+#[test]
+fn a_budget_for_unhealthy_holds_repair_back_and_says_so() {
+    let (lab, node) = settled(true);
+    let mut pool = lab.world.node_pool();
+    pool.spec.disruption.budgets = vec![
+        serde_json::from_value(serde_json::json!({
+            "nodes": "0", "reasons": ["Unhealthy"],
+        }))
+        .expect("a budget"),
+    ];
+    lab.world.store.update(&pool).expect("update the pool");
+    let mut c = lab.controller();
+    lab.fail_gpus(&node);
+    let reports = lab.run(&mut c, 15 * 60);
+    assert!(repairs(&reports).is_empty(), "repaired past a budget of 0");
+    let blocked = &reports.last().expect("a step").repair_blocked;
+    assert!(
+        blocked
+            .iter()
+            .any(|(_, why)| why.contains("disruption budget for Unhealthy")),
+        "{blocked:?}"
+    );
+    // A budget for other reasons does not hold repair.
+    let mut pool = lab.world.node_pool();
+    pool.spec.disruption.budgets = vec![
+        serde_json::from_value(serde_json::json!({
+            "nodes": "0", "reasons": ["Drifted", "Underutilized", "Empty"],
+        }))
+        .expect("a budget"),
+    ];
+    lab.world.store.update(&pool).expect("update the pool");
+    let reports = lab.run(&mut c, 60);
+    assert_eq!(repairs(&reports).len(), 1);
+}

@@ -156,7 +156,11 @@ impl View {
             .collect();
         let disrupting = of_pool
             .iter()
-            .filter(|c| c.is_deleting() || c.annotation(annotations::DISRUPTION_REASON).is_some())
+            .filter(|c| {
+                c.is_deleting()
+                    || c.annotation(annotations::DISRUPTION_REASON).is_some()
+                    || c.is_true(conditions::REBOOTING)
+            })
             .count();
         let total = of_pool.iter().filter(|c| !c.is_deleting()).count();
         (total, disrupting)
@@ -442,7 +446,7 @@ fn drift_candidates<'a>(
         .iter()
         .filter(|c| drifted.contains(c.name()))
         .filter(|c| !c.is_deleting() && c.is_true(conditions::INITIALIZED))
-        .filter(|c| !crate::repair::reboot::in_progress(c))
+        .filter(|c| !c.is_true(conditions::REBOOTING))
         .filter(|c| statics::may_disrupt(view, c) && statics::drift_ready(view, c))
         .filter(|c| c.annotation(annotations::DISRUPTION_REASON).is_none())
         // A termination grace period bounds the drain, so neither holds a drift back then (as
@@ -564,7 +568,7 @@ fn expired(now: Timestamp, view: &View) -> Option<&NodeClaim> {
         .iter()
         .filter(|c| !c.is_deleting() && c.is_true(conditions::INITIALIZED))
         .filter(|c| c.annotation(annotations::DISRUPTION_REASON).is_none())
-        .filter(|c| !crate::repair::reboot::in_progress(c))
+        .filter(|c| !c.is_true(conditions::REBOOTING))
         .filter(|c| statics::may_disrupt(view, c))
         .filter_map(|c| {
             let after = duration_setting(c.spec.expire_after.as_deref()?)?;
@@ -703,7 +707,7 @@ fn consolidation_candidates(
         if claim.is_deleting()
             || !claim.is_true(conditions::INITIALIZED)
             || claim.annotation(annotations::DISRUPTION_REASON).is_some()
-            || crate::repair::reboot::in_progress(claim)
+            || claim.is_true(conditions::REBOOTING)
         {
             continue;
         }

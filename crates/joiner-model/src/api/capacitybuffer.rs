@@ -7,6 +7,7 @@
 //! The schema is the one cluster-autoscaler defines and Karpenter v1.14 ships; Joiner reads it
 //! and writes its status, it does not serve the CRD.
 
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
@@ -105,6 +106,22 @@ pub struct CapacityBufferStatus {
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning_strategy: Option<String>,
+}
+
+/// A workload a CapacityBuffer's `scalableRef` names, as the controller reads it for the buffer
+/// alone (it reads pods, not workloads, otherwise): never expanded into pods.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScaleTarget {
+    /// `Deployment`, `StatefulSet` or `ReplicaSet`.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// `spec.replicas` (1 when unset).
+    pub replicas: i32,
+    pub template: PodTemplateSpec,
+    /// Why the workload could not be read, if it could not: its buffer is not ready this time
+    /// (`ResolutionFailed`), and every other buffer is kept as usual.
+    pub unreadable: Option<String>,
 }
 
 impl CapacityBuffer {

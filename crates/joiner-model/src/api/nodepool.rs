@@ -462,12 +462,14 @@ fn default_budget_nodes() -> String {
     "10%".to_string()
 }
 
-/// The disruption reasons a budget may name (Karpenter's CRD allows only the budgeted ones).
+/// The disruption reasons a budget may name (Karpenter's CRD allows only the budgeted ones;
+/// `Unhealthy`, node repair's, is Karpenter v1.15's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum BudgetReason {
     Underutilized,
     Empty,
     Drifted,
+    Unhealthy,
 }
 
 impl BudgetReason {
@@ -478,6 +480,7 @@ impl BudgetReason {
             BudgetReason::Underutilized => R::Underutilized,
             BudgetReason::Empty => R::Empty,
             BudgetReason::Drifted => R::Drifted,
+            BudgetReason::Unhealthy => R::Unhealthy,
         }
     }
 }
