@@ -274,12 +274,7 @@ fn replace<S: ClusterStore, C: CloudProvider>(
     // The drain is bounded by the policy's grace period, or the NodeClaim's own if shorter (a
     // deadline already earlier stays), and says why.
     let mut c = claim.clone();
-    let bound = claim
-        .spec
-        .termination_grace_period
-        .as_deref()
-        .and_then(crate::clock::duration_setting)
-        .map_or(policy.drain, |d| d.min(policy.drain));
+    let bound = reboot::bounded(claim, policy.drain);
     let deadline = crate::clock::add(ctx.now, bound);
     let earlier = c
         .annotation(annotations::TERMINATION_TIMESTAMP)

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use joiner_model::api::nodeclaim::{NodeClaim, conditions};
 use joiner_model::wellknown::{DisruptionAction, DisruptionReason, annotations, taints};
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::clock::{add, duration_setting, elapsed, k8s_time};
@@ -37,6 +37,8 @@ use crate::error::ControllerError;
 use crate::pods::{is_daemon_pod, is_finished, pod_key};
 use crate::report::{DisruptionCause, DisruptionEvent, RebootFailure, RebootPhase, RebootStep};
 use crate::store::{ClusterStore, Preconditions, StoreError};
+use crate::termination::drain::is_mirror;
+use crate::termination::set_taint;
 
 use super::policy::Broken;
 
@@ -154,7 +156,7 @@ pub fn advance<S: ClusterStore, C: CloudProvider>(
         ISSUED => recovered(ctx, claim, node),
         _ => {
             let requested = cond.last_transition_time.0;
-            taint(ctx, node, true)?;
+            set_taint(ctx, node, taints::REBOOTING, true)?;
             let deadline = add(requested, drain_bound(claim));
             if ctx.now < deadline && !drained(ctx, claim.name(), name, pods)? {
                 return Ok(Next::Wait);
@@ -166,12 +168,18 @@ pub fn advance<S: ClusterStore, C: CloudProvider>(
 
 /// The drain's bound: [`DRAIN_BOUND`], or the NodeClaim's `terminationGracePeriod` if shorter.
 fn drain_bound(claim: &NodeClaim) -> Duration {
+    bounded(claim, DRAIN_BOUND)
+}
+
+/// `bound`, or the NodeClaim's `terminationGracePeriod` if shorter: how long a drain node
+/// repair starts may take.
+pub fn bounded(claim: &NodeClaim, bound: Duration) -> Duration {
     claim
         .spec
         .termination_grace_period
         .as_deref()
         .and_then(duration_setting)
-        .map_or(DRAIN_BOUND, |d| d.min(DRAIN_BOUND))
+        .map_or(bound, |d| d.min(bound))
 }
 
 /// Whether a drain before a reboot waits for the pod: not a DaemonSet's (it serves the node
@@ -181,11 +189,7 @@ fn evictable(pod: &Pod, node: &str) -> bool {
         && !is_finished(pod)
         && !is_daemon_pod(pod)
         && pod.metadata.deletion_timestamp.is_none()
-        && !pod
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+        && !is_mirror(pod)
 }
 
 /// Evicts what is left on the node; true once the API server shows none of it.
@@ -257,6 +261,10 @@ fn issue<S: ClusterStore, C: CloudProvider>(
             Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => return Ok(Next::Wait),
             Err(e) => return Err(e.into()),
         };
+    } else if !still_requested(ctx, claim)? {
+        // Nothing was written to prove the cache current: the API server's NodeClaim must
+        // still ask for this reboot (not issued already, not being deleted).
+        return Ok(Next::Wait);
     }
     match ctx.cloud.reboot(instance) {
         Ok(()) => {}
@@ -310,26 +318,17 @@ fn recovered<S: ClusterStore, C: CloudProvider>(
         .annotation(annotations::REBOOT_ISSUED)
         .and_then(|t| t.parse::<Timestamp>().ok())
         .unwrap_or(ctx.now);
-    let new_boot = boot_id(node).is_some_and(|b| Some(b) != before);
-    if new_boot && is_ready(node) {
-        taint(ctx, node, false)?;
-        let mut c = claim.clone();
-        let message = format!("{name} came back Ready on a new boot");
-        c.set_condition(
-            conditions::REBOOTING,
-            false,
-            SUCCEEDED,
-            &message,
-            k8s_time(ctx.now),
-        );
-        match ctx.store.update(&c) {
-            Ok(_) => report(ctx, claim, name, RebootPhase::Succeeded, message),
-            Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
-        return Ok(Next::Wait);
+    let back = |n: &Node| boot_id(n).is_some_and(|b| Some(b) != before) && is_ready(n);
+    if back(node) {
+        return succeed(ctx, claim, node);
     }
     if elapsed(ctx.now, issued) >= RECOVERY_WINDOW {
+        // The node is replaced only if the API server, not just the cache, says it is not back.
+        if let Some(fresh) = ctx.store.get_uncached::<Node>(None, name)?
+            && back(&fresh)
+        {
+            return succeed(ctx, claim, &fresh);
+        }
         return fail(
             ctx,
             claim,
@@ -342,6 +341,46 @@ fn recovered<S: ClusterStore, C: CloudProvider>(
         );
     }
     Ok(Next::Wait)
+}
+
+/// Marks the reboot done: the taint goes, `Rebooting` turns `False` (`RebootSucceeded`).
+fn succeed<S: ClusterStore, C: CloudProvider>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: &NodeClaim,
+    node: &Node,
+) -> Result<Next, ControllerError> {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    set_taint(ctx, node, taints::REBOOTING, false)?;
+    let mut c = claim.clone();
+    let message = format!("{name} came back Ready on a new boot");
+    c.set_condition(
+        conditions::REBOOTING,
+        false,
+        SUCCEEDED,
+        &message,
+        k8s_time(ctx.now),
+    );
+    match ctx.store.update(&c) {
+        Ok(_) => report(ctx, claim, name, RebootPhase::Succeeded, message),
+        Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Next::Wait)
+}
+
+/// Whether the API server's copy of the NodeClaim still asks for its reboot to be issued.
+fn still_requested<S: ClusterStore, C>(
+    ctx: &mut Ctx<'_, S, C>,
+    claim: &NodeClaim,
+) -> Result<bool, ControllerError> {
+    Ok(ctx
+        .store
+        .get_uncached::<NodeClaim>(None, claim.name())?
+        .is_some_and(|c| {
+            !c.is_deleting()
+                && c.condition(conditions::REBOOTING)
+                    .is_some_and(|r| r.status == "True" && r.reason == REQUESTED)
+        }))
 }
 
 /// Marks the reboot failed; the node is replaced.
@@ -404,43 +443,6 @@ fn is_ready(node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// Puts the `karpenter.sh/rebooting` taint on the node, or takes it off.
-fn taint<S: ClusterStore, C>(
-    ctx: &mut Ctx<'_, S, C>,
-    node: &Node,
-    on: bool,
-) -> Result<(), ControllerError> {
-    let has = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| t.key == taints::REBOOTING));
-    if has == on {
-        return Ok(());
-    }
-    let mut node = node.clone();
-    let list = node
-        .spec
-        .get_or_insert_with(Default::default)
-        .taints
-        .get_or_insert_with(Vec::new);
-    if on {
-        list.push(Taint {
-            key: taints::REBOOTING.into(),
-            effect: "NoSchedule".into(),
-            value: None,
-            time_added: None,
-        });
-    } else {
-        list.retain(|t| t.key != taints::REBOOTING);
-    }
-    match ctx.store.update(&node) {
-        // Seen again on the next step.
-        Ok(_) | Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 #[cfg(test)]

@@ -103,7 +103,7 @@ pub struct Terms<'a> {
 
 /// Mirror pods (a static pod's API object, owned by its Node) are the kubelet's, not the
 /// API server's to evict.
-fn is_mirror(pod: &Pod) -> bool {
+pub fn is_mirror(pod: &Pod) -> bool {
     let annotated = pod
         .metadata
         .annotations

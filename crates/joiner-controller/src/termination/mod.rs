@@ -423,21 +423,40 @@ pub fn taint<S: ClusterStore, C>(
     ctx: &mut Ctx<'_, S, C>,
     node: &Node,
 ) -> Result<(), ControllerError> {
+    set_taint(ctx, node, taints::DISRUPTED, true)
+}
+
+/// Puts the `key:NoSchedule` taint on the node (`on`), or takes it off; writes only on change.
+pub fn set_taint<S: ClusterStore, C>(
+    ctx: &mut Ctx<'_, S, C>,
+    node: &Node,
+    key: &str,
+    on: bool,
+) -> Result<(), ControllerError> {
+    let has = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == key));
+    if has == on {
+        return Ok(());
+    }
     let mut node = node.clone();
-    let taints = node
+    let list = node
         .spec
         .get_or_insert_with(Default::default)
         .taints
         .get_or_insert_with(Vec::new);
-    if taints.iter().any(|t| t.key == taints::DISRUPTED) {
-        return Ok(());
+    if on {
+        list.push(Taint {
+            key: key.into(),
+            effect: "NoSchedule".into(),
+            value: None,
+            time_added: None,
+        });
+    } else {
+        list.retain(|t| t.key != key);
     }
-    taints.push(Taint {
-        key: taints::DISRUPTED.into(),
-        effect: "NoSchedule".into(),
-        value: None,
-        time_added: None,
-    });
     match ctx.store.update(&node) {
         // Seen again on the next step.
         Ok(_) | Err(StoreError::Conflict(_) | StoreError::NotFound(_)) => Ok(()),
