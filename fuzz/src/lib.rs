@@ -1,7 +1,7 @@
 //! Fuzz harnesses for Joiner: one function per target, each taking arbitrary bytes.
 //!
 //! The libFuzzer targets in `fuzz_targets/` call these, and the workspace's corpus replay test
-//! (`crates/joiner-simulate/tests/fuzz_corpus.rs`) includes this file with `#[path]` and runs
+//! (`crates/joiner-simulate/tests/scenarios/fuzz_corpus.rs`) includes this file with `#[path]` and runs
 //! every file of `fuzz/corpus/<target>/` and `fuzz/regressions/<target>/` through the same
 //! functions, so CI replays what the fuzzers found without fuzzing. Each harness returns normally for every
 //! input the code under test handles (errors included) and panics only on a bug: a panic in

@@ -3,12 +3,12 @@
 //! hold, falls back to on-demand when EC2 refuses a full one, and drains a Capacity Block's
 //! nodes before EC2 reclaims them.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::World;
+use crate::common::World;
 use joiner_controller::clock::Clock;
 use joiner_controller::cloud::InstanceState;
 use joiner_controller::store::ClusterStore;

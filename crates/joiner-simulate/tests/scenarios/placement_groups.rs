@@ -4,11 +4,11 @@
 //! a group made again under its name drifts its nodes, and a spread group full in a zone
 //! launches no more there.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 
-use common::World;
+use crate::common::World;
 use joiner_controller::clock::ManualClock;
 use joiner_controller::store::{ClusterStore, InMemoryCluster};
 use joiner_controller::{Controller, StepReport};

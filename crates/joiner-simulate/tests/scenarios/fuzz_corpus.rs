@@ -4,7 +4,7 @@
 //! README's "Hardening" section for running the fuzzers themselves.
 
 #[allow(dead_code)]
-#[path = "../../../fuzz/src/lib.rs"]
+#[path = "../../../../fuzz/src/lib.rs"]
 mod harness;
 
 use std::path::{Path, PathBuf};

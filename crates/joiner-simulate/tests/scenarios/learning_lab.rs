@@ -1,11 +1,11 @@
 //! The controller against the in-memory cluster and the simulated cloud, on the learning-lab
 //! example: two g4dn.xlarge nodes for four time-sliced GPU pods.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 
-use common::{CLUSTER, Fuse, World, config, run_with_crashes};
+use crate::common::{CLUSTER, Fuse, World, config, run_with_crashes};
 use joiner_controller::Controller;
 use joiner_controller::cloud::{CloudProvider, InstanceState, OfferingKey};
 use joiner_controller::store::ClusterStore;

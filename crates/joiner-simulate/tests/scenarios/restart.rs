@@ -8,11 +8,11 @@
 //! after it took effect (the controller never sees the answer: the case where an instance was
 //! launched but its NodeClaim never learnt about it).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 
-use common::{Fuse, World, XorShift, run_with_crashes};
+use crate::common::{Fuse, World, XorShift, run_with_crashes};
 
 /// Long enough for launch, registration (30 s), the device plugin (10 s), a restart's new batch
 /// and the garbage-collection grace (30 s).

@@ -7,12 +7,10 @@
 //! node. A clean run fixes which writes belong to that phase; each of them is then crashed at,
 //! before and after.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::{Crash, Fuse, World, fused_controller, instance_of};
+use crate::common::{Crash, Fuse, World, fused_controller, instance_of};
 use joiner_controller::clock::Clock;
 use joiner_controller::cloud::InstanceState;
 use joiner_controller::interruption::messages::spot_interruption_warning;

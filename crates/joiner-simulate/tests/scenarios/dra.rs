@@ -6,11 +6,9 @@
 //! publishes keeps its NodeClaim from initializing (and launches nothing more). A controller
 //! crash at any write of a DRA launch leaves no duplicate NodeClaim or instance.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::{CLUSTER, Fuse, World, names, run_with_crashes};
+use crate::common::{CLUSTER, Fuse, World, names, run_with_crashes};
 use joiner_controller::Config;
 use joiner_controller::StepReport;
 use joiner_controller::clock::ManualClock;

@@ -5,12 +5,12 @@
 //! its instances; a launch the cloud
 //! rejects backs off.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{CLUSTER, HookedStore, World};
+use crate::common::{CLUSTER, HookedStore, World};
 use joiner_controller::cloud::{CloudProvider, Instance, OfferingKey};
 use joiner_controller::store::{CachedClient, ClusterStore, ObjectKey, StoreError};
 use joiner_controller::{Config, Controller, StepReport};

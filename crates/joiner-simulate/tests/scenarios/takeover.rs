@@ -3,11 +3,11 @@
 //! Joiner starts. Nothing may be launched, terminated, drained or found drifted: a GPU node
 //! relaunched for a change of controller is hours of lost training.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 
-use common::{CLUSTER, World, instance_of};
+use crate::common::{CLUSTER, World, instance_of};
 use joiner_controller::Controller;
 use joiner_controller::cloud::{InstanceState, OfferingKey};
 use joiner_controller::store::ClusterStore;

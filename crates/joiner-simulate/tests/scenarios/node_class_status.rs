@@ -3,11 +3,9 @@
 //! nothing, its pods pending with that reason, while the learning lab's class, resolved, still
 //! launches; a resolution that fails keeps the last status.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::{World, learning_lab};
+use crate::common::{World, learning_lab};
 use joiner_controller::store::ClusterStore;
 use joiner_controller::{Controller, StepReport};
 use joiner_model::api::EC2NodeClass;

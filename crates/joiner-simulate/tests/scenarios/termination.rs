@@ -5,7 +5,7 @@
 //! scheduler, and Deployments that recreate their pods once the old ones are gone. Deleted pods
 //! stay Terminating for their grace period, as a kubelet keeps them.
 
-mod common;
+use crate::common;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;

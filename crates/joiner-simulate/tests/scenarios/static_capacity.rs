@@ -2,12 +2,10 @@
 //! NodeClaims, launched without pods, scaled down through termination, replaced one for one on
 //! drift, never duplicated behind a lagging cache, and left alone with the gate off.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{CLUSTER, World};
+use crate::common::{CLUSTER, World};
 use joiner_controller::clock::ManualClock;
 use joiner_controller::cloud::CloudProvider;
 use joiner_controller::store::{CachedClient, ClusterStore, InMemoryCluster};

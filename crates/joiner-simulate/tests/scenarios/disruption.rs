@@ -1,7 +1,7 @@
 //! The disruption step on the learning-lab example: an in-memory cluster, the simulated cloud
 //! and kubelet, a scheduler binding pods, and Deployments recreating evicted pods.
 
-mod common;
+use crate::common;
 
 use joiner_simulate::bench::{CloudCall, CountingCloud};
 use std::cell::RefCell;

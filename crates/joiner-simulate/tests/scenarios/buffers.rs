@@ -2,7 +2,7 @@
 //! yet: the buffer's warm node is launched with nothing pending, its status says so as
 //! Karpenter writes it, and consolidation leaves the warm node alone.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -4,7 +4,7 @@
 //! 10 minutes, and its pods run again elsewhere; not before, not with the gate off, and not when
 //! too many of the NodePool's nodes are broken at once.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 
