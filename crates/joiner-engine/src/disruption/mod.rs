@@ -50,6 +50,7 @@ pub struct Decision {
 struct Candidate {
     node: usize,
     price: Price,
+    /// Its pods that move with it: those not of a DaemonSet.
     pods: usize,
 }
 
@@ -180,18 +181,14 @@ fn pool_of(input: &SchedulingInput, node: usize) -> Option<&crate::scheduling::P
 /// Nodes a NodePool manages that are consolidation candidates (not marked do-not-disrupt),
 /// with a known price and running no pod marked do-not-disrupt; fewest pods first (cheapest to disrupt), then the most expensive.
 fn candidates(input: &SchedulingInput) -> Vec<Candidate> {
+    let bound = pods_by_node(input);
     let mut out: Vec<Candidate> = input
         .nodes
         .iter()
         .enumerate()
         .filter(|(i, n)| pool_of(input, *i).is_some() && n.consolidation_candidate)
         .filter_map(|(i, n)| {
-            let on_node = || {
-                input
-                    .pods
-                    .iter()
-                    .filter(|p| p.node_name.as_deref() == Some(n.name.as_str()))
-            };
+            let on_node = || bound[i].iter().map(|&p| &input.pods[p]);
             if on_node().any(|p| p.do_not_disrupt) {
                 return None;
             }
@@ -212,6 +209,24 @@ fn candidates(input: &SchedulingInput) -> Vec<Candidate> {
     out
 }
 
+/// The pods bound to each node of `input`, by node index: one pass over the pods, where asking
+/// every node for its pods would cost nodes × pods.
+fn pods_by_node(input: &SchedulingInput) -> Vec<Vec<usize>> {
+    let index: std::collections::HashMap<&str, usize> = input
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let mut bound = vec![Vec::new(); input.nodes.len()];
+    for (p, pod) in input.pods.iter().enumerate() {
+        if let Some(&n) = pod.node_name.as_deref().and_then(|name| index.get(name)) {
+            bound[n].push(p);
+        }
+    }
+    bound
+}
+
 /// Plans again without `removed`: a decision if all their pods fit and it saves money.
 fn evaluate(
     input: &SchedulingInput,
@@ -219,16 +234,8 @@ fn evaluate(
     removed: &[&Candidate],
 ) -> Option<Decision> {
     let nodes: Vec<usize> = removed.iter().map(|c| c.node).collect();
-    let moved = removed
-        .iter()
-        .flat_map(|c| {
-            let name = input.nodes[c.node].name.as_str();
-            input
-                .pods
-                .iter()
-                .filter(move |p| p.node_name.as_deref() == Some(name) && p.daemon_set.is_none())
-        })
-        .count();
+    // A candidate counts the pods that move with it: those not of a DaemonSet.
+    let moved: usize = removed.iter().map(|c| c.pods).sum();
     let plan = baseline.without(&nodes);
     let old: Price = removed.iter().map(|c| c.price).sum();
     if plan.bindings.len() < moved

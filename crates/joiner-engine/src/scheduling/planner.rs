@@ -150,7 +150,10 @@ struct Planner<'a> {
     pools: Vec<Pool<'a>>,
     /// Pools in the order new NodeClaims try them: weight descending, then name.
     pool_order: Vec<usize>,
-    existing: Vec<ExistingState>,
+    /// Shared with the clones a consolidation what-if makes, and copied only where that plan
+    /// places a pod or removes a node: cloning ten thousand nodes' states for every what-if
+    /// was most of the time of evaluating a large cluster's candidates.
+    existing: Vec<Rc<ExistingState>>,
     claims: Vec<Claim>,
     /// Per NodeClaim whose zone is still open: the room its chosen type has left, one
     /// resource after another in one flat array (a NodeClaim's resources at `c * resources`).
@@ -169,8 +172,9 @@ struct Planner<'a> {
     rejected: Vec<Rejected>,
     /// The same per shape (a class without its requests), for reasons size does not change.
     rejected_shape: Vec<Rejected>,
-    shape_of: Vec<usize>,
-    class_of: Vec<usize>,
+    /// Per pod; shared, like `class_of`, by the clones consolidation's what-ifs make.
+    shape_of: Rc<Vec<usize>>,
+    class_of: Rc<Vec<usize>>,
     /// Per scheduling class: pending pods not yet placed.
     remaining: Vec<u32>,
     /// Per scheduling class and strictness: what every pod of the class computes alike.
@@ -450,8 +454,8 @@ impl<'a> Planner<'a> {
             zone_ids,
             rejected: Vec::new(),
             rejected_shape: Vec::new(),
-            shape_of: Vec::new(),
-            class_of: Vec::new(),
+            shape_of: Rc::new(Vec::new()),
+            class_of: Rc::new(Vec::new()),
             remaining: Vec::new(),
             class_views: RefCell::new(Vec::new()),
             allowed_cache: RefCell::new(vec![HashMap::new(); input.pools.len()]),
@@ -475,6 +479,7 @@ impl<'a> Planner<'a> {
     fn classify(&mut self) {
         let mut ids: HashMap<String, usize> = HashMap::new();
         let mut shapes: HashMap<String, usize> = HashMap::new();
+        let (mut class_of, mut shape_of) = (Vec::new(), Vec::new());
         for (i, p) in self.input.pods.iter().enumerate() {
             // The shape: what decides rejections that size does not change.
             let shape = format!(
@@ -496,11 +501,13 @@ impl<'a> Planner<'a> {
             let key = format!("{:?}|{shape}|{dra}", self.requests[i]);
             let next = ids.len();
             let id = *ids.entry(key).or_insert(next);
-            self.class_of.push(id);
+            class_of.push(id);
             let next = shapes.len();
             let id = *shapes.entry(shape).or_insert(next);
-            self.shape_of.push(id);
+            shape_of.push(id);
         }
+        self.class_of = Rc::new(class_of);
+        self.shape_of = Rc::new(shape_of);
         self.rejected_shape = (0..shapes.len() * 2).map(|_| Rejected::default()).collect();
         let classes = ids.len();
         self.remaining = vec![0; classes];
@@ -569,7 +576,7 @@ impl<'a> Planner<'a> {
     /// DRA claims are released, and it counts no more against its NodePool's limits. Returns
     /// its pods (not DaemonSet pods), now pending.
     fn remove_existing(&mut self, n: usize) -> Vec<usize> {
-        let Some(node) = self.existing.get_mut(n) else {
+        let Some(node) = self.existing.get_mut(n).map(Rc::make_mut) else {
             return Vec::new();
         };
         if node.removed {
@@ -613,13 +620,13 @@ impl<'a> Planner<'a> {
                 .get(labels::ZONE)
                 .and_then(|z| self.zone_ids.get(z))
                 .copied();
-            self.existing.push(ExistingState {
+            self.existing.push(Rc::new(ExistingState {
                 name: n.name.clone(),
                 labels: Rc::new(n.labels.clone()),
                 free: self.index.allocatable(&n.allocatable),
                 zone,
                 removed: false,
-            });
+            }));
             if let Some(pool) = n
                 .node_pool
                 .as_ref()
@@ -638,7 +645,10 @@ impl<'a> Planner<'a> {
             if let Some(ds) = &p.daemon_set {
                 daemon_present.insert((ds.clone(), self.existing[node].name.clone()));
             }
-            resources::sub(&mut self.existing[node].free, &self.requests[i]);
+            resources::sub(
+                &mut Rc::make_mut(&mut self.existing[node]).free,
+                &self.requests[i],
+            );
             bound[node].push(i);
             self.topology.place(
                 i,
@@ -663,7 +673,7 @@ impl<'a> Planner<'a> {
                         .iter()
                         .any(|r| r.matches(&node.labels))
                 {
-                    resources::sub(&mut self.existing[n].free, &req);
+                    resources::sub(&mut Rc::make_mut(&mut self.existing[n]).free, &req);
                 }
             }
         }
@@ -687,28 +697,29 @@ impl<'a> Planner<'a> {
                 *b = (*b).max(*r);
             }
         }
-        let dominant: Vec<i128> = (0..self.requests.len())
-            .map(|p| {
-                self.requests[p]
-                    .iter()
-                    .zip(&biggest)
-                    .filter(|(_, b)| **b > 0)
-                    .map(|(r, b)| r.saturating_mul(1_000_000) / b)
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
+        // Computed for the pending pods only: a consolidation what-if plans a node's few pods
+        // in an input of tens of thousands.
+        let dominant = |p: usize| -> i128 {
+            if order == Order::ExtendedFirst {
+                return 0;
+            }
+            self.requests[p]
+                .iter()
+                .zip(&biggest)
+                .filter(|(_, b)| **b > 0)
+                .map(|(r, b)| r.saturating_mul(1_000_000) / b)
+                .max()
+                .unwrap_or(0)
+        };
         let get = |p: usize, i: Option<usize>| i.map(|i| self.requests[p][i]).unwrap_or(0);
         let ext = |p: usize| extended.iter().map(|&i| self.requests[p][i]).sum::<i128>();
         let buffer = |p: usize| self.input.pods[p].capacity_buffer.is_some();
-        pending.sort_by(|&a, &b| {
+        let mut keyed: Vec<(i128, usize)> = pending.iter().map(|&p| (dominant(p), p)).collect();
+        keyed.sort_by(|&(dominant_a, a), &(dominant_b, b)| {
             // Real pods take the room there is before any buffer's virtual pods do.
-            let first = buffer(a).cmp(&buffer(b));
-            let first = first.then(match order {
-                Order::DominantShare => dominant[b].cmp(&dominant[a]),
-                Order::ExtendedFirst => std::cmp::Ordering::Equal,
-            });
-            first
+            buffer(a)
+                .cmp(&buffer(b))
+                .then(dominant_b.cmp(&dominant_a))
                 .then_with(|| ext(b).cmp(&ext(a)))
                 .then_with(|| get(b, cpu).cmp(&get(a, cpu)))
                 .then_with(|| get(b, mem).cmp(&get(a, mem)))
@@ -719,6 +730,9 @@ impl<'a> Planner<'a> {
                 })
                 .then_with(|| self.input.pods[a].name.cmp(&self.input.pods[b].name))
         });
+        for (slot, (_, p)) in pending.iter_mut().zip(keyed) {
+            *slot = p;
+        }
     }
 
     /// The node-requirement alternatives to try: with preferences when `strict`.
@@ -1060,7 +1074,10 @@ impl<'a> Planner<'a> {
                 if let Some(dra) = &mut self.dra {
                     dra.commit(&self.existing[n].name, allocations);
                 }
-                resources::sub(&mut self.existing[n].free, &self.requests[p]);
+                resources::sub(
+                    &mut Rc::make_mut(&mut self.existing[n]).free,
+                    &self.requests[p],
+                );
                 self.topology.place(
                     p,
                     Domains {
