@@ -12,12 +12,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::cloud::{
-    CloudError, CloudInstanceType, CloudMethod, CloudProvider, Instance, LaunchRequest, Launched,
-    OfferingKey,
+    CloudError, CloudMethod, CloudProvider, Instance, LaunchRequest, Launched, OfferingKey,
+    SoldTypes,
 };
 use crate::config::Config;
 use crate::consistency::Mispredictions;
 use crate::error::ControllerError;
+use crate::instance_listing::InstanceListing;
 use crate::placement::PlacementGroups;
 use crate::report::Reconciler;
 use crate::report::StepReport;
@@ -55,9 +56,10 @@ pub struct Ctx<'a, S, C> {
     /// The view no longer matches the cluster (this step wrote something it holds).
     stale: bool,
     candidates: Option<BTreeSet<String>>,
-    instance_types: Option<Vec<CloudInstanceType>>,
+    /// Shared, so that each launch of a step reads them without copying hundreds of types.
+    instance_types: Option<std::sync::Arc<SoldTypes>>,
     /// The cluster's instances as listed in this step ([`Ctx::instances`]).
-    instances: Option<Vec<Instance>>,
+    instances: Option<InstanceListing>,
     /// The part of the controller running now, which the cloud calls it makes are counted
     /// against ([`Ctx::during`]).
     during: Reconciler,
@@ -152,11 +154,11 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
     /// ([`Ctx::learn_instance`], [`Ctx::learn_terminated`]), and a launch whose outcome is
     /// unknown makes the next call list again ([`Ctx::forget_instances`]). Like every listing it may trail the cloud: absence from
     /// it proves nothing, and whoever would act on an absence asks for the instance itself.
-    pub fn instances(&mut self) -> Result<&[Instance], ControllerError> {
+    pub fn instances(&mut self) -> Result<&InstanceListing, ControllerError> {
         if self.instances.is_none() {
-            self.instances = Some(self.list_instances()?);
+            self.instances = Some(InstanceListing::new(self.list_instances()?));
         }
-        Ok(self.instances.as_deref().unwrap_or_default())
+        Ok(self.instances.get_or_insert_with(InstanceListing::default))
     }
 
     /// Terminates an instance (in `zone`); a call that fails is counted by the zone, as
@@ -179,16 +181,14 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
     /// terminated, drops it.
     pub fn learn_terminated(&mut self, instance_id: &str) {
         if let Some(listed) = self.instances.as_mut() {
-            listed.retain(|i| i.id != instance_id);
+            listed.remove(instance_id);
         }
     }
 
     /// This step launched `instance`: this step's listing holds it from now on.
     pub fn learn_instance(&mut self, instance: &Instance) {
-        if let Some(listed) = self.instances.as_mut()
-            && !listed.iter().any(|i| i.id == instance.id)
-        {
-            listed.push(instance.clone());
+        if let Some(listed) = self.instances.as_mut() {
+            listed.add(instance.clone());
         }
     }
 
@@ -236,7 +236,7 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
             let described: Vec<joiner_engine::catalog::Ec2Facts> = self
                 .instance_types
                 .iter()
-                .flatten()
+                .flat_map(|types| types.all())
                 .filter_map(|t| t.facts.as_deref().cloned())
                 .collect();
             let mut builder =
@@ -291,12 +291,15 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
     }
 
     /// The cloud's instance types and prices, read on first use in this step.
-    pub fn instance_types(&mut self) -> Result<&[CloudInstanceType], ControllerError> {
-        if self.instance_types.is_none() {
-            self.instance_types =
-                Some(self.call(CloudMethod::GetInstanceTypes, |c| c.instance_types())?);
+    pub fn instance_types(&mut self) -> Result<std::sync::Arc<SoldTypes>, ControllerError> {
+        if let Some(types) = &self.instance_types {
+            return Ok(types.clone());
         }
-        Ok(self.instance_types.get_or_insert_with(Vec::new))
+        let types = std::sync::Arc::new(SoldTypes::new(
+            self.call(CloudMethod::GetInstanceTypes, |c| c.instance_types())?,
+        ));
+        self.instance_types = Some(types.clone());
+        Ok(types)
     }
 
     /// What the cloud sells now, by instance type, for the view to plan on: EC2's offerings in
@@ -306,6 +309,7 @@ impl<'a, S: ClusterStore, C: CloudProvider> Ctx<'a, S, C> {
         match self.instance_types() {
             Ok(types) => Some(
                 types
+                    .all()
                     .iter()
                     .map(|t| {
                         let offerings = t

@@ -28,6 +28,7 @@ pub mod deadline;
 pub mod disruption;
 mod error;
 pub mod gc;
+pub mod instance_listing;
 pub mod interruption;
 pub mod lifecycle;
 pub mod nodeclaim;

@@ -277,11 +277,10 @@ impl<S: ClusterStore, C: CloudProvider> Ctx<'_, S, C> {
     /// Zones the cloud offers any of the planned instance types in with the planned capacity
     /// type, the planned zone first.
     fn cloud_zones(&mut self, planned: &PlannedNodeClaim) -> Result<Vec<String>, ControllerError> {
-        let types = instance_types_of(planned);
-        let mut zones: BTreeSet<String> = self
-            .instance_types()?
+        let sold = self.instance_types()?;
+        let mut zones: BTreeSet<String> = instance_types_of(planned)
             .iter()
-            .filter(|t| types.contains(&t.name))
+            .filter_map(|t| sold.named(t))
             .flat_map(|t| t.offerings.iter())
             .filter(|o| o.capacity_type.as_str() == planned.capacity_type)
             .map(|o| o.zone.clone())

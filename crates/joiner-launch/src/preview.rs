@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use joiner_controller::cloud::{CloudInstanceType, CloudOffering};
+use joiner_controller::cloud::{CloudInstanceType, CloudOffering, SoldTypes};
 use joiner_controller::nodeclaim::launch::{offers_for, request_for, reserved_offers};
 use joiner_controller::nodeclaim::node_claim_for;
 use joiner_controller::pods::pod_key;
@@ -138,9 +138,8 @@ pub fn for_plan(
             let mut zones: Vec<String> = zones.into_iter().filter(|z| *z != planned.zone).collect();
             zones.insert(0, planned.zone.clone());
             let claim = node_claim_for(planned, pool, &pods, zones);
-            let offers = offers_for(&claim, &cloud_types, reserved_offers(&claim, view), |_| {
-                false
-            });
+            let sold = SoldTypes::new(cloud_types);
+            let offers = offers_for(&claim, &sold, reserved_offers(&claim, view), |_| false);
             let request = request_for(&claim, class, &cluster.name, offers, view)
                 .map_err(|e| e.to_string())?;
             let class = request.node_class_spec.clone().ok_or_else(|| {

@@ -14,8 +14,10 @@ use k8s_openapi::jiff::Timestamp;
 
 mod calls;
 mod nodeclass;
+mod sold;
 pub use calls::CloudMethod;
 pub use nodeclass::{NodeClassResolution, Resolved};
+pub use sold::SoldTypes;
 
 /// One way to buy an instance type (the engine's key, which cloud errors and launches use too).
 pub use joiner_engine::catalog::OfferingKey;

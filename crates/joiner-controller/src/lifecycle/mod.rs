@@ -225,7 +225,7 @@ fn offers<S, C: CloudProvider>(
 where
     S: ClusterStore,
 {
-    let cloud_types = ctx.instance_types()?.to_vec();
+    let cloud_types = ctx.instance_types()?;
     let reserved = reserved_offers(claim, ctx.pools_view()?);
     Ok(offers_for(claim, &cloud_types, reserved, |k| {
         ctx.is_unavailable(k)

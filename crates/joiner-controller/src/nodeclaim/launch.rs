@@ -3,7 +3,7 @@
 //! with its tags, EFA interfaces and pod counts. The lifecycle sends it; `joiner plan --launch`
 //! builds the same request from a plan, so what it shows is what the controller would send.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use joiner_engine::catalog::devices::DRANET_DRIVER;
 use joiner_engine::snapshot::ClusterSnapshot;
@@ -11,7 +11,7 @@ use joiner_model::api::EC2NodeClass;
 use joiner_model::api::nodeclaim::NodeClaim;
 use joiner_model::wellknown::{annotations, labels, resources, tags};
 
-use crate::cloud::{CloudInstanceType, LaunchRequest, Offer, OfferingKey};
+use crate::cloud::{LaunchRequest, Offer, OfferingKey, SoldTypes};
 use crate::error::ControllerError;
 use joiner_engine::catalog::CapacityType;
 
@@ -51,17 +51,21 @@ pub fn reserved_offers(claim: &NodeClaim, view: &ClusterSnapshot) -> Vec<Offer> 
 /// type and zone first).
 pub fn offers_for(
     claim: &NodeClaim,
-    cloud_types: &[CloudInstanceType],
+    cloud_types: &SoldTypes,
     reserved: Vec<Offer>,
     unavailable: impl Fn(&OfferingKey) -> bool,
 ) -> Vec<Offer> {
     let types = claim.requirement_values(labels::INSTANCE_TYPE);
     let zones = claim.requirement_values(labels::ZONE);
     let capacity_types = claim.requirement_values(labels::CAPACITY_TYPE);
+    let mut rank: HashMap<&str, usize> = HashMap::new();
+    for (i, t) in types.iter().enumerate() {
+        rank.entry(t.as_str()).or_insert(i);
+    }
     let sold = types.iter().flat_map(|t| {
         cloud_types
-            .iter()
-            .filter(move |c| &c.name == t)
+            .named(t)
+            .into_iter()
             .flat_map(|c| c.offerings.iter().filter(|o| o.available))
             .map(move |o| Offer {
                 offering: OfferingKey {
@@ -76,7 +80,7 @@ pub fn offers_for(
     let mut ranked = Vec::new();
     for offer in sold.chain(reserved) {
         let key = &offer.offering;
-        let Some(ti) = types.iter().position(|t| *t == key.instance_type) else {
+        let Some(&ti) = rank.get(key.instance_type.as_str()) else {
             continue;
         };
         let zi = match zones.iter().position(|z| *z == key.zone) {

@@ -10,7 +10,7 @@ use joiner_engine::plan::PlannedNodeClaim;
 use joiner_model::api::NodePool;
 use joiner_model::api::nodeclaim::{NodeClaim, NodeClaimSpec, ResourceRequirements};
 use joiner_model::api::nodepool::{NodeSelectorRequirementWithMinValues, Operator};
-use joiner_model::wellknown::{annotations, finalizers, labels, tags};
+use joiner_model::wellknown::{annotations, finalizers, labels};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
@@ -193,12 +193,7 @@ pub(crate) fn tagged_instances<S: ClusterStore, C: CloudProvider>(
     ctx: &mut Ctx<'_, S, C>,
     claim: &NodeClaim,
 ) -> Result<Vec<Instance>, ControllerError> {
-    let mut found: Vec<Instance> = ctx
-        .instances()?
-        .iter()
-        .filter(|i| i.tags.get(tags::NODECLAIM).map(String::as_str) == Some(claim.name()))
-        .cloned()
-        .collect();
+    let mut found: Vec<Instance> = ctx.instances()?.of_claim(claim.name()).cloned().collect();
     found.sort_by(|a, b| (a.launch_time, &a.id).cmp(&(b.launch_time, &b.id)));
     Ok(found)
 }

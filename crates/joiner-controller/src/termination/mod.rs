@@ -201,8 +201,8 @@ fn instance_gone<S: ClusterStore, C: CloudProvider>(
     // it (terminated, or a listing that trails) is asked for by itself.
     if ctx
         .instances()?
-        .iter()
-        .any(|i| i.id == id && i.state != InstanceState::Terminated)
+        .get(id)
+        .is_some_and(|i| i.state != InstanceState::Terminated)
     {
         return Ok(false);
     }
