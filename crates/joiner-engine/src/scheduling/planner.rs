@@ -898,6 +898,14 @@ impl<'a> Planner<'a> {
             }
             // Pods with affinity may need exactly the node their peers are on to grow.
             let may_grow = self.claims.len() - c <= GROW_WINDOW || pod_has_affinity;
+            if !may_grow && !self.claim_has_room(c, p) {
+                // As evaluating it would find (room is checked before anything else): no
+                // room, and it may not grow. Most of a large plan's NodeClaims are full for
+                // any one pod, and each new shape of pod (a workload with labels of its own)
+                // meets all of them once.
+                set_bit(&mut rejections.class.claims, c);
+                continue;
+            }
             let (mut never, mut not_now, mut room) = (true, false, false);
             for alt in alts {
                 match self.evaluate_claim(p, c, alt, strict, Price::ZERO, zones) {
@@ -988,6 +996,16 @@ impl<'a> Planner<'a> {
                 || pool.defined_keys.contains(k)
                 || pool.options.iter().any(|o| o.labels.contains_key(k))
         })
+    }
+
+    /// Whether NodeClaim `c`'s chosen instance type has room for pod `p` as it is, without
+    /// growing: the first thing [`Planner::evaluate_claim`] asks when growth is not allowed.
+    fn claim_has_room(&self, c: usize, p: usize) -> bool {
+        let claim = &self.claims[c];
+        match claim.allowed.get(claim.chosen) {
+            Some(&(_, o)) => self.option_holds_more(&self.pools[claim.pool], o, &claim.used, p),
+            None => true,
+        }
     }
 
     /// Whether option `o` holds `used` plus pod `p`, without building the sum.
