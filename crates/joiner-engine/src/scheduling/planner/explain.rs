@@ -44,6 +44,9 @@ fn reasons(pl: &Planner, p: usize) -> String {
     let mut parts = Vec::new();
 
     if !pl.existing.is_empty() {
+        // Most nodes fail for lack of room, so that reason is counted by resource and worded
+        // once per resource rather than once per node (thousands of nodes, per class of pod).
+        let mut short: BTreeMap<usize, usize> = BTreeMap::new();
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
         let mut dra_detail = Some(());
         for (n, node) in pl
@@ -64,7 +67,8 @@ fn reasons(pl: &Planner, p: usize) -> String {
             {
                 format!("label {key} does not satisfy {r}")
             } else if let Some(i) = resources::first_shortfall(&zero, req, &node.free) {
-                format!("insufficient {}", pl.index.name(i))
+                *short.entry(i).or_default() += 1;
+                continue;
             } else if let Err(v) = pl.topology.check(
                 p,
                 Domains {
@@ -88,6 +92,11 @@ fn reasons(pl: &Planner, p: usize) -> String {
                 "no room left after other pending pods".into()
             };
             *counts.entry(reason).or_default() += 1;
+        }
+        for (i, n) in short {
+            *counts
+                .entry(format!("insufficient {}", pl.index.name(i)))
+                .or_default() += n;
         }
         let summary: Vec<String> = counts.iter().map(|(r, c)| format!("{c} {r}")).collect();
         parts.push(format!("existing nodes: {}", summary.join(", ")));
