@@ -12,11 +12,10 @@ use crate::cloud::Instance;
 /// The listing, with this step's own launches and terminations applied.
 #[derive(Debug, Default)]
 pub struct InstanceListing {
-    instances: Vec<Instance>,
-    /// Position in `instances` by instance id.
-    by_id: HashMap<String, usize>,
-    /// Positions in `instances` by the NodeClaim tag.
-    by_claim: HashMap<String, Vec<usize>>,
+    by_id: HashMap<String, Instance>,
+    /// Ids of the instances tagged with each NodeClaim's name, in listing order; those removed
+    /// since are skipped when read, so that a termination costs no rebuild.
+    by_claim: HashMap<String, Vec<String>>,
 }
 
 impl InstanceListing {
@@ -28,14 +27,9 @@ impl InstanceListing {
         listing
     }
 
-    /// Every listed instance.
-    pub fn all(&self) -> &[Instance] {
-        &self.instances
-    }
-
     /// The listed instance with this id.
     pub fn get(&self, id: &str) -> Option<&Instance> {
-        self.by_id.get(id).map(|&i| &self.instances[i])
+        self.by_id.get(id)
     }
 
     /// The listed instances tagged with this NodeClaim's name, in listing order.
@@ -44,7 +38,7 @@ impl InstanceListing {
             .get(claim)
             .into_iter()
             .flatten()
-            .map(|&i| &self.instances[i])
+            .filter_map(|id| self.by_id.get(id))
     }
 
     /// Adds an instance this step launched; one already listed is left as listed.
@@ -52,21 +46,18 @@ impl InstanceListing {
         if self.by_id.contains_key(&instance.id) {
             return;
         }
-        let at = self.instances.len();
-        self.by_id.insert(instance.id.clone(), at);
         if let Some(claim) = instance.tags.get(tags::NODECLAIM) {
-            self.by_claim.entry(claim.clone()).or_default().push(at);
+            let ids = self.by_claim.entry(claim.clone()).or_default();
+            if !ids.contains(&instance.id) {
+                ids.push(instance.id.clone());
+            }
         }
-        self.instances.push(instance);
+        self.by_id.insert(instance.id.clone(), instance);
     }
 
     /// Drops an instance this step terminated.
     pub fn remove(&mut self, id: &str) {
-        if !self.by_id.contains_key(id) {
-            return;
-        }
-        let rest = std::mem::take(&mut self.instances);
-        *self = InstanceListing::new(rest.into_iter().filter(|i| i.id != id).collect());
+        self.by_id.remove(id);
     }
 }
 
@@ -99,7 +90,6 @@ mod tests {
         let ids =
             |l: &InstanceListing, c: &str| l.of_claim(c).map(|i| i.id.clone()).collect::<Vec<_>>();
         assert_eq!(ids(&listing, "a"), ["i-1", "i-3"]);
-        assert_eq!(listing.all().len(), 3);
         listing.remove("i-1");
         assert_eq!(ids(&listing, "a"), ["i-3"]);
         assert_eq!(ids(&listing, "b"), ["i-2"]);

@@ -70,8 +70,8 @@ pub fn consolidate_weighed(
     gates: &FeatureGates,
     lap: &mut dyn FnMut(ConsolidationType),
 ) -> (Vec<Decision>, Vec<MoveVerdict>) {
-    let candidates = candidates(input);
     let baseline = Baseline::new(input);
+    let candidates = candidates(input, &baseline);
     let spot_to_spot = gates.enabled(FeatureGate::SpotToSpotConsolidation);
     let balance = balanced::Balance::new(input);
     let weighed = std::cell::RefCell::new(Vec::new());
@@ -180,15 +180,14 @@ fn pool_of(input: &SchedulingInput, node: usize) -> Option<&crate::scheduling::P
 
 /// Nodes a NodePool manages that are consolidation candidates (not marked do-not-disrupt),
 /// with a known price and running no pod marked do-not-disrupt; fewest pods first (cheapest to disrupt), then the most expensive.
-fn candidates(input: &SchedulingInput) -> Vec<Candidate> {
-    let bound = pods_by_node(input);
+fn candidates(input: &SchedulingInput, baseline: &Baseline) -> Vec<Candidate> {
     let mut out: Vec<Candidate> = input
         .nodes
         .iter()
         .enumerate()
         .filter(|(i, n)| pool_of(input, *i).is_some() && n.consolidation_candidate)
         .filter_map(|(i, n)| {
-            let on_node = || bound[i].iter().map(|&p| &input.pods[p]);
+            let on_node = || baseline.pods_on(i).iter().map(|&p| &input.pods[p]);
             if on_node().any(|p| p.do_not_disrupt) {
                 return None;
             }
@@ -207,24 +206,6 @@ fn candidates(input: &SchedulingInput) -> Vec<Candidate> {
             .then(input.nodes[a.node].name.cmp(&input.nodes[b.node].name))
     });
     out
-}
-
-/// The pods bound to each node of `input`, by node index: one pass over the pods, where asking
-/// every node for its pods would cost nodes × pods.
-fn pods_by_node(input: &SchedulingInput) -> Vec<Vec<usize>> {
-    let index: std::collections::HashMap<&str, usize> = input
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.name.as_str(), i))
-        .collect();
-    let mut bound = vec![Vec::new(); input.nodes.len()];
-    for (p, pod) in input.pods.iter().enumerate() {
-        if let Some(&n) = pod.node_name.as_deref().and_then(|name| index.get(name)) {
-            bound[n].push(p);
-        }
-    }
-    bound
 }
 
 /// Plans again without `removed`: a decision if all their pods fit and it saves money.
@@ -367,7 +348,7 @@ mod tests;
 /// work `joiner bench` times (a consolidation round looks at the candidates in this order).
 pub fn evaluate_every_candidate(input: &SchedulingInput) -> usize {
     let baseline = Baseline::new(input);
-    candidates(input)
+    candidates(input, &baseline)
         .iter()
         .filter(|c| evaluate(input, &baseline, std::slice::from_ref(c)).is_some())
         .count()

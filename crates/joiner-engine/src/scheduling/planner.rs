@@ -356,6 +356,12 @@ impl<'a> Baseline<'a> {
         }
     }
 
+    /// The pods bound to existing node `n` (indices into the input's pods), DaemonSet pods
+    /// included.
+    pub fn pods_on(&self, n: usize) -> &[usize] {
+        self.planner.bound.get(n).map_or(&[], Vec::as_slice)
+    }
+
     /// Plans the pods of the existing nodes `nodes` (indices into the input's nodes) as if
     /// those nodes were gone: their pods (not their DaemonSet pods) become pending, their DRA
     /// claims are released, and the plan says where they go and what new nodes they need.
@@ -1000,7 +1006,7 @@ impl<'a> Planner<'a> {
 
     /// Whether NodeClaim `c`'s chosen instance type has room for pod `p` as it is, without
     /// growing: the first thing [`Planner::evaluate_claim`] asks when growth is not allowed.
-    fn claim_has_room(&self, c: usize, p: usize) -> bool {
+    pub(super) fn claim_has_room(&self, c: usize, p: usize) -> bool {
         let claim = &self.claims[c];
         match claim.allowed.get(claim.chosen) {
             Some(&(_, o)) => self.option_holds_more(&self.pools[claim.pool], o, &claim.used, p),

@@ -38,10 +38,7 @@ impl Planner<'_> {
         let max_growth = if fixed_type { Price::ZERO } else { max_growth };
         // Cheap rejections first: room when the claim may not grow (a permanent reason, so
         // checked before topology, whose reasons may pass), then topology.
-        if max_growth == Price::ZERO
-            && let Some(&(_, o)) = claim.allowed.get(claim.chosen)
-            && !self.option_holds_more(pool, o, &claim.used, p)
-        {
+        if max_growth == Price::ZERO && !self.claim_has_room(c, p) {
             // Full; but if topology rules the NodeClaim out for good, say so, since that holds
             // for every pod of this shape whatever its size.
             let at = Domains {
