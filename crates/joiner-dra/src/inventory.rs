@@ -12,6 +12,8 @@
 //! state is a few flat vectors and cheap to clone. The planner adds the devices of nodes that
 //! do not exist yet with [`Inventory::add_slices`], from synthesized node-local slices.
 
+mod generations;
+
 use crate::cel::CelDevice;
 use crate::cel::device::qualify;
 use crate::node::{NodeInfo, selector_matches};
@@ -156,6 +158,9 @@ pub struct InventoryDevice {
     pub slice: String,
     /// Attributes by fully qualified name (`domain/name`).
     pub attributes: HashMap<String, AttributeValue>,
+    /// Attributes published with no value Joiner can read (none set, or an empty list), by
+    /// fully qualified name: a constraint that reaches one is an error, as upstream.
+    pub unsupported_attributes: Vec<String>,
     /// Capacities by fully qualified name.
     pub capacity: BTreeMap<String, Capacity>,
     pub allow_multiple_allocations: bool,
@@ -169,6 +174,8 @@ pub struct InventoryDevice {
     pub binding_failure_conditions: Vec<String>,
     pub binds_to_node: bool,
     pub visibility: Visibility,
+    /// Its slice sets `perDeviceNodeSelection` (a `DRAPartitionableDevices` field).
+    pub per_device_node_selection: bool,
     pub cel: CelDevice,
 }
 
@@ -213,7 +220,9 @@ pub struct Inventory {
     pools: Vec<Pool>,
     counters: Vec<Counter>,
     pool_index: HashMap<(Arc<str>, Arc<str>), PoolId>,
-    by_name: HashMap<(Arc<str>, Arc<str>, String), DeviceId>,
+    /// Devices by driver, pool and name: more than one where a node sees an older generation
+    /// of a pool than others do ([`generations`]), since upstream knows a device by its name.
+    by_name: HashMap<(Arc<str>, Arc<str>, String), Vec<DeviceId>>,
     /// Pools sorted by driver then name: the allocation order.
     order: Vec<PoolId>,
     /// Pools local to one node, by node, and the others (in allocation order): a node's view
@@ -377,16 +386,44 @@ impl Inventory {
         list.partition_point(|x| key(x) < key(&id))
     }
 
+    /// Adds a pool at its newest generation, and for each node that sees only an older one
+    /// (a pool moved between nodes), that generation as a pool of the node's own.
     fn add_pool(&mut self, driver: Arc<str>, pool_name: Arc<str>, group: Vec<&ResourceSlice>) {
-        let generation = group
+        let newest = group
             .iter()
             .map(|s| s.spec.pool.generation)
             .max()
             .unwrap_or(0);
-        let mut slices: Vec<&ResourceSlice> = group
-            .into_iter()
-            .filter(|s| s.spec.pool.generation == generation)
-            .collect();
+        let of = |generation: i64| {
+            group
+                .iter()
+                .copied()
+                .filter(|s| s.spec.pool.generation == generation)
+                .collect::<Vec<_>>()
+        };
+        let id = self.build_pool(driver.clone(), pool_name.clone(), newest, of(newest), None);
+        self.pool_index
+            .insert((driver.clone(), pool_name.clone()), id);
+        for (node, generation) in generations::stale_nodes(&group, newest) {
+            self.build_pool(
+                driver.clone(),
+                pool_name.clone(),
+                generation,
+                of(generation),
+                Some(node),
+            );
+        }
+    }
+
+    /// One generation of a pool from its slices; `only_node`: the pool serves that node alone.
+    fn build_pool(
+        &mut self,
+        driver: Arc<str>,
+        pool_name: Arc<str>,
+        generation: i64,
+        mut slices: Vec<&ResourceSlice>,
+        only_node: Option<String>,
+    ) -> PoolId {
         slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let expected = slices.first().map(|s| s.spec.pool.resource_slice_count);
         let complete = expected.is_some_and(|n| {
@@ -455,6 +492,12 @@ impl Inventory {
                     })
                     .collect();
                 for consumption in device.consumes_counters.iter().flatten() {
+                    if !sets_seen.contains_key(&consumption.counter_set) {
+                        invalid.get_or_insert(format!(
+                            "device {:?} consumes from unknown counter set {:?}",
+                            device.name, consumption.counter_set
+                        ));
+                    }
                     for (name, counter) in &consumption.counters {
                         match counters.get(&(consumption.counter_set.clone(), name.clone())) {
                             Some(id) => {
@@ -472,12 +515,16 @@ impl Inventory {
                     }
                 }
                 let mut attributes = HashMap::new();
+                let mut unsupported_attributes = Vec::new();
                 for (name, attr) in device.attributes.iter().flatten() {
                     let (domain, id) = qualify(&driver, name);
-                    let Some(value) = AttributeValue::of(attr) else {
-                        continue;
+                    match AttributeValue::of(attr) {
+                        Some(value) => attributes.insert(format!("{domain}/{id}"), value),
+                        None => {
+                            unsupported_attributes.push(format!("{domain}/{id}"));
+                            continue;
+                        }
                     };
-                    attributes.insert(format!("{domain}/{id}"), value);
                 }
                 let mut capacity = BTreeMap::new();
                 for (name, cap) in device.capacity.iter().flatten() {
@@ -509,7 +556,9 @@ impl Inventory {
                     slice_visibility.clone()
                 };
                 self.by_name
-                    .insert((driver.clone(), pool_name.clone(), device.name.clone()), id);
+                    .entry((driver.clone(), pool_name.clone(), device.name.clone()))
+                    .or_default()
+                    .push(id);
                 self.devices.push(InventoryDevice {
                     id,
                     pool: pool_id,
@@ -518,6 +567,7 @@ impl Inventory {
                     name: device.name.clone(),
                     slice: slice_name.clone(),
                     attributes,
+                    unsupported_attributes,
                     capacity,
                     allow_multiple_allocations: device.allow_multiple_allocations.unwrap_or(false),
                     taints: device
@@ -536,15 +586,14 @@ impl Inventory {
                         .unwrap_or_default(),
                     binds_to_node: device.binds_to_node.unwrap_or(false),
                     visibility: device_visibility,
+                    per_device_node_selection: per_device,
                     cel: CelDevice::new(&driver, device),
                 });
                 devices.push(id);
             }
         }
-        self.pool_index
-            .insert((driver.clone(), pool_name.clone()), pool_id);
-        let mut local_node = None;
-        for d in &devices {
+        let mut local_node = only_node.clone();
+        for d in devices.iter().filter(|_| only_node.is_none()) {
             match self.devices.get(d.0 as usize).map(|d| &d.visibility) {
                 Some(Visibility::Node(n)) if local_node.as_ref().is_none_or(|l| l == n) => {
                     local_node = Some(n.clone());
@@ -571,6 +620,7 @@ impl Inventory {
             invalid,
             devices,
         });
+        pool_id
     }
 
     /// Identity of this inventory for caches keyed by device id.
@@ -596,11 +646,19 @@ impl Inventory {
     pub fn device_count(&self) -> usize {
         self.devices.len()
     }
-    /// Finds a device by driver, pool and name (as an allocation result names it).
+    /// Finds a device by driver, pool and name (as an allocation result names it): the one of
+    /// the pool's newest generation.
     pub fn find(&self, driver: &str, pool: &str, device: &str) -> Option<DeviceId> {
+        self.find_all(driver, pool, device).first().copied()
+    }
+
+    /// Every device of that name: one, or more where some node sees an older generation of
+    /// the pool. Allocating one takes them all, as upstream tracks devices by name.
+    pub fn find_all(&self, driver: &str, pool: &str, device: &str) -> &[DeviceId] {
         self.by_name
             .get(&(Arc::from(driver), Arc::from(pool), device.to_string()))
-            .copied()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
     }
 
     /// The devices `node` can see, pools sorted by driver then name.

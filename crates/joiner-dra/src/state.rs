@@ -9,7 +9,9 @@ use crate::cel::device::qualify;
 use crate::hash::FastMap;
 use crate::inventory::{CounterId, CounterSetKey, DeviceId, Inventory};
 use joiner_model::Quantity;
-use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceRequestAllocationResult, ResourceClaim,
+};
 use std::collections::BTreeMap;
 
 /// Devices, capacity and counters in use.
@@ -115,74 +117,85 @@ impl AllocationState {
             if result.admin_access == Some(true) {
                 continue;
             }
-            let Some(id) = inventory.find(&result.driver, &result.pool, &result.device) else {
-                if sign > 0 {
-                    self.unknown_devices.push(format!(
-                        "{}/{}/{}",
-                        result.driver, result.pool, result.device
-                    ));
-                }
-                continue;
-            };
-            let Some(device) = inventory.device(id) else {
-                continue;
-            };
-            let consumes_counters;
-            // A share (it has a `shareID`) takes part of a device; anything else takes all
-            // of it.
-            if result.share_id.is_some() {
-                let entry = self.shared.entry(id).or_default();
-                consumes_counters = if sign > 0 {
-                    entry.allocations += 1;
-                    entry.allocations == 1
-                } else {
-                    entry.allocations = entry.allocations.saturating_sub(1);
-                    entry.allocations == 0
-                };
-                for (name, q) in result.consumed_capacity.iter().flatten() {
-                    let (domain, id) = qualify(&result.driver, name);
-                    let q = Quantity::try_from(q).unwrap_or(Quantity::ZERO);
-                    let slot = entry
-                        .consumed
-                        .entry(format!("{domain}/{id}"))
-                        .or_insert(Quantity::ZERO);
-                    *slot = if sign > 0 {
-                        slot.saturating_add(q)
-                    } else {
-                        slot.saturating_sub(q)
-                    };
-                }
-                if entry.allocations == 0 {
-                    self.shared.remove(&id);
-                }
-            } else {
-                consumes_counters = true;
-                self.set_exclusive(id, sign > 0);
+            let ids = inventory.find_all(&result.driver, &result.pool, &result.device);
+            if ids.is_empty() && sign > 0 {
+                self.unknown_devices.push(format!(
+                    "{}/{}/{}",
+                    result.driver, result.pool, result.device
+                ));
             }
-            if consumes_counters {
-                for (set, groups) in &device.compatibility {
-                    let lists = self.set_groups.entry(set.clone()).or_default();
-                    let n = lists.entry(groups.clone()).or_insert(0);
-                    *n = if sign > 0 {
-                        *n + 1
-                    } else {
-                        n.saturating_sub(1)
-                    };
-                    if *n == 0 {
-                        lists.remove(groups);
-                    }
-                    if lists.is_empty() {
-                        self.set_groups.remove(set);
-                    }
+            for &id in ids {
+                self.apply_device(inventory, id, result, sign);
+            }
+        }
+    }
+
+    /// One device of an allocation result taken (`sign` 1) or given back (-1).
+    fn apply_device(
+        &mut self,
+        inventory: &Inventory,
+        id: DeviceId,
+        result: &DeviceRequestAllocationResult,
+        sign: i64,
+    ) {
+        let Some(device) = inventory.device(id) else {
+            return;
+        };
+        let consumes_counters;
+        // A share (it has a `shareID`) takes part of a device; anything else takes all
+        // of it.
+        if result.share_id.is_some() {
+            let entry = self.shared.entry(id).or_default();
+            consumes_counters = if sign > 0 {
+                entry.allocations += 1;
+                entry.allocations == 1
+            } else {
+                entry.allocations = entry.allocations.saturating_sub(1);
+                entry.allocations == 0
+            };
+            for (name, q) in result.consumed_capacity.iter().flatten() {
+                let (domain, id) = qualify(&result.driver, name);
+                let q = Quantity::try_from(q).unwrap_or(Quantity::ZERO);
+                let slot = entry
+                    .consumed
+                    .entry(format!("{domain}/{id}"))
+                    .or_insert(Quantity::ZERO);
+                *slot = if sign > 0 {
+                    slot.saturating_add(q)
+                } else {
+                    slot.saturating_sub(q)
+                };
+            }
+            if entry.allocations == 0 {
+                self.shared.remove(&id);
+            }
+        } else {
+            consumes_counters = true;
+            self.set_exclusive(id, sign > 0);
+        }
+        if consumes_counters {
+            for (set, groups) in &device.compatibility {
+                let lists = self.set_groups.entry(set.clone()).or_default();
+                let n = lists.entry(groups.clone()).or_insert(0);
+                *n = if sign > 0 {
+                    *n + 1
+                } else {
+                    n.saturating_sub(1)
+                };
+                if *n == 0 {
+                    lists.remove(groups);
                 }
-                for (counter, q) in &device.consumes_counters {
-                    let slot = self.counters.entry(*counter).or_insert(Quantity::ZERO);
-                    *slot = if sign > 0 {
-                        slot.saturating_add(*q)
-                    } else {
-                        slot.saturating_sub(*q)
-                    };
+                if lists.is_empty() {
+                    self.set_groups.remove(set);
                 }
+            }
+            for (counter, q) in &device.consumes_counters {
+                let slot = self.counters.entry(*counter).or_insert(Quantity::ZERO);
+                *slot = if sign > 0 {
+                    slot.saturating_add(*q)
+                } else {
+                    slot.saturating_sub(*q)
+                };
             }
         }
     }

@@ -308,6 +308,39 @@ spec:
     assert_eq!(p["unschedulable"].as_array().unwrap().len(), 1, "{p}");
 }
 
+/// A claim template asking for part of a device's memory (`capacity.requests`, gate
+/// `DRAConsumableCapacity`) in a cluster with the gate off: the API server would store the
+/// template without it, so the plan warns, naming the field, and the pod takes a whole GPU
+/// (kube-scheduler refuses a claim that still has the field; the allocator's own tests cover
+/// that).
+#[test]
+fn a_capacity_request_is_dropped_with_a_warning_while_its_gate_is_off() {
+    let workload = std::fs::read_to_string(example_dir("dra-specific-gpu").join("workload.yaml"))
+        .unwrap()
+        .replace(
+            "          count: 1\n",
+            "          count: 1\n          capacity:\n            requests: {memory: 40Gi}\n",
+        );
+    assert!(workload.contains("requests: {memory: 40Gi}"));
+    let dir = scenario("capacity-gate-off", &workload);
+    let values = dir.join("values.yaml");
+    let text = std::fs::read_to_string(&values).unwrap().replace(
+        "settings:\n",
+        "settings:\n  cluster:\n    featureGates: {DRAConsumableCapacity: false}\n",
+    );
+    std::fs::write(values, text).unwrap();
+    let (p, stderr) = plan(&dir);
+    assert!(
+        stderr.contains(
+            "ResourceClaimTemplate/default/large-gpu: \
+             spec.spec.devices.requests[0].exactly.capacity: capacity request, dropped"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(p["nodeClaims"].as_array().unwrap().len(), 1, "{p}");
+    assert!(p["unschedulable"].as_array().unwrap().is_empty(), "{p}");
+}
+
 /// kube-scheduler has allocated the pod's claim a device that waits for binding conditions
 /// (a fabric-attached GPU being attached) and holds the pod in PreBind until they are met: the
 /// claim is allocated and reserved for the pod, which is not bound yet. Such a pod is planned

@@ -109,6 +109,19 @@ pub enum FailureReason {
     },
     /// An already allocated claim whose devices are not usable from this node.
     AllocatedElsewhere,
+    /// A constraint reached a device whose attribute has no value it can compare: empty, of a
+    /// type this API version does not know, or a list while `DRAListTypeAttributes` is off.
+    /// kube-scheduler stops with an error rather than skip the device.
+    UnsupportedAttribute {
+        device: String,
+        attribute: String,
+    },
+    /// An `All` request must take every matching device, and one of them would break a
+    /// constraint of the claim.
+    AllDevicesBreakConstraint {
+        device: String,
+        constraint: String,
+    },
     /// The depth-first search tried more devices than its budget allows.
     SearchBudgetExhausted {
         steps: u64,
@@ -186,6 +199,15 @@ impl fmt::Display for FailureReason {
             FailureReason::AllocatedElsewhere => {
                 f.write_str("already allocated to devices that are not available on this node")
             }
+            FailureReason::UnsupportedAttribute { device, attribute } => write!(
+                f,
+                "device {device}: attribute {attribute} has no value a constraint can compare \
+                 (empty, of an unknown type, or a list while DRAListTypeAttributes is off)"
+            ),
+            FailureReason::AllDevicesBreakConstraint { device, constraint } => write!(
+                f,
+                "asks for all devices, but device {device} would break constraint {constraint}"
+            ),
             FailureReason::SearchBudgetExhausted { steps } => write!(
                 f,
                 "search budget exhausted: no allocation found within {steps} device placements (SearchBudgetExhausted)"

@@ -145,11 +145,20 @@ fn fail(key: &str, request: Option<&str>, reason: FailureReason) -> AllocationFa
     }
 }
 
-fn selector_sources(selectors: &Option<Vec<DeviceSelector>>) -> Vec<String> {
+/// The CEL sources of `selectors`; `Err` when one sets no CEL, which kube-scheduler refuses as
+/// a selector type it does not know (a newer API's, say) rather than reading it as "any".
+fn selector_sources(selectors: &Option<Vec<DeviceSelector>>) -> Result<Vec<String>, FailureReason> {
     selectors
         .iter()
         .flatten()
-        .filter_map(|s| s.cel.as_ref().map(|c| c.expression.clone()))
+        .map(|s| {
+            s.cel.as_ref().map(|c| c.expression.clone()).ok_or_else(|| {
+                FailureReason::InvalidClaim {
+                    message: "a selector sets no CEL expression (unsupported selector type?)"
+                        .into(),
+                }
+            })
+        })
         .collect()
 }
 
@@ -229,6 +238,19 @@ impl Allocator {
         let mut constraints = Vec::new();
         for c in devices.iter().flat_map(|d| d.constraints.iter().flatten()) {
             let requests = c.requests.clone().filter(|r| !r.is_empty());
+            // A constraint of a kind this API version does not know constrains nothing the
+            // allocator could check: kube-scheduler refuses the claim rather than ignore it.
+            if c.match_attribute.is_none() && c.distinct_attribute.is_none() {
+                return Err(fail(
+                    key,
+                    None,
+                    FailureReason::InvalidClaim {
+                        message: "a constraint sets neither matchAttribute nor distinctAttribute \
+                                  (unsupported constraint type?)"
+                            .into(),
+                    },
+                ));
+            }
             if let Some(attr) = &c.match_attribute {
                 constraints.push(Constraint {
                     kind: ConstraintKind::Match,
@@ -378,10 +400,15 @@ impl Allocator {
             }));
         }
         let mut capacity = BTreeMap::new();
-        // With the gate off, the API server drops `capacity`; the allocator ignores it.
-        let requests = f
-            .capacity
-            .filter(|r| !r.is_empty() && self.features.consumable_capacity);
+        // With the gate off the API server drops `capacity`, so a claim that still has it
+        // (from files, or an API server with the gate on) is refused, as kube-scheduler does.
+        let requests = f.capacity.filter(|r| !r.is_empty());
+        if requests.is_some() && !self.features.consumable_capacity {
+            return Err(err(FailureReason::FeatureDisabled {
+                gate: "DRAConsumableCapacity",
+                field: "capacity.requests",
+            }));
+        }
         if let Some(requests) = requests {
             for (name, q) in requests {
                 let q = Quantity::try_from(q).map_err(|e| {
@@ -394,8 +421,8 @@ impl Allocator {
         }
         // Class selectors first, then the request's, all ANDed.
         let mut sources: Vec<String> =
-            selector_sources(&joiner_model::dra::class_spec(&class).selectors);
-        let request_sources = selector_sources(f.selectors);
+            selector_sources(&joiner_model::dra::class_spec(&class).selectors).map_err(err)?;
+        let request_sources = selector_sources(f.selectors).map_err(err)?;
         sources.extend(request_sources.iter().cloned());
         let mut compiled = Vec::with_capacity(sources.len());
         for s in &sources {

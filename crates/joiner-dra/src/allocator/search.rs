@@ -83,6 +83,8 @@ enum Reject {
     Capacity,
     Counters,
     Constraint(usize),
+    /// The device's value of the constraint's attribute cannot be compared: an error.
+    Unsupported(usize),
 }
 
 /// Buffers kept between `allocate` calls so that a call allocates nothing on its way to a
@@ -243,6 +245,35 @@ impl<'a> Search<'a> {
         Ok(false)
     }
 
+    /// The fewest devices the requests of this slot's claim after it can take: each its
+    /// smallest alternative, `All` counting none (it depends on the node).
+    fn fewest_after(&self, slot: usize) -> usize {
+        let Some(&(ci, _)) = self.slots.get(slot) else {
+            return 0;
+        };
+        let Some(ClaimState::Pending { requests, .. }) =
+            self.prepared.claims.get(ci).map(|c| &c.state)
+        else {
+            return 0;
+        };
+        self.slots
+            .iter()
+            .skip(slot + 1)
+            .filter(|(c, _)| *c == ci)
+            .filter_map(|(_, ri)| requests.get(*ri))
+            .map(|r| {
+                r.alternatives
+                    .iter()
+                    .map(|a| match a.mode {
+                        Mode::Exact(n) => n,
+                        Mode::All => 0,
+                    })
+                    .min()
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
     /// One alternative of a request: `Some(true)` when everything from here is allocated.
     fn try_alternative(
         &mut self,
@@ -281,14 +312,15 @@ impl<'a> Search<'a> {
                 cands.entries.len()
             }
         };
-        // The claim's results must stay within the limit; another alternative may need
-        // fewer devices.
+        // The claim's results must stay within the limit, counting the fewest devices its
+        // later requests can take; another alternative may need fewer devices. Checking only
+        // what is chosen so far would search every way to pick too many before backing out.
         let so_far = self
             .chosen
             .iter()
             .filter(|c| self.slots.get(c.slot).map(|s| s.0) == claim_index)
             .count();
-        if so_far + need > MAX_RESULTS_PER_CLAIM {
+        if so_far + need + self.fewest_after(slot) > MAX_RESULTS_PER_CLAIM {
             self.note(slot, alt, Noted::TooMany(so_far + need));
             return Ok(None);
         }
@@ -426,8 +458,33 @@ impl<'a> Search<'a> {
             };
             match verdict {
                 Ok(()) => {}
+                Err(Reject::Unsupported(c)) => {
+                    return Err(self.device_error(
+                        slot,
+                        a,
+                        dev,
+                        |device, constraint| FailureReason::UnsupportedAttribute {
+                            device,
+                            attribute: constraint.attribute.clone(),
+                        },
+                        c,
+                    ));
+                }
+                Err(Reject::Constraint(c)) if all => {
+                    return Err(self.device_error(
+                        slot,
+                        a,
+                        dev,
+                        |device, constraint| FailureReason::AllDevicesBreakConstraint {
+                            device,
+                            constraint: constraint.describe(),
+                        },
+                        c,
+                    ));
+                }
                 Err(reason) => {
                     match reason {
+                        Reject::Unsupported(_) => {}
                         Reject::Blocked => {}
                         Reject::InUse => rejected.in_use += 1,
                         Reject::Capacity => rejected.capacity += 1,
@@ -459,6 +516,30 @@ impl<'a> Search<'a> {
             self.chosen.pop();
         }
         Ok(false)
+    }
+
+    /// The error that stops the search at `dev` over constraint `ci` of its claim.
+    fn device_error(
+        &self,
+        slot: usize,
+        a: &Alternative,
+        dev: &InventoryDevice,
+        reason: impl FnOnce(String, &Constraint) -> FailureReason,
+        ci: usize,
+    ) -> AllocationFailure {
+        let device = format!("{}/{}/{}", dev.driver, dev.pool_name, dev.name);
+        let claim = self.claim(slot).map(|c| c.key.clone()).unwrap_or_default();
+        let reason = match self.constraints(slot).get(ci) {
+            Some(constraint) => reason(device, constraint),
+            None => FailureReason::InvalidClaim {
+                message: format!("constraint {ci} is missing"),
+            },
+        };
+        AllocationFailure {
+            claim,
+            request: Some(a.result_name.clone()),
+            reason,
+        }
     }
 
     /// State-dependent checks of one device for one alternative.
@@ -565,15 +646,15 @@ impl<'a> Search<'a> {
             if !constraint.covers(&a.result_name) {
                 continue;
             }
-            let Some(value) = dev
-                .attributes
-                .get(&constraint.attribute)
-                // With the gate off a list is no value the allocator compares.
-                .filter(|v| {
-                    self.alloc.features.list_type_attributes
-                        || !matches!(v, AttributeValue::List(_))
-                })
-            else {
+            let value = dev.attributes.get(&constraint.attribute);
+            // With the gate off a list is no value the allocator compares.
+            let gated_list = value.is_some_and(|v| {
+                !self.alloc.features.list_type_attributes && matches!(v, AttributeValue::List(_))
+            });
+            if gated_list || dev.unsupported_attributes.contains(&constraint.attribute) {
+                return Err(Reject::Unsupported(ci));
+            }
+            let Some(value) = value else {
                 return Err(Reject::Constraint(ci));
             };
             // Values compare as sets (a scalar is a set of one): `matchAttribute` needs a value
@@ -677,7 +758,10 @@ impl<'a> Search<'a> {
                 };
                 // Devices that need a disabled feature are not allocatable at all. (With
                 // consumable capacity off, a shareable device is simply an exclusive one.)
-                if (!features.partitionable_devices && !dev.consumes_counters.is_empty())
+                // Per-device node selection is part of partitionable devices: with the gate
+                // off, kube-scheduler passes over such slices.
+                if (!features.partitionable_devices
+                    && (!dev.consumes_counters.is_empty() || dev.per_device_node_selection))
                     || (!features.device_binding_conditions && !dev.binding_conditions.is_empty())
                 {
                     continue;
@@ -960,8 +1044,10 @@ impl<'a> Search<'a> {
                     }
                 }
                 let share = c.shared && !c.admin;
+                // A device without capacities consumes none: the field stays unset, as
+                // kube-scheduler writes it.
                 let consumed = if share {
-                    Some(consumed_capacity(dev, c.consumed.as_deref()))
+                    Some(consumed_capacity(dev, c.consumed.as_deref())).filter(|m| !m.is_empty())
                 } else {
                     None
                 };
@@ -1004,20 +1090,6 @@ impl<'a> Search<'a> {
                         requests: cfg.requests.clone(),
                         opaque: cfg.opaque.clone(),
                     });
-                }
-            }
-            // A config that names every request of the claim names none: "empty means all".
-            let request_count = match &claim.state {
-                ClaimState::Pending { requests, .. } => requests.len(),
-                _ => 0,
-            };
-            for cfg in &mut configs {
-                if cfg
-                    .requests
-                    .as_ref()
-                    .is_some_and(|r| r.len() == request_count)
-                {
-                    cfg.requests = None;
                 }
             }
             out.push(ClaimAllocation {

@@ -963,14 +963,29 @@ fn shareable_device_serves_two_requests_of_one_claim() {
 
 #[test]
 fn consumable_capacity_gate_off() {
-    // The device is then an ordinary exclusive one, and capacity requests are ignored.
+    // The device is then an ordinary exclusive one, and a claim with capacity requests (which
+    // the API server would have dropped) is refused, as kube-scheduler refuses it.
     let mut off = Features::all();
     off.consumable_capacity = false;
     let mut s = setup(&[node_slice(vec![shareable(None)])]);
-    let out = s
+    let err = s
         .run(
             &allocator_with(off),
             &[claim("ns", "a", vec![cap_request("gpu", Some("1Gi"))])],
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.reason,
+        FailureReason::FeatureDisabled {
+            gate: "DRAConsumableCapacity",
+            field: "capacity.requests"
+        }
+    );
+    assert!(err.is_fatal());
+    let out = s
+        .run(
+            &allocator_with(off),
+            &[claim("ns", "a", vec![cap_request("gpu", None)])],
         )
         .unwrap();
     assert_eq!(consumed(&out[0]), (None, false));
@@ -1638,16 +1653,6 @@ fn all_mode_with_consumable_capacity_skips_exclusive_devices_that_are_too_small(
         )
         .unwrap();
     assert_eq!(picked(&out[0]), pairs(&[("gpu", "big")]));
-    // Without the gate the capacity request is dropped and "all" is every device.
-    let mut off = Features::all();
-    off.consumable_capacity = false;
-    let out = s
-        .run(
-            &allocator_with(off),
-            &[claim("ns", "c", vec![all_cap_request("gpu", "100Gi")])],
-        )
-        .unwrap();
-    assert_eq!(picked(&out[0]), pairs(&[("gpu", "small"), ("gpu", "big")]));
 }
 
 fn with_binding_conditions(mut d: Device) -> Device {

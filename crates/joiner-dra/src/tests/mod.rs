@@ -2,3 +2,4 @@ mod allocator;
 mod cel;
 mod list_attributes;
 mod properties;
+mod upstream;

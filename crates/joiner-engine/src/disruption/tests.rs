@@ -480,3 +480,61 @@ fn pods_with_zonal_volumes_only_move_within_their_zone() {
         "{d:?}"
     );
 }
+
+/// Node `name`'s ResourceSlice: one GPU of the NVIDIA DRA driver.
+fn gpu_slice(name: &str) -> String {
+    format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {name}-gpu}}\nspec:\n  driver: gpu.nvidia.com\n  nodeName: {name}\n  pool: {{name: {name}, generation: 1, resourceSliceCount: 1}}\n  devices:\n  - name: gpu-0\n    attributes: {{type: {{string: gpu}}}}\n    capacity: {{memory: {{value: 22Gi}}}}\n"
+    )
+}
+
+/// A pod on `node` whose claim holds the node's GPU.
+fn gpu_pod(name: &str, node: &str) -> [String; 2] {
+    [
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, uid: {name}}}\nspec:\n  nodeName: {node}\n  resourceClaims: [{{name: gpu, resourceClaimName: {name}-gpu}}]\n  containers: [{{name: c, resources: {{requests: {{cpu: 100m}}, claims: [{{name: gpu}}]}}}}]\n"
+        ),
+        format!(
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {name}-gpu, namespace: default}}\nspec:\n  devices:\n    requests:\n    - {{name: gpu, exactly: {{deviceClassName: gpu.nvidia.com}}}}\nstatus:\n  allocation:\n    devices:\n      results: [{{request: gpu, driver: gpu.nvidia.com, pool: {node}, device: gpu-0}}]\n  reservedFor: [{{resource: pods, name: {name}, uid: {name}}}]\n"
+        ),
+    ]
+}
+
+/// A pod holding the GPU of a dear node moves to the free GPU of a cheaper one, and the dear
+/// node goes; once a DeviceTaintRule taints the free GPU `NoExecute`, that GPU serves nothing
+/// the pod does not tolerate, so the dear node is no longer simply deleted.
+#[test]
+fn a_gpu_tainted_no_execute_takes_no_pods_from_a_node_being_consolidated() {
+    let pool = POOL.split("---").next().unwrap().to_string();
+    let class = POOL.split("---").nth(1).unwrap().to_string();
+    let dear = node("dear", "g6.2xlarge", "7", "");
+    let cheap = node("cheap", "g6.xlarge", "3", "");
+    let [p, claim] = gpu_pod("inference", "dear");
+    let other = pod("web", "cheap", "100m");
+    let base: Vec<String> = vec![
+        pool,
+        class,
+        dear,
+        cheap,
+        gpu_slice("dear"),
+        gpu_slice("cheap"),
+        p,
+        claim,
+        other,
+    ];
+    let refs: Vec<&str> = base.iter().map(String::as_str).collect();
+    let d = decide(&refs, true);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].nodes, vec!["dear"], "{d:?}");
+    assert!(d[0].replacements.is_empty(), "{d:?}");
+
+    let rule = "apiVersion: resource.k8s.io/v1\nkind: DeviceTaintRule\nmetadata: {name: drain-cheap}\nspec:\n  deviceSelector: {driver: gpu.nvidia.com, pool: cheap}\n  taint: {key: maintenance, value: gpu, effect: NoExecute}\n";
+    let mut tainted = refs.clone();
+    tainted.push(rule);
+    let d = decide(&tainted, true);
+    assert!(
+        d.iter()
+            .all(|d| !(d.nodes.contains(&"dear".to_string()) && d.replacements.is_empty())),
+        "{d:?}"
+    );
+}

@@ -183,6 +183,26 @@ pub(super) fn build(
     let mut claims: BTreeMap<String, ResourceClaim> = BTreeMap::new();
     for c in &m.resource_claims {
         let mut claim = c.object.clone();
+        if claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .is_none()
+        {
+            let what = format!(
+                "ResourceClaim/{}",
+                key(
+                    claim.metadata.namespace.as_deref(),
+                    claim.metadata.name.as_deref()
+                )
+            );
+            stored_devices(
+                claim.spec.as_mut().and_then(|s| s.devices.as_mut()),
+                &features,
+                (&c.origin, &what, "spec"),
+                warnings,
+            );
+        }
         if let Some(status) = claim.status.as_mut() {
             let reserved = status.reserved_for.as_deref().unwrap_or_default();
             if !reserved.is_empty()
@@ -202,18 +222,35 @@ pub(super) fn build(
             claim,
         );
     }
-    let templates: BTreeMap<String, &ResourceClaimTemplate> = m
+    let stored_templates: Vec<(String, ResourceClaimTemplate)> = m
         .resource_claim_templates
         .iter()
         .map(|t| {
-            (
-                key(
-                    t.object.metadata.namespace.as_deref(),
-                    t.object.metadata.name.as_deref(),
+            let name = key(
+                t.object.metadata.namespace.as_deref(),
+                t.object.metadata.name.as_deref(),
+            );
+            let mut template = t.object.clone();
+            stored_devices(
+                template
+                    .spec
+                    .as_mut()
+                    .and_then(|t| t.spec.as_mut())
+                    .and_then(|s| s.devices.as_mut()),
+                &features,
+                (
+                    &t.origin,
+                    &format!("ResourceClaimTemplate/{name}"),
+                    "spec.spec",
                 ),
-                &t.object,
-            )
+                warnings,
+            );
+            (name, template)
         })
+        .collect();
+    let templates: BTreeMap<String, &ResourceClaimTemplate> = stored_templates
+        .iter()
+        .map(|(name, t)| (name.clone(), t))
         .collect();
 
     let mut pod_claims = Vec::with_capacity(pods.len());
@@ -299,6 +336,45 @@ fn published(
         ));
     }
     out
+}
+
+/// A claim's devices as the API server stores them: with `DRAConsumableCapacity` off it drops
+/// capacity requests, so a file that has them has them left out, each named in a warning
+/// (`at`: the file, the object and the path of its `spec`).
+fn stored_devices(
+    devices: Option<&mut k8s_openapi::api::resource::v1::DeviceClaim>,
+    features: &Features,
+    at: (&impl std::fmt::Display, &str, &str),
+    warnings: &mut Vec<String>,
+) {
+    let Some(devices) = devices else {
+        return;
+    };
+    if features.consumable_capacity {
+        return;
+    }
+    let (origin, object, spec) = at;
+    for (i, request) in devices.requests.iter_mut().flatten().enumerate() {
+        let mut dropped = Vec::new();
+        if let Some(e) = request.exactly.as_mut()
+            && e.capacity.take().is_some()
+        {
+            dropped.push(format!("{spec}.devices.requests[{i}].exactly.capacity"));
+        }
+        for (j, sub) in request.first_available.iter_mut().flatten().enumerate() {
+            if sub.capacity.take().is_some() {
+                dropped.push(format!(
+                    "{spec}.devices.requests[{i}].firstAvailable[{j}].capacity"
+                ));
+            }
+        }
+        for field in dropped {
+            warnings.push(format!(
+                "{origin}: {object}: {field}: capacity request, dropped while the feature gate \
+                 DRAConsumableCapacity is off: left out, so the request takes whole devices"
+            ));
+        }
+    }
 }
 
 fn key(namespace: Option<&str>, name: Option<&str>) -> String {
