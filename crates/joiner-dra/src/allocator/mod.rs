@@ -85,7 +85,7 @@ pub struct Allocator {
 impl Allocator {
     /// An allocator over `classes` with the given feature gates.
     pub fn new(features: Features, classes: impl IntoIterator<Item = DeviceClass>) -> Allocator {
-        Allocator::with_environment(features, classes, CelEnvironment::new())
+        Allocator::with_environment(features, classes, CelEnvironment::for_features(&features))
     }
 
     /// As [`Allocator::new`], with a CEL environment of the caller's (another cost limit).

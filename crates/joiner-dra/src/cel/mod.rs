@@ -72,6 +72,9 @@ pub struct CelEnvironment {
     env: Arc<Env>,
     compiled: Mutex<HashMap<String, Result<Arc<CompiledExpression>, CelError>>>,
     cost_limit: u64,
+    /// `DRAListTypeAttributes`: the `includes` helper exists only with it on, as upstream
+    /// declares it only then.
+    list_type_attributes: bool,
 }
 
 impl std::fmt::Debug for CelEnvironment {
@@ -133,9 +136,17 @@ fn bind_macro() -> Macro {
 }
 
 impl CelEnvironment {
-    /// The environment with Kubernetes' limits.
+    /// The environment with Kubernetes' limits, every gated function declared.
     pub fn new() -> CelEnvironment {
         CelEnvironment::with_cost_limit(cost::MAX_SELECTOR_COST)
+    }
+
+    /// The environment kube-scheduler compiles selectors in under `features`.
+    pub fn for_features(features: &crate::features::Features) -> CelEnvironment {
+        CelEnvironment {
+            list_type_attributes: features.list_type_attributes,
+            ..CelEnvironment::new()
+        }
     }
 
     /// The environment with a different estimated-cost limit (tests, tighter operators).
@@ -144,6 +155,7 @@ impl CelEnvironment {
             env: Arc::new(build_env()),
             compiled: Mutex::new(HashMap::new()),
             cost_limit,
+            list_type_attributes: true,
         }
     }
 
@@ -185,6 +197,20 @@ impl CelEnvironment {
                 return Err(CelError::Compile {
                     expression: expression.to_string(),
                     message: format!("undeclared reference to {var:?}"),
+                });
+            }
+        }
+        if !self.list_type_attributes {
+            let mut includes = false;
+            pattern::visit(program.expression(), &mut |call| {
+                includes |= call.func_name == "includes";
+            });
+            if includes {
+                return Err(CelError::Compile {
+                    expression: expression.to_string(),
+                    message: "undeclared reference to 'includes' (it needs the feature gate \
+                              DRAListTypeAttributes, which is off)"
+                        .into(),
                 });
             }
         }

@@ -194,7 +194,7 @@ pub fn first_bad_literal(expr: &IdedExpr) -> Option<String> {
 const PATTERN_FUNCTIONS: &[&str] = &["matches", "find", "findAll"];
 
 /// Calls `on_call` for every call in `expr`, outermost first.
-fn visit(expr: &IdedExpr, on_call: &mut dyn FnMut(&CallExpr)) {
+pub(super) fn visit(expr: &IdedExpr, on_call: &mut dyn FnMut(&CallExpr)) {
     match &expr.expr {
         Expr::Call(call) => {
             on_call(call);

@@ -329,6 +329,43 @@ fn selectors_see_a_list_attribute_as_a_list() {
     ));
 }
 
+/// `includes` is declared only with `DRAListTypeAttributes` on: with the gate off a selector
+/// using it does not compile, and the claim fails everywhere with that reason.
+#[test]
+fn includes_needs_the_list_gate() {
+    let slice = builders::slice(
+        "slice-1",
+        DRIVER,
+        "pool-1",
+        Some("node-1"),
+        vec![builders::device("device-1")],
+    );
+    let inventory = Inventory::from_slices([&slice]);
+    let view = inventory.node_view(&NodeInfo::new("node-1"));
+    let selector = r#"device.driver.includes("driver-a")"#;
+    let outcome = |features: Features| {
+        let allocator = Allocator::new(
+            features,
+            [class("class-a", &["device.driver == \"driver-a\""])],
+        );
+        let c = claim(
+            "default",
+            "claim",
+            vec![exact("req-0", "class-a", 1, &[selector])],
+        );
+        let prepared = allocator.prepare([&c]);
+        allocator.allocate(&inventory, &view, &AllocationState::new(), &prepared)
+    };
+    assert!(outcome(Features::all()).is_ok());
+    let off = Features {
+        list_type_attributes: false,
+        ..Features::all()
+    };
+    let err = outcome(off).unwrap_err();
+    assert!(err.is_fatal(), "{err}");
+    assert!(err.to_string().contains("DRAListTypeAttributes"), "{err}");
+}
+
 #[test]
 fn with_the_gate_off_no_constraint_is_met_over_a_list() {
     let off = Features {
