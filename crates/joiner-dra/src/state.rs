@@ -7,7 +7,7 @@
 
 use crate::cel::device::qualify;
 use crate::hash::FastMap;
-use crate::inventory::{CounterId, CounterSetKey, DeviceId, Inventory};
+use crate::inventory::{CounterId, CounterSetKey, DeviceId, Inventory, NodeView};
 use joiner_model::Quantity;
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceRequestAllocationResult, ResourceClaim,
@@ -53,6 +53,17 @@ impl AllocationState {
             }
         }
         state
+    }
+
+    /// Whether some device of `view` is free for another claim: not held whole by a claim, or
+    /// one that may be shared. `false` says no claim needing a device of its own fits there.
+    pub fn leaves_free(&self, inventory: &Inventory, view: &NodeView) -> bool {
+        view.pools().iter().flat_map(|(_, ids)| ids).any(|&id| {
+            !self.in_exclusive_use(id)
+                || inventory
+                    .device(id)
+                    .is_some_and(|d| d.allow_multiple_allocations)
+        })
     }
 
     /// Whether a device is allocated exclusively to some claim.

@@ -135,6 +135,24 @@ pub fn scheduling_input(pods: usize) -> SchedulingInput {
     one_pool(pods, instance_types())
 }
 
+/// Distinct shapes: `pods` pending pods on the benchmark's types, each with a label of its own
+/// and a required anti-affinity to that label (every workload repels its own kind), so no two
+/// pods share a topology group.
+pub fn distinct_anti_affinity_input(pods: usize) -> SchedulingInput {
+    let mut rng = Rng(0x5EED_1234_ABCD_0002);
+    let pods: Vec<PodInfo> = (0..pods)
+        .filter_map(|i| {
+            let app = format!("app-{i}");
+            let json = serde_json::json!({"metadata": {"name": format!("pod-{i}"), "namespace": "default", "labels": {"app": app}},
+                "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": rng.pick(&CPU), "memory": rng.pick(&MEMORY)}}}],
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": app}}}]}}}});
+            let pod: Pod = serde_json::from_value(json).ok()?;
+            PodInfo::compile(&pod, &Source::new("bench", 0)).ok()
+        })
+        .collect();
+    one_pool(pods, instance_types())
+}
+
 /// No existing nodes, and one NodePool named `default` allowing spot and on-demand `options`.
 fn one_pool(pods: Vec<PodInfo>, options: Vec<LaunchOption>) -> SchedulingInput {
     let mut requirements = crate::requirements::Requirements::new();
@@ -220,12 +238,15 @@ fn instance_type_document(option: &LaunchOption) -> serde_json::Value {
 /// ResourceSlices, and `pods` pending pods with one claim template each (one GPU, a CEL
 /// selector on product name and memory). With `launch`, a NodePool may also launch any GPU
 /// instance type of the built-in catalog, whose devices come from the catalog's templates.
+/// With `distinct`, every pod has a template of its own whose selector asks for a different
+/// least memory (40Gi plus the pod's number in MiB): no two pods share a claim shape.
 /// Returns the manifests and the settings (DRA on).
 pub fn dra_manifests(
     nodes: usize,
     gpus: usize,
     pods: usize,
     launch: bool,
+    distinct: bool,
 ) -> (joiner_model::Manifests, joiner_model::settings::Settings) {
     use joiner_model::Manifests;
     let origin = Source::new("bench", 0);
@@ -252,15 +273,25 @@ pub fn dra_manifests(
             "spec": {"driver": "gpu.nvidia.com", "nodeName": name, "pool": {"name": name, "generation": 1, "resourceSliceCount": 1}, "devices": devices}}),
         );
     }
-    add(
-        serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "h100", "namespace": "default"},
+    let template = |name: &str, memory: &str| {
+        serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name, "namespace": "default"},
         "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "selectors": [{"cel": {"expression":
-            "device.attributes[\"gpu.nvidia.com\"].productName.startsWith(\"NVIDIA H100\") && device.capacity[\"gpu.nvidia.com\"].memory.compareTo(quantity(\"40Gi\")) >= 0"}}]}}]}}}}),
-    );
+            format!("device.attributes[\"gpu.nvidia.com\"].productName.startsWith(\"NVIDIA H100\") && device.capacity[\"gpu.nvidia.com\"].memory.compareTo(quantity(\"{memory}\")) >= 0")}}]}}]}}}})
+    };
+    if !distinct {
+        add(template("h100", "40Gi"));
+    }
     for p in 0..pods {
+        let claim_template = if distinct {
+            let name = format!("h100-{p}");
+            add(template(&name, &format!("{}Mi", 40 * 1024 + p)));
+            name
+        } else {
+            "h100".to_string()
+        };
         add(
             serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("infer-{p}"), "namespace": "default"},
-            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "h100"}],
+            "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": claim_template}],
                 "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]}}]}}),
         );
     }
@@ -412,24 +443,42 @@ mod tests {
     }
 
     #[test]
+    fn distinct_anti_affinity_pods_each_make_their_own_group_and_all_plan() {
+        let input = distinct_anti_affinity_input(50);
+        assert_eq!(input.pods.len(), 50);
+        let plan = crate::scheduling::schedule(&input);
+        assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+        // Nothing keeps different workloads apart: they share nodes.
+        assert!(plan.node_claims.len() < 50, "{}", plan.node_claims.len());
+    }
+
+    #[test]
     fn dra_benchmark_input_plans_on_existing_nodes_then_new_ones() {
-        let (m, settings) = dra_manifests(2, 2, 5, true);
-        let snapshot =
-            crate::snapshot::ClusterSnapshot::build(&m, &settings, &Default::default()).unwrap();
-        let plan = snapshot.plan();
-        assert!(
-            plan.unschedulable.is_empty(),
-            "{:?}",
-            plan.unschedulable.first()
-        );
-        assert_eq!(
-            plan.bindings
-                .iter()
-                .filter(|b| b.node.starts_with("gpu-node-"))
-                .count(),
-            4
-        );
-        assert_eq!(plan.claims.len(), 5);
+        // The same plan whether the pods share one claim template or each has its own.
+        for distinct in [false, true] {
+            let (m, settings) = dra_manifests(2, 2, 5, true, distinct);
+            assert_eq!(
+                m.resource_claim_templates.len(),
+                if distinct { 5 } else { 1 }
+            );
+            let snapshot =
+                crate::snapshot::ClusterSnapshot::build(&m, &settings, &Default::default())
+                    .unwrap();
+            let plan = snapshot.plan();
+            assert!(
+                plan.unschedulable.is_empty(),
+                "{:?}",
+                plan.unschedulable.first()
+            );
+            assert_eq!(
+                plan.bindings
+                    .iter()
+                    .filter(|b| b.node.starts_with("gpu-node-"))
+                    .count(),
+                4
+            );
+            assert_eq!(plan.claims.len(), 5);
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 pub mod process;
 
-use joiner_engine::bench::scheduling_input;
+use joiner_engine::bench::{distinct_anti_affinity_input, scheduling_input};
 use joiner_engine::scheduling::schedule;
 
 /// Peak resident memory of this process so far, in MiB (Linux `VmHWM`), if known.
@@ -46,6 +46,18 @@ pub fn scheduling(sizes: &[usize]) -> anyhow::Result<()> {
             peak_rss_mib().unwrap_or(f64::NAN)
         );
     }
+    // Distinct shapes: as many pods as the largest size, no two in one topology group.
+    if let Some(&n) = sizes.iter().max() {
+        let input = distinct_anti_affinity_input(n);
+        let start = Instant::now();
+        let plan = schedule(&input);
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "distinct anti-affinity terms ({n} pods, each repelling its own label): {secs:.3} s, {} nodes, {} unschedulable",
+            plan.node_claims.len(),
+            plan.unschedulable.len()
+        );
+    }
     Ok(())
 }
 
@@ -59,11 +71,13 @@ pub fn dra(nodes: usize, gpus: usize, pods: usize) -> anyhow::Result<()> {
         "{:<44}  {:>8}  {:>8}  {:>8}  {:>10}  {:>10}",
         "CASE", "ON NODES", "NEW", "UNSCHED", "SECONDS", "PODS/S"
     );
-    for (label, launch) in [
-        ("existing nodes only", false),
-        ("existing nodes + NVIDIA GPU types (templates)", true),
+    for (label, launch, distinct) in [
+        ("existing nodes only", false, false),
+        ("existing nodes + NVIDIA GPU types (templates)", true, false),
+        ("the same, a distinct claim selector per pod", true, true),
     ] {
-        let (manifests, settings) = joiner_engine::bench::dra_manifests(nodes, gpus, pods, launch);
+        let (manifests, settings) =
+            joiner_engine::bench::dra_manifests(nodes, gpus, pods, launch, distinct);
         let snapshot = ClusterSnapshot::build(&manifests, &settings, &Options::default())?;
         let start = Instant::now();
         let plan = snapshot.plan();

@@ -127,6 +127,18 @@ impl PreparedClaims {
             _ => None,
         })
     }
+
+    /// Whether some claim to allocate has a request that only a device no other claim holds
+    /// can serve (no alternative of it asks for admin access): then a node whose every
+    /// device is taken ([`crate::AllocationState::leaves_free`]) cannot serve these claims.
+    pub fn needs_a_free_device(&self) -> bool {
+        self.claims.iter().any(|c| match &c.state {
+            ClaimState::Pending { requests, .. } => requests.iter().any(|r| {
+                !r.alternatives.is_empty() && r.alternatives.iter().all(|a| !a.admin_access)
+            }),
+            _ => false,
+        })
+    }
 }
 
 pub(crate) fn claim_key(claim: &ResourceClaim) -> Arc<str> {

@@ -44,10 +44,11 @@ mod finish;
 mod pools;
 mod rejections;
 mod reservations;
+mod room;
 mod statics;
 
 use pools::{Pool, build_pool, cheapest_offering, copies_that_fit, option_price};
-use rejections::{NewRejections, Rejected, Rejection, clear_among, set_bit};
+use rejections::{NewRejections, Rejected, Rejection, clear_among, clear_bit, set_bit, with_bits};
 use reservations::Reservations;
 pub use statics::static_claims;
 
@@ -163,6 +164,8 @@ struct Planner<'a> {
     open_room: Vec<i128>,
     /// Per NodeClaim: whether its zone is open and [`Planner::open_room`] holds its room.
     open_zone: Vec<bool>,
+    /// NodeClaims short of room, for all of them at once ([`room::RoomIndex`]).
+    room_index: room::RoomIndex,
     topology: Topology,
     /// Every zone any NodePool or node offers, sorted; topology counts zones by index here.
     zone_names: Vec<String>,
@@ -446,6 +449,7 @@ impl<'a> Planner<'a> {
                 .then_with(|| input.pools[a].name.cmp(&input.pools[b].name))
         });
 
+        let room_index = room::RoomIndex::new(&requests, index.len());
         let mut planner = Planner {
             input,
             requests: Rc::new(requests),
@@ -455,6 +459,7 @@ impl<'a> Planner<'a> {
             claims: Vec::new(),
             open_room: Vec::new(),
             open_zone: Vec::new(),
+            room_index,
             topology,
             zone_names,
             zone_ids,
@@ -826,6 +831,25 @@ impl<'a> Planner<'a> {
         let req = &self.requests[p];
         let skip = &self.rejected[self.class_of[p] * 2 + usize::from(strict)];
         let skip_shape = &self.rejected_shape[self.shape_of[p] * 2 + usize::from(strict)];
+        // Nodes and NodeClaims whose devices are all taken, for a pod that needs one of its
+        // own: each pod with claims of its own makes its own class, so its class's bits
+        // would not carry from pod to pod.
+        let taken = self.dra.as_ref().and_then(|d| d.taken_for(p));
+        let (mut node_bits, mut claim_bits) = (Vec::new(), Vec::new());
+        let skip_nodes = with_bits(&skip.nodes, taken.map(|t| &t.nodes[..]), &mut node_bits);
+        let skip_claims = with_bits(&skip.claims, taken.map(|t| &t.claims[..]), &mut claim_bits);
+        // NodeClaims the pod has no room on and that may not grow for it: passed over without
+        // visiting them one by one, and rejected for its class as evaluating each would have
+        // (below, for those the search reaches).
+        let mut short = Vec::new();
+        if !pod_has_affinity {
+            self.room_index.short_of(req, &mut short);
+            for c in self.claims.len().saturating_sub(GROW_WINDOW)..self.claims.len() {
+                clear_bit(&mut short, c);
+            }
+        }
+        let mut merged = Vec::new();
+        let skip_claims = with_bits(skip_claims, Some(&short[..]), &mut merged);
 
         // A pod that must join its peers' node is only asked of their nodes: every other one
         // would refuse it, and a large plan has thousands.
@@ -845,7 +869,7 @@ impl<'a> Planner<'a> {
         // 1. Existing nodes.
         for n in clear_among(
             host_nodes.as_deref(),
-            &skip.nodes,
+            skip_nodes,
             &skip_shape.nodes,
             self.existing.len(),
         ) {
@@ -885,9 +909,10 @@ impl<'a> Planner<'a> {
         // first and bounds the search.
         let mut growable = Vec::new();
         let must_fix_zone = self.topology.needs_zone(p);
-        for c in clear_among(
+        let (mut found, mut stop) = (None, self.claims.len());
+        'claims: for c in clear_among(
             host_claims.as_deref(),
-            &skip.claims,
+            skip_claims,
             &skip_shape.claims,
             self.claims.len(),
         ) {
@@ -915,7 +940,10 @@ impl<'a> Planner<'a> {
             let (mut never, mut not_now, mut room) = (true, false, false);
             for alt in alts {
                 match self.evaluate_claim(p, c, alt, strict, Price::ZERO, zones) {
-                    Ok(change) => return Some(Placement::Claim(change)),
+                    Ok(change) => {
+                        (found, stop) = (Some(change), c);
+                        break 'claims;
+                    }
                     Err(Rejection::NoRoom { growable }) => {
                         never = false;
                         room |= growable;
@@ -931,6 +959,15 @@ impl<'a> Planner<'a> {
             } else if !not_now {
                 set_bit(&mut rejections.class.claims, c);
             }
+        }
+        reject_short(
+            &mut rejections.class.claims,
+            &short,
+            stop,
+            host_claims.as_deref(),
+        );
+        if let Some(change) = found {
+            return Some(Placement::Claim(change));
         }
         let new = self.new_claim(p, alts, strict, zones);
         let per_pod = new.as_ref().map_or(Price::MAX, |n| {
@@ -1181,9 +1218,20 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// Records the room NodeClaim `c` has left at its chosen type in the room index.
+    fn note_room_index(&mut self, c: usize) {
+        let claim = &self.claims[c];
+        let left: Option<Vec<i128>> = claim.allowed.get(claim.chosen).map(|&(_, o)| {
+            let room = &self.pools[claim.pool].options[o].room;
+            room.iter().zip(&claim.used).map(|(r, u)| r - u).collect()
+        });
+        self.room_index.note(c, left.as_deref());
+    }
+
     /// Records the room NodeClaim `c` has left at its chosen type while its zone is open (see
-    /// [`Planner::open_room`]).
+    /// [`Planner::open_room`]), and in the room index.
     fn note_room(&mut self, c: usize) {
+        self.note_room_index(c);
         let width = self.index.len();
         if self.open_zone.len() <= c {
             self.open_zone.resize(c + 1, false);
@@ -1249,6 +1297,34 @@ impl<'a> Planner<'a> {
     /// each group of candidates was rejected.
     fn explain(&self, p: usize) -> String {
         explain::explain(self, p)
+    }
+}
+
+/// Marks for the pod's class the NodeClaims of `short` (no room, may not grow) that its
+/// search reached: those before `stop`, and among `only` when the search was limited to them.
+/// Exactly those would have been evaluated and rejected for lack of room, one at a time.
+fn reject_short(class: &mut Vec<u64>, short: &[u64], stop: usize, only: Option<&[usize]>) {
+    match only {
+        Some(only) => {
+            for &c in only.iter().filter(|&&c| c < stop) {
+                if rejections::has_bit(short, c) {
+                    set_bit(class, c);
+                }
+            }
+        }
+        None => {
+            if class.len() < short.len() {
+                class.resize(short.len(), 0);
+            }
+            for (w, (mine, s)) in class.iter_mut().zip(short).enumerate() {
+                let below = match stop.checked_sub(w * 64) {
+                    Some(n) if n >= 64 => u64::MAX,
+                    Some(n) => (1u64 << n) - 1,
+                    None => 0,
+                };
+                *mine |= s & below;
+            }
+        }
     }
 }
 

@@ -9,6 +9,9 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::pod::{PodInfo, PodSelector, TopologyKey};
 use crate::requirements::Requirements;
+use selectors::SelectorIndex;
+
+mod selectors;
 
 /// How a pod relates to a group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,16 +200,20 @@ impl Topology {
             constraints.push(cs);
         }
         // Membership: pods with the same labels and namespace belong to the same groups.
+        let index = SelectorIndex::new(selectors.iter().map(|(_, compiled)| compiled));
         let mut cache: HashMap<(&str, &crate::requirements::Labels), Vec<usize>> = HashMap::new();
         for pod in pods {
             let members = cache
                 .entry((pod.namespace.as_str(), &pod.labels))
                 .or_insert_with(|| {
-                    selectors
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, (sel, compiled))| pod.selected_by(sel, compiled))
-                        .map(|(i, _)| i)
+                    index
+                        .candidates(&pod.labels)
+                        .into_iter()
+                        .filter(|&i| {
+                            selectors
+                                .get(i)
+                                .is_some_and(|(sel, compiled)| pod.selected_by(sel, compiled))
+                        })
                         .collect()
                 })
                 .clone();

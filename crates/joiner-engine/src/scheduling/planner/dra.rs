@@ -35,6 +35,7 @@ use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceCl
 
 use super::super::extended::{ExtendedRequest, served_on};
 use super::super::{DraInput, ExistingNode, PoolInput};
+use super::rejections::{Rejected, clear_bit, set_bit};
 use crate::catalog::devices::{DeviceTemplates, GPU_RUNTIME_ATTRIBUTES};
 
 /// The name of the probe node that stands for a new node of one instance type of one pool.
@@ -55,6 +56,13 @@ pub(super) struct ProbeAt {
     pub pool: usize,
     pub option: usize,
     pub zone: Option<u32>,
+}
+
+/// An existing node or a planned NodeClaim, by index.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Node(usize),
+    Claim(usize),
 }
 
 #[derive(Clone)]
@@ -93,6 +101,13 @@ pub(super) struct Dra {
     served: RefCell<HashMap<(usize, Plugins), Rc<PreparedClaims>>>,
     /// Allocations made, in order: claim, node, result.
     pub results: Vec<(String, String, AllocationResult)>,
+    /// Existing nodes and NodeClaims none of whose devices is free: no pod whose claims need
+    /// a device of their own fits there, whatever its claims ask. Sound, not complete: a bit
+    /// is set only where that holds, and cleared when a device of the node is given back.
+    taken: Rejected,
+    /// Node names to their index among existing nodes, and planned NodeClaims.
+    node_at: HashMap<String, usize>,
+    claim_at: HashMap<String, usize>,
 }
 
 impl Dra {
@@ -197,7 +212,7 @@ impl Dra {
             .iter()
             .map(|p| p.options.iter().map(|o| plugins(&o.allocatable)).collect())
             .collect();
-        Dra {
+        let mut dra = Dra {
             extended: input.extended.clone(),
             node_plugins,
             option_plugins,
@@ -223,7 +238,49 @@ impl Dra {
             prepared: RefCell::new(vec![None; pod_count]),
             probe_copies: RefCell::new(HashMap::new()),
             results: Vec::new(),
+            taken: Rejected::default(),
+            node_at: HashMap::new(),
+            claim_at: HashMap::new(),
+        };
+        for n in 0..dra.node_views.len() {
+            let name = dra.node_views[n].node.name.clone();
+            dra.node_at.insert(name, n);
+            dra.mark_if_taken(Slot::Node(n));
         }
+        dra
+    }
+
+    /// Records that every device of an existing node or NodeClaim is taken, when it is.
+    fn mark_if_taken(&mut self, slot: Slot) {
+        let (view, bits) = match slot {
+            Slot::Node(n) => (self.node_views.get(n), &mut self.taken.nodes),
+            Slot::Claim(c) => (
+                self.claim_views.get(c).and_then(Option::as_ref),
+                &mut self.taken.claims,
+            ),
+        };
+        let Some(view) = view else {
+            return;
+        };
+        if !self.state.leaves_free(&self.inventory, view) {
+            let i = match slot {
+                Slot::Node(n) | Slot::Claim(n) => n,
+            };
+            set_bit(bits, i);
+        }
+    }
+
+    /// For a pod whose claims need a device of their own: the existing nodes and NodeClaims
+    /// with none free, which it need not be asked of. `None` for any other pod (one asking
+    /// for admin access, one whose claims a device plugin may serve instead).
+    pub fn taken_for(&self, p: usize) -> Option<&Rejected> {
+        let keys = self.pod_claims.get(p)?;
+        if keys.is_empty() || keys.iter().any(|k| self.extended.contains_key(k)) {
+            return None;
+        }
+        self.prepared(p)
+            .needs_a_free_device()
+            .then_some(&self.taken)
     }
 
     pub fn uses_claims(&self, p: usize) -> bool {
@@ -436,6 +493,8 @@ impl Dra {
         }
         self.claim_views[c] = Some(self.inventory.node_view(&node_info(name, labels)));
         // Node views of other nodes do not change when a node-local pool is added.
+        self.claim_at.insert(name.to_string(), c);
+        self.mark_if_taken(Slot::Claim(c));
     }
 
     /// Whether an allocation holds a network-attached device: one every new node may compete
@@ -465,11 +524,40 @@ impl Dra {
                 self.probe_copies.borrow_mut().clear();
             }
             self.state.release(&self.inventory, &allocation);
+            self.untake(&allocation);
         }
         if let Some(slot) = self.prepared.borrow_mut().get_mut(p) {
             *slot = None;
         }
         self.served.borrow_mut().retain(|(q, _), _| *q != p);
+    }
+
+    /// Clears the "every device taken" bit of each node a device of `allocation` is visible
+    /// to: of its own node, or of every node for a network-attached device.
+    fn untake(&mut self, allocation: &AllocationResult) {
+        let ids = allocation
+            .devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten())
+            .flat_map(|r| {
+                self.inventory
+                    .find_all(&r.driver, &r.pool, &r.device)
+                    .to_vec()
+            })
+            .collect::<Vec<_>>();
+        for id in ids {
+            match self.inventory.device(id).map(|d| &d.visibility) {
+                Some(Visibility::Node(name)) => {
+                    if let Some(&n) = self.node_at.get(name) {
+                        clear_bit(&mut self.taken.nodes, n);
+                    }
+                    if let Some(&c) = self.claim_at.get(name) {
+                        clear_bit(&mut self.taken.claims, c);
+                    }
+                }
+                _ => self.taken = Rejected::default(),
+            }
+        }
     }
 
     /// Records allocations made on `node` and takes their devices.
@@ -495,6 +583,12 @@ impl Dra {
                 self.probe_copies.borrow_mut().clear();
             }
             self.results.push((a.claim, node.to_string(), a.allocation));
+        }
+        if let Some(&n) = self.node_at.get(node) {
+            self.mark_if_taken(Slot::Node(n));
+        }
+        if let Some(&c) = self.claim_at.get(node) {
+            self.mark_if_taken(Slot::Claim(c));
         }
     }
 
@@ -751,17 +845,17 @@ impl Dra {
             })
     }
 
-    /// The drivers of the devices allocated on a node, sorted.
-    pub fn drivers_on(&self, node: &str) -> BTreeSet<String> {
-        self.results
-            .iter()
-            .filter(|(_, n, _)| n == node)
-            .flat_map(|(_, _, a)| {
-                a.devices
-                    .iter()
-                    .flat_map(|d| d.results.iter().flatten().map(|r| r.driver.clone()))
-            })
-            .collect()
+    /// The drivers of the devices allocated on each node, sorted: one pass over the
+    /// allocations for every node, not one per node.
+    pub fn drivers_by_node(&self) -> HashMap<&str, BTreeSet<String>> {
+        let mut out: HashMap<&str, BTreeSet<String>> = HashMap::new();
+        for (_, node, a) in &self.results {
+            let drivers = out.entry(node.as_str()).or_default();
+            for r in a.devices.iter().flat_map(|d| d.results.iter().flatten()) {
+                drivers.insert(r.driver.clone());
+            }
+        }
+        out
     }
 }
 

@@ -408,6 +408,11 @@ impl Planner<'_> {
             claim.used = vec![0; self.index.len()];
             retired.insert(c);
         }
+        // Room changed on every NodeClaim of the window: what the room index holds of them
+        // must not say one is short that is not.
+        for &c in window.iter().chain(&added) {
+            self.note_room_index(c);
+        }
         added
     }
 }

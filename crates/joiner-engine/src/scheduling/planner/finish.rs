@@ -17,6 +17,11 @@ impl Planner<'_> {
         // Reservations are shared out again in the order the NodeClaims were made, so that no
         // reservation is planned past its free count whatever growing did to the bookings.
         let mut reservations = self.reservations.unbooked();
+        let drivers_by_node = self
+            .dra
+            .as_ref()
+            .map(|dra| dra.drivers_by_node())
+            .unwrap_or_default();
         for claim in &self.claims {
             let pool = &self.pools[claim.pool];
             let Some(&(_, o)) = claim.allowed.get(claim.chosen) else {
@@ -91,18 +96,16 @@ impl Planner<'_> {
                     (!met).to_string(),
                 );
             }
-            if let Some(dra) = &self.dra {
-                let drivers = dra.drivers_on(&claim.name);
-                if !drivers.is_empty() {
-                    if let Some(text) = predicted_devices(&pool.input.options[opt.source], &drivers)
-                    {
-                        annotations.insert(annotations::PREDICTED_DRA_DEVICES.to_string(), text);
-                    }
-                    annotations.insert(
-                        annotations::REQUESTED_DRA_DRIVERS.to_string(),
-                        drivers.into_iter().collect::<Vec<_>>().join(","),
-                    );
+            if let Some(drivers) = drivers_by_node.get(claim.name.as_str())
+                && !drivers.is_empty()
+            {
+                if let Some(text) = predicted_devices(&pool.input.options[opt.source], drivers) {
+                    annotations.insert(annotations::PREDICTED_DRA_DEVICES.to_string(), text);
                 }
+                annotations.insert(
+                    annotations::REQUESTED_DRA_DRIVERS.to_string(),
+                    drivers.iter().cloned().collect::<Vec<_>>().join(","),
+                );
             }
             plan.node_claims.push(PlannedNodeClaim {
                 name: claim.name.clone(),

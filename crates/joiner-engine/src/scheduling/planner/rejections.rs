@@ -74,6 +74,29 @@ pub(super) fn clear_among<'s>(
     }
 }
 
+pub(super) fn clear_bit(set: &mut [u64], i: usize) {
+    if let Some(w) = set.get_mut(i / 64) {
+        *w &= !(1 << (i % 64));
+    }
+}
+
+/// `a` with the bits of `extra` set too, in `buf` when there are any.
+pub(super) fn with_bits<'a>(
+    a: &'a [u64],
+    extra: Option<&[u64]>,
+    buf: &'a mut Vec<u64>,
+) -> &'a [u64] {
+    let Some(extra) = extra.filter(|e| !e.is_empty()) else {
+        return a;
+    };
+    buf.clear();
+    buf.extend(
+        (0..a.len().max(extra.len()))
+            .map(|w| a.get(w).copied().unwrap_or(0) | extra.get(w).copied().unwrap_or(0)),
+    );
+    buf
+}
+
 pub(super) fn set_bit(set: &mut Vec<u64>, i: usize) {
     if set.len() <= i / 64 {
         set.resize(i / 64 + 1, 0);
