@@ -592,18 +592,7 @@ impl Inventory {
                 devices.push(id);
             }
         }
-        let mut local_node = only_node.clone();
-        for d in devices.iter().filter(|_| only_node.is_none()) {
-            match self.devices.get(d.0 as usize).map(|d| &d.visibility) {
-                Some(Visibility::Node(n)) if local_node.as_ref().is_none_or(|l| l == n) => {
-                    local_node = Some(n.clone());
-                }
-                _ => {
-                    local_node = None;
-                    break;
-                }
-            }
-        }
+        let local_node = only_node.or_else(|| self.common_node(&devices));
         let has_binding_conditions = devices.iter().any(|d| {
             self.devices
                 .get(d.0 as usize)
@@ -621,6 +610,18 @@ impl Inventory {
             devices,
         });
         pool_id
+    }
+
+    /// The node every one of `devices` is local to, if there is one.
+    fn common_node(&self, devices: &[DeviceId]) -> Option<String> {
+        let mut node: Option<&String> = None;
+        for d in devices {
+            match self.devices.get(d.0 as usize).map(|d| &d.visibility) {
+                Some(Visibility::Node(n)) if node.is_none_or(|l| l == n) => node = Some(n),
+                _ => return None,
+            }
+        }
+        node.cloned()
     }
 
     /// Identity of this inventory for caches keyed by device id.

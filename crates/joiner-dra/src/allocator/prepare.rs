@@ -49,6 +49,21 @@ pub(crate) struct Request {
     pub alternatives: Vec<Alternative>,
 }
 
+impl Request {
+    /// The fewest devices the request can take: its smallest alternative, `All` counting
+    /// none (how many that is depends on the node).
+    pub(crate) fn fewest(&self) -> usize {
+        self.alternatives
+            .iter()
+            .map(|a| match a.mode {
+                Mode::Exact(n) => n,
+                Mode::All => 0,
+            })
+            .min()
+            .unwrap_or(0)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ConstraintKind {
     Match,
@@ -225,16 +240,7 @@ impl Allocator {
         let mut fixed_total = 0usize;
         for request in devices.iter().flat_map(|d| d.requests.iter().flatten()) {
             let r = self.prepare_request(key, request)?;
-            let fewest = r
-                .alternatives
-                .iter()
-                .map(|a| match a.mode {
-                    Mode::Exact(n) => n,
-                    Mode::All => 0,
-                })
-                .min()
-                .unwrap_or(0);
-            fixed_total = fixed_total.saturating_add(fewest);
+            fixed_total = fixed_total.saturating_add(r.fewest());
             requests.push(r);
         }
         if fixed_total > MAX_RESULTS_PER_CLAIM {

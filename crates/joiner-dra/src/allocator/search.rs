@@ -245,8 +245,8 @@ impl<'a> Search<'a> {
         Ok(false)
     }
 
-    /// The fewest devices the requests of this slot's claim after it can take: each its
-    /// smallest alternative, `All` counting none (it depends on the node).
+    /// The fewest devices the requests of this slot's claim after it can take
+    /// ([`super::prepare::Request::fewest`] each).
     fn fewest_after(&self, slot: usize) -> usize {
         let Some(&(ci, _)) = self.slots.get(slot) else {
             return 0;
@@ -261,16 +261,7 @@ impl<'a> Search<'a> {
             .skip(slot + 1)
             .filter(|(c, _)| *c == ci)
             .filter_map(|(_, ri)| requests.get(*ri))
-            .map(|r| {
-                r.alternatives
-                    .iter()
-                    .map(|a| match a.mode {
-                        Mode::Exact(n) => n,
-                        Mode::All => 0,
-                    })
-                    .min()
-                    .unwrap_or(0)
-            })
+            .map(|r| r.fewest())
             .sum()
     }
 

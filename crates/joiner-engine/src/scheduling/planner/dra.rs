@@ -252,20 +252,15 @@ impl Dra {
 
     /// Records that every device of an existing node or NodeClaim is taken, when it is.
     fn mark_if_taken(&mut self, slot: Slot) {
-        let (view, bits) = match slot {
-            Slot::Node(n) => (self.node_views.get(n), &mut self.taken.nodes),
+        let (view, bits, i) = match slot {
+            Slot::Node(n) => (self.node_views.get(n), &mut self.taken.nodes, n),
             Slot::Claim(c) => (
                 self.claim_views.get(c).and_then(Option::as_ref),
                 &mut self.taken.claims,
+                c,
             ),
         };
-        let Some(view) = view else {
-            return;
-        };
-        if !self.state.leaves_free(&self.inventory, view) {
-            let i = match slot {
-                Slot::Node(n) | Slot::Claim(n) => n,
-            };
+        if view.is_some_and(|v| !self.state.leaves_free(&self.inventory, v)) {
             set_bit(bits, i);
         }
     }
